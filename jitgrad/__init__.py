@@ -1,0 +1,36 @@
+"""jitgrad: PyTorch's autograd on numpy, with a Numba-compiled backward engine.
+
+The path a gradient takes:
+  ops/functional.py   forward ops (numpy) ... record.py lowers each node onto the tape
+  ops/derivatives.py  one entry per primitive: its gradient rule(s)
+  autograd/_tape.py   the lowered graph: flat columns appended while the forward runs
+  autograd/_engine.py backward()/grad(): validate, pick an executor, free the graph
+  kernels/            the @njit scheduler and kernels (generated from the rule table)
+  autograd/_pyengine.py the Tensor-level executor, used for create_graph=True
+"""
+from . import autograd  # noqa: F401  (first: the ops modules import the graph classes through it)
+from . import _tensor_methods  # noqa: F401  (binds Tensor methods)
+from ._dtype import (bool_ as bool, double, dtype, float, float32, float64, get_default_dtype,  # noqa: A004
+                     int, int32, int64, long, set_default_dtype)
+from ._grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
+                         set_grad_enabled)
+from ._tensor import (Size, Tensor, arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like,
+                      manual_seed, ones, ones_like, rand, rand_like, randn, randn_like, tensor, zeros, zeros_like)
+from .ops.functional import (abs, add, allclose, amax, amin, argmax, argmin, bmm, cat, clamp, clip, clone, cos,
+                             div, dot, eq, equal, exp, expand, flatten, ge, gt, isfinite, isnan, le, log,
+                             log_softmax, logical_and, logical_not, logical_or, lt, matmul, max, maximum, mean,
+                             min, minimum, mm, mul, mv, ne, neg, permute, pow, prod, reciprocal, relu, reshape,
+                             sigmoid, sign, sin, softmax, sqrt, squeeze, stack, sub, sum, t, tanh, trace,
+                             transpose, unsqueeze, where)
+from . import nn  # noqa: E402
+
+multiply = mul
+subtract = sub
+divide = div
+true_divide = div
+negative = neg
+absolute = abs
+concat = cat
+concatenate = cat
+
+__version__ = "0.1.0"

@@ -1,0 +1,63 @@
+"""dtype objects: thin named wrappers over numpy dtypes, printed as PyTorch prints them."""
+import numpy as np
+
+
+class dtype:
+    __slots__ = ("name", "np", "is_floating_point", "itemsize")
+
+    def __init__(self, name, np_dtype, is_floating_point):
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.is_floating_point = is_floating_point
+        self.itemsize = self.np.itemsize
+
+    def __repr__(self):
+        return "torch." + self.name  # PyTorch code compares repr strings; keep its spelling
+
+    def __reduce__(self):
+        return (_by_name, (self.name,))
+
+
+float32 = dtype("float32", np.float32, True)
+float64 = dtype("float64", np.float64, True)
+int64 = dtype("int64", np.int64, False)
+int32 = dtype("int32", np.int32, False)
+bool_ = dtype("bool", np.bool_, False)
+float = float32  # noqa: A001  (torch.float is float32)
+double = float64
+long = int64
+int = int32  # noqa: A001
+
+_ALL = (float32, float64, int64, int32, bool_)
+_FROM_NP = {d.np: d for d in _ALL}
+_default_dtype = [float32]
+
+
+def _by_name(name):
+    return {d.name: d for d in _ALL}[name]
+
+
+def from_numpy_dtype(npd):
+    try:
+        return _FROM_NP[np.dtype(npd)]
+    except KeyError:
+        raise TypeError(f"can't convert np.ndarray of type {np.dtype(npd)}. The only supported types are: "
+                        "float64, float32, int64, int32, and bool.") from None
+
+
+def to_numpy_dtype(d):
+    if d is None:
+        return None
+    if isinstance(d, dtype):
+        return d.np
+    return np.dtype(d)
+
+
+def get_default_dtype():
+    return _default_dtype[0]
+
+
+def set_default_dtype(d):
+    if not (isinstance(d, dtype) and d.is_floating_point):
+        raise TypeError("only floating-point types are supported as the default type")
+    _default_dtype[0] = d

@@ -1,0 +1,424 @@
+"""Tensor: a numpy array plus the autograd fields PyTorch exposes."""
+import numpy as np
+
+from . import _dtype, _grad_mode
+from ._dtype import from_numpy_dtype
+
+
+class _Version:
+    """Version counter shared by a tensor and its views (bumped by in-place ops)."""
+    __slots__ = ("v",)
+
+    def __init__(self):
+        self.v = 0
+
+
+class Tensor:
+    __slots__ = ("_data", "requires_grad", "_grad_fn", "_grad", "_acc", "_retain", "_output_nr",
+                 "_vc", "__weakref__")
+    __array_priority__ = 1000  # so `ndarray op Tensor` defers to Tensor's reflected operator
+
+    def __init__(self, data=None, *, dtype=None, requires_grad=False):
+        t = tensor(data if data is not None else [], dtype=dtype, requires_grad=requires_grad)
+        _init_from(self, t._data)
+        self.requires_grad = t.requires_grad
+
+    @staticmethod
+    def _make(arr):
+        t = Tensor.__new__(Tensor)
+        t._data = arr
+        t.requires_grad = False
+        t._grad_fn = None
+        t._grad = None
+        t._acc = None
+        t._retain = False
+        t._output_nr = 0
+        t._vc = None
+        return t
+
+    # -- metadata ---------------------------------------------------------------
+    @property
+    def shape(self):
+        return Size(self._data.shape)
+
+    def size(self, dim=None):
+        if dim is None:
+            return Size(self._data.shape)
+        return self._data.shape[_wrap_dim(dim, self._data.ndim)]
+
+    @property
+    def dtype(self):
+        return from_numpy_dtype(self._data.dtype)
+
+    @property
+    def ndim(self):
+        return self._data.ndim
+
+    def dim(self):
+        return self._data.ndim
+
+    def numel(self):
+        return self._data.size
+
+    nelement = numel
+
+    def __len__(self):
+        if self._data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    @property
+    def device(self):
+        return "cpu"
+
+    def is_floating_point(self):
+        return self._data.dtype.kind == "f"
+
+    # -- autograd fields -------------------------------------------------------
+    @property
+    def grad_fn(self):
+        return self._grad_fn
+
+    @property
+    def is_leaf(self):
+        return self._grad_fn is None
+
+    @property
+    def output_nr(self):
+        return self._output_nr
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}")
+            if value._data.dtype != self._data.dtype:
+                raise RuntimeError("assigned grad has data of a different type")
+            if value._data.shape != self._data.shape:
+                raise RuntimeError("assigned grad has data of a different size")
+        self._grad = value
+
+    @grad.deleter
+    def grad(self):
+        self._grad = None
+
+    @property
+    def _version(self):
+        return 0 if self._vc is None else self._vc.v
+
+    def _bump(self):
+        if self._vc is None:
+            self._vc = _Version()
+        self._vc.v += 1
+
+    @property
+    def retains_grad(self):
+        return self._retain and self._grad_fn is not None
+
+    def retain_grad(self):
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self._grad_fn is None or self._retain:
+            return
+        import weakref
+        self._retain = True
+        gf = self._grad_fn
+        gf._tape.retained[gf._row] = weakref.ref(self)
+
+    def requires_grad_(self, requires_grad=True):
+        if not requires_grad and self._grad_fn is not None:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to use a "
+                               "computed variable in a subgraph that doesn't require differentiation use "
+                               "var_no_grad = var.detach().")
+        if requires_grad and self._data.dtype.kind != "f":
+            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    @property
+    def data(self):
+        t = Tensor._make(self._data)
+        t._vc = self._vc
+        return t
+
+    @data.setter
+    def data(self, value):
+        self._data = value._data
+
+    def detach(self):
+        t = Tensor._make(self._data)
+        if self._vc is None:
+            self._vc = _Version()
+        t._vc = self._vc  # a detached tensor shares storage, hence the version counter
+        return t
+
+    def detach_(self):
+        self._grad_fn = None
+        self.requires_grad = False
+        return self
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        from .autograd import backward
+        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+    # -- conversion ----------------------------------------------------------------
+    def numpy(self):
+        if self.requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return self._data
+
+    def tolist(self):
+        return self._data.tolist()
+
+    def item(self):
+        if self._data.size != 1:
+            raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
+        return self._data.item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self._data.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self._data.item())
+
+    def __index__(self):
+        if self._data.dtype.kind not in "iub" or self._data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self._data.item())
+
+    def __array__(self, dtype=None, copy=None):
+        return self._data if dtype is None else self._data.astype(dtype)
+
+    def __repr__(self):
+        from ._format import tensor_repr
+        return tensor_repr(self)
+
+    __str__ = __repr__
+
+    def __hash__(self):
+        return id(self)
+
+    def __iter__(self):
+        if self._data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._data.shape[0]))
+
+    def to(self, *args, **kwargs):
+        dt = kwargs.get("dtype")
+        for a in args:
+            if isinstance(a, _dtype.dtype):
+                dt = a
+        if dt is None or dt.np == self._data.dtype:
+            return self
+        from .ops import functional as F
+        return F.to_dtype(self, dt)
+
+    def float(self):
+        return self.to(_dtype.float32)
+
+    def double(self):
+        return self.to(_dtype.float64)
+
+    def long(self):
+        from .ops import functional as F
+        return F.to_dtype(self, _dtype.int64)
+
+    def type(self, dtype=None):
+        return self.to(dtype)
+
+    def cpu(self):
+        return self
+
+    def contiguous(self):
+        return self
+
+    def is_contiguous(self):
+        return True
+
+    def clone(self):
+        from .ops import functional as F
+        return F.clone(self)
+
+    # -- in-place helpers (full differentiable in-place support comes with version checks) --
+    def zero_(self):
+        return self.fill_(0)
+
+    def fill_(self, value):
+        _check_inplace(self)
+        self._data[...] = value
+        self._bump()
+        return self
+
+    def copy_(self, src):
+        _check_inplace(self)
+        s = src._data if isinstance(src, Tensor) else np.asarray(src)
+        self._data[...] = np.broadcast_to(s, self._data.shape)
+        self._bump()
+        return self
+
+
+def _check_inplace(t):
+    if t.requires_grad and t._grad_fn is None and _grad_mode.is_grad_enabled():
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if t.requires_grad and _grad_mode.is_grad_enabled():
+        raise NotImplementedError("differentiable in-place ops on tensors in a graph are not supported yet")
+
+
+def _init_from(t, arr):
+    t._data = arr
+    t.requires_grad = False
+    t._grad_fn = None
+    t._grad = None
+    t._acc = None
+    t._retain = False
+    t._output_nr = 0
+    t._vc = None
+
+
+class Size(tuple):
+    def __repr__(self):
+        return f"torch.Size({list(self)})"
+
+    def numel(self):
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+
+def _wrap_dim(dim, ndim):
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim % n
+
+
+# -- creation -----------------------------------------------------------------------
+def _unwrap_nested(data):
+    if isinstance(data, Tensor):
+        return data._data
+    if isinstance(data, (list, tuple)):
+        return [_unwrap_nested(x) for x in data]
+    return data
+
+
+def _check_requires_grad(arr, requires_grad):
+    if requires_grad and arr.dtype.kind != "f":
+        raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    npd = _dtype.to_numpy_dtype(dtype)
+    if npd is None:
+        arr = np.array(_unwrap_nested(data))
+        if arr.dtype.kind == "f":
+            arr = arr.astype(_dtype.get_default_dtype().np, copy=False)
+        elif arr.dtype.kind in "iu":
+            arr = arr.astype(np.int64, copy=False)
+        elif arr.dtype.kind != "b":
+            raise TypeError(f"Could not infer dtype of {type(data).__name__}")
+    else:
+        arr = np.array(_unwrap_nested(data), dtype=npd)
+    _check_requires_grad(arr, requires_grad)
+    t = Tensor._make(arr)
+    t.requires_grad = bool(requires_grad)
+    return t
+
+
+def as_tensor(data, dtype=None):
+    if isinstance(data, Tensor) and (dtype is None or dtype.np == data._data.dtype):
+        return data
+    return tensor(data, dtype=dtype)
+
+
+def from_numpy(arr):
+    from_numpy_dtype(arr.dtype)  # raises for unsupported dtypes
+    return Tensor._make(arr)
+
+
+def _shape_args(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        return tuple(size[0])
+    return tuple(size)
+
+
+def _factory(fill):
+    def make(*size, dtype=None, requires_grad=False, device=None):
+        npd = _dtype.to_numpy_dtype(dtype) or _dtype.get_default_dtype().np
+        arr = fill(_shape_args(size), npd)
+        _check_requires_grad(arr, requires_grad)
+        t = Tensor._make(arr)
+        t.requires_grad = bool(requires_grad)
+        return t
+    return make
+
+
+_rng = [np.random.default_rng()]
+
+
+def manual_seed(seed):
+    _rng[0] = np.random.default_rng(seed)
+
+
+zeros = _factory(lambda s, d: np.zeros(s, d))
+ones = _factory(lambda s, d: np.ones(s, d))
+empty = _factory(lambda s, d: np.empty(s, d))
+randn = _factory(lambda s, d: _rng[0].standard_normal(s).astype(d))
+rand = _factory(lambda s, d: _rng[0].random(s).astype(d))
+
+
+def full(size, fill_value, dtype=None, requires_grad=False, device=None):
+    if dtype is None:
+        dtype = (_dtype.bool_ if isinstance(fill_value, bool) else
+                 _dtype.int64 if isinstance(fill_value, int) else _dtype.get_default_dtype())
+    arr = np.full(tuple(size), fill_value, dtype=dtype.np)
+    _check_requires_grad(arr, requires_grad)
+    t = Tensor._make(arr)
+    t.requires_grad = bool(requires_grad)
+    return t
+
+
+def arange(start, end=None, step=1, dtype=None, requires_grad=False, device=None):
+    if end is None:
+        start, end = 0, start
+    npd = _dtype.to_numpy_dtype(dtype)
+    if npd is None:
+        npd = np.int64 if all(isinstance(v, int) for v in (start, end, step)) else _dtype.get_default_dtype().np
+    arr = np.arange(start, end, step, dtype=npd)
+    _check_requires_grad(arr, requires_grad)
+    t = Tensor._make(arr)
+    t.requires_grad = bool(requires_grad)
+    return t
+
+
+def eye(n, m=None, dtype=None, requires_grad=False):
+    npd = _dtype.to_numpy_dtype(dtype) or _dtype.get_default_dtype().np
+    t = Tensor._make(np.eye(n, m, dtype=npd))
+    t.requires_grad = requires_grad
+    return t
+
+
+def _like(fn):
+    def make(t, dtype=None, requires_grad=False, device=None):
+        return fn(*t._data.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+    return make
+
+
+zeros_like = _like(zeros)
+ones_like = _like(ones)
+empty_like = _like(empty)
+randn_like = _like(randn)
+rand_like = _like(rand)
+
+
+def full_like(t, fill_value, dtype=None, requires_grad=False, device=None):
+    return full(t._data.shape, fill_value, dtype=dtype or t.dtype, requires_grad=requires_grad)

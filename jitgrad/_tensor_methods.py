@@ -1,0 +1,37 @@
+"""Tensor methods and operators, bound to the functional ops."""
+from ._tensor import Tensor
+from .ops import functional as F
+
+
+def _r(fn):
+    return lambda self, other: fn(other, self)
+
+
+_METHODS = {
+    "__add__": F.add, "__radd__": _r(F.add), "__sub__": F.sub, "__rsub__": lambda s, o: F.rsub(s, o),
+    "__mul__": F.mul, "__rmul__": _r(F.mul), "__truediv__": F.div, "__rtruediv__": _r(F.div),
+    "__pow__": F.pow, "__rpow__": _r(F.pow), "__neg__": F.neg, "__matmul__": F.matmul,
+    "__rmatmul__": _r(F.matmul), "__abs__": F.abs, "__getitem__": F.getitem,
+    "__eq__": F.eq, "__ne__": F.ne, "__lt__": F.lt, "__le__": F.le, "__gt__": F.gt, "__ge__": F.ge,
+    "__and__": F.bitwise_and, "__or__": F.bitwise_or, "__xor__": F.bitwise_xor, "__invert__": F.bitwise_not,
+    "add": F.add, "sub": F.sub, "mul": F.mul, "div": F.div, "true_divide": F.div, "pow": F.pow,
+    "neg": F.neg, "exp": F.exp, "log": F.log, "sqrt": F.sqrt, "sin": F.sin, "cos": F.cos,
+    "tanh": F.tanh, "sigmoid": F.sigmoid, "relu": F.relu, "abs": F.abs, "clamp": F.clamp, "clip": F.clamp,
+    "reciprocal": F.reciprocal, "maximum": F.maximum, "minimum": F.minimum,
+    "sum": F.sum, "mean": F.mean, "max": F.max, "min": F.min, "amax": F.amax, "amin": F.amin, "prod": F.prod,
+    "argmax": F.argmax, "argmin": F.argmin,
+    "matmul": F.matmul, "mm": F.mm, "dot": F.dot, "mv": F.mv, "bmm": F.bmm, "trace": F.trace,
+    "t": F.t, "transpose": F.transpose, "permute": F.permute, "reshape": F.reshape, "view": F.view,
+    "flatten": F.flatten, "squeeze": F.squeeze, "unsqueeze": F.unsqueeze, "expand": F.expand,
+    "expand_as": F.expand_as, "softmax": F.softmax, "log_softmax": F.log_softmax,
+    "eq": F.eq, "ne": F.ne, "lt": F.lt, "le": F.le, "gt": F.gt, "ge": F.ge, "sign": F.sign,
+    "isnan": F.isnan, "logical_not": F.logical_not, "allclose": F.allclose, "equal": F.equal,
+}
+
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)
+
+Tensor.T = property(F._T)
+Tensor.mT = property(lambda self: F.transpose(self, -2, -1))
+Tensor.view_as = lambda self, other: F.reshape(self, other._data.shape)
+Tensor.reshape_as = Tensor.view_as

@@ -1,0 +1,158 @@
+"""The backward driver: validates the call like PyTorch, then runs the graph.
+
+`backward` and `grad` normalise their arguments, build the root gradients, and pick an
+executor: the compiled scheduler (kernels/scheduler) for ordinary calls, the Python
+engine (_pyengine) for create_graph=True and for graphs the compiled path does not take.
+"""
+import numpy as np
+
+from .. import _grad_mode
+from .._tensor import Tensor
+from ..ops import functional as F
+from . import _compiled, _pyengine, _tape
+from .graph import AccumulateGrad
+
+
+def _as_tuple(x):
+    if x is None:
+        return ()
+    if isinstance(x, Tensor):
+        return (x,)
+    return tuple(x)
+
+
+def _make_grads(outputs, grad_outputs, is_grads_batched=False):
+    out = []
+    for i, (t, g) in enumerate(zip(outputs, grad_outputs)):
+        if g is None:
+            if t.requires_grad and t._data.size != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            if t._data.dtype.kind != "f":
+                raise RuntimeError(f"grad can be implicitly created only for real scalar outputs but got {t.dtype}")
+            g = F._wrap(np.ones_like(t._data))
+        else:
+            if not isinstance(g, Tensor):
+                g = F._wrap(np.asarray(g, dtype=t._data.dtype))
+            if g._data.shape != t._data.shape:
+                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {F._size_str(g._data.shape)} "
+                                   f"and output[{i}] has a shape of {F._size_str(t._data.shape)}.")
+        out.append(g)
+    return out
+
+
+def _root_node(t, i):
+    if not t.requires_grad:
+        raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+    if t._grad_fn is not None:
+        return t._grad_fn
+    return _leaf_node(t)
+
+
+def _leaf_node(t):
+    ref = t._acc
+    acc = ref() if ref is not None else None
+    if acc is None:
+        from ..ops.record import _leaf_row
+        acc, _ = _leaf_row(_tape.current_tape(), t)
+    return acc
+
+
+def _input_node(t, i):
+    if not t.requires_grad:
+        raise RuntimeError("One of the differentiated Tensors does not require grad")
+    return t._grad_fn if t._grad_fn is not None else _leaf_node(t)
+
+
+def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
+    roots = [_root_node(t, i) for i, t in enumerate(outputs)]
+    grads = _make_grads(outputs, grad_outputs)
+    if retain_graph is None:
+        retain_graph = create_graph
+    in_nodes = None if inputs is None else [_input_node(t, i) for i, t in enumerate(inputs)]
+    out = _compiled.FALLBACK
+    if not create_graph:
+        out = _compiled.run(roots, grads, in_nodes, accumulate, bool(retain_graph))
+    if out is _compiled.FALLBACK:
+        captured = _pyengine.run(roots, grads, in_nodes, create_graph, accumulate)
+        if not retain_graph:
+            _free(roots)
+    else:
+        arrays, to_accumulate = out
+        captured = {k: F._wrap(a) for k, a in arrays.items()}
+        for t, a in to_accumulate:
+            _accumulate_array(t, a)
+        if not retain_graph:
+            _close(roots)
+    return captured, in_nodes
+
+
+def _accumulate_array(t, a):
+    if t._grad is None:
+        t._grad = F._wrap(a if a.flags.writeable and a.flags.owndata else a.copy())
+    elif t._grad.requires_grad:
+        t._grad = t._grad + F._wrap(a)
+    else:
+        t._grad._data += a
+
+
+def _close(roots):
+    cur = getattr(_tape._local, "tape", None)
+    if any(r._tape is cur for r in roots):
+        _tape.close_current_tape()
+
+
+def _free(roots):
+    """Release saved values of every node reachable from roots (PyTorch frees what ran)."""
+    seen = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if n is None or id(n) in seen or isinstance(n, AccumulateGrad):
+            continue
+        seen.add(id(n))
+        n._tape.freed[n._row] = 1
+        stack.extend(n._inputs)
+    for r in roots:
+        if not isinstance(r, AccumulateGrad):
+            _tape.close_current_tape() if r._tape is getattr(_tape._local, "tape", None) else None
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None, inputs=None):
+    tensors = _as_tuple(tensors)
+    grad_tensors = _as_tuple(grad_tensors) or (None,) * len(tensors)
+    if len(grad_tensors) != len(tensors):
+        raise RuntimeError(f"got {len(grad_tensors)} tensors and {len(tensors)} gradients")
+    inputs = _as_tuple(inputs) if inputs is not None else None
+    if inputs is not None and len(inputs) == 0:
+        raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+    _run(tensors, grad_tensors, retain_graph, create_graph, inputs, accumulate=True)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
+         allow_unused=None, is_grads_batched=False, materialize_grads=False):
+    if materialize_grads and allow_unused is False:
+        raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True, "
+                         "but got: allow_unused=False.")
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    outputs = _as_tuple(outputs)
+    single = isinstance(inputs, Tensor)
+    inputs = _as_tuple(inputs)
+    grad_outputs = _as_tuple(grad_outputs) or (None,) * len(outputs)
+    if len(grad_outputs) != len(outputs):
+        raise RuntimeError(f"grad requires one grad_output per output: got {len(grad_outputs)} grad_outputs and "
+                           f"{len(outputs)} outputs")
+    captured, in_nodes = _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate=False)
+    result = []
+    for t, n in zip(inputs, in_nodes):
+        g = captured.get(id(n))
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
+                                   "Set allow_unused=True if this is the desired behavior.")
+            if materialize_grads:
+                g = F._wrap(np.zeros_like(t._data))
+        elif not create_graph and g.requires_grad:
+            g = g.detach()
+        result.append(g)
+    return tuple(result)

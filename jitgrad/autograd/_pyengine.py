@@ -1,0 +1,135 @@
+"""The Python engine: runs the graph's nodes as Tensor-level rules.
+
+It executes the same gradient rules as the compiled path (the formula strings of
+elementwise ops, and rules.py for the others), so with `create_graph=True` the backward
+is recorded as ordinary differentiable ops and can be differentiated again. It also runs
+graphs the compiled path does not take (mixed dtypes). It walks Python nodes; that is
+fine here because its cost is dominated by the Tensor ops it records.
+"""
+import heapq
+
+from .. import _grad_mode
+from ..ops import functional as F
+from ..ops.spec import FUNCS
+from ._tape import H_E0, HW
+from .graph import AccumulateGrad
+
+_NS = {name: getattr(F, name) for name in FUNCS}
+
+
+def _seq(node):
+    return node._sequence_nr()
+
+
+def _freed_error():
+    return RuntimeError(
+        "Trying to backward through the graph a second time (or directly access saved tensors after they have "
+        "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
+        "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
+        "if you need to access saved tensors after calling backward.")
+
+
+def _saved(node):
+    tape = node._tape
+    if tape.freed[node._row]:
+        raise _freed_error()
+    return tape.keep[node._k]
+
+
+def apply_rule(node, grad):
+    """Input gradients of `node` for output gradient `grad` (Tensors, at input shapes)."""
+    spec = node._spec
+    saved = _saved(node)
+    if spec.kind != "ew":
+        return spec.rule(node, grad, saved)
+    ns = dict(_NS)
+    ns["grad"] = grad
+    for name, val in zip(spec.saves, saved):
+        if name == "result":
+            val = F._result(val, node)
+        ns[name] = val
+    params = saved[-1]
+    if params:
+        ns["p0"] = params[0]
+        if len(params) > 1:
+            ns["p1"] = params[1]
+    out = []
+    for code, inp in zip(spec.code(), node._inputs):
+        out.append(eval(code, ns) if (code is not None and inp is not None) else None)
+    return tuple(out)
+
+
+def run(roots, grads, inputs, create_graph, accumulate):
+    """roots: grad_fn nodes; grads: their output gradients (Tensors).
+    inputs: nodes whose gradient is captured (None: every leaf is accumulated).
+    Returns {node: grad} for captured input nodes."""
+    # Reachability, and which nodes lie on a path to a requested input.
+    nodes = {}
+    stack = list(roots)
+    order = []
+    while stack:
+        n = stack.pop()
+        if n is None or id(n) in nodes:
+            continue
+        nodes[id(n)] = n
+        order.append(n)
+        stack.extend(n._inputs)
+    needed = None
+    if inputs is not None:
+        want = {id(n) for n in inputs}
+        needed = set(want)
+        for n in sorted(order, key=_seq):
+            if any(i is not None and id(i) in needed for i in n._inputs):
+                needed.add(id(n))
+    buffers = {}
+    for r, g in zip(roots, grads):
+        buffers[id(r)] = buffers[id(r)] + g if id(r) in buffers else g
+    heap = [(-_seq(r), id(r), r) for r in {id(r): r for r in roots}.values()]
+    heapq.heapify(heap)
+    queued = {id(r) for r in roots}
+    captured = {}
+    with _grad_mode.set_grad_enabled(create_graph):
+        while heap:
+            _, nid, node = heapq.heappop(heap)
+            grad = buffers.pop(nid)
+            if inputs is not None and nid in want:
+                captured[nid] = grad
+            if isinstance(node, AccumulateGrad):
+                if accumulate and (inputs is None or nid in want):
+                    _accumulate(node.variable, grad, create_graph)
+                continue
+            if needed is not None and not any(i is not None and id(i) in needed for i in node._inputs):
+                continue
+            retained = node._tape.retained.get(node._row)
+            if retained is not None and retained() is not None and accumulate:
+                _accumulate(retained(), grad, create_graph)
+            for j, (inp, g) in enumerate(zip(node._inputs, apply_rule(node, grad))):
+                if inp is None or g is None:
+                    continue
+                if node._spec.kind == "ew":
+                    g = F.sum_to(g, input_shape(node, j))  # broadcasting is undone here, once
+                if needed is not None and id(inp) not in needed:
+                    continue
+                iid = id(inp)
+                buffers[iid] = buffers[iid] + g if iid in buffers else g
+                if iid not in queued:
+                    queued.add(iid)
+                    heapq.heappush(heap, (-_seq(inp), iid, inp))
+    return captured
+
+
+def input_shape(node, j):
+    tape = node._tape
+    p = tape.edges[3 * (tape.hdr[node._row * HW + H_E0] + j) + 2]
+    return tuple(tape.xs[p + 1:p + 1 + tape.xs[p]])
+
+
+def _accumulate(t, grad, create_graph):
+    if grad.dtype.np != t._data.dtype:
+        grad = F.to_dtype(grad, t.dtype)
+    if t._grad is None:
+        t._grad = grad if create_graph else F._wrap(grad._data.copy())
+    elif create_graph or t._grad.requires_grad:
+        t._grad = t._grad + grad
+    else:
+        t._grad._data += grad._data

@@ -1,0 +1,132 @@
+"""Recording: every differentiable op appends its node's row here while the forward runs.
+
+This is the "lower as you go" half of the engine (DESIGN.md point 1). When backward is
+called, the scheduler already has everything in flat columns; no Python object is walked.
+
+A tape is a set of append-only `array.array` columns (amortised O(1) appends, and
+`np.frombuffer` views them at backward time without a copy):
+
+  hdr    HW ints per row: op, dtype code, n inputs, edge start, out numel, out shape
+         pointer, float-param pointer, first saved slot, int-param pointer
+  edges  3 ints per input: target row (-1: no gradient), target output nr, shape pointer
+  xs     shapes and int params, each stored as (count, v0, v1, ...)
+  fp     float64 params (clamp bounds, exponents, scalar operands)
+  slots  2 ints per saved value: address of its data, or -(index+1) into v64/v32 for an
+         inline copy of a one-element value; and its numel
+  v64/v32 inline copies of one-element saved values, per dtype
+
+Python objects the kernels read by address are held in `keep` until the graph is freed.
+Rows are numbered in creation order, so descending row order is a topological order.
+A tape is closed (a new one started) after a backward that frees the graph, or when it
+grows past a size cap, so memory held by graphs nobody backpropagates through is bounded.
+Edges into an older tape go through an EXT row; the engine hands those gradients on.
+"""
+import array
+import itertools
+import threading
+
+import numpy as np
+
+HW = 9  # header width
+H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)
+DT_F64, DT_F32, DT_OTHER = 0, 1, 2
+
+MAX_ROWS = 1 << 20          # close a tape past this many rows...
+MAX_KEEP_BYTES = 256 << 20  # ...or past this many bytes of saved arrays
+
+_tape_ids = itertools.count()
+
+
+def _dt_code(npd):
+    if npd == np.float64:
+        return DT_F64
+    if npd == np.float32:
+        return DT_F32
+    return DT_OTHER
+
+
+class Tape:
+    __slots__ = ("id", "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "keep", "keep_bytes",
+                 "nrows", "shape_ptr", "leaves", "ext", "retained", "freed", "closed",
+                 "acc_row", "__weakref__")
+
+    def __init__(self):
+        self.id = next(_tape_ids)
+        self.hdr = array.array("q")
+        self.edges = array.array("q")
+        self.xs = array.array("q", (0,))      # xs[0] is the shape () every 0-d value points at
+        self.fp = array.array("d")
+        self.slots = array.array("q")
+        self.v64 = array.array("d")
+        self.v32 = array.array("f")
+        self.keep = []                          # Python objects kept alive for the kernels / rules
+        self.keep_bytes = 0
+        self.nrows = 0
+        self.shape_ptr = {(): 0}
+        self.leaves = {}      # AccumulateGrad row -> AccumulateGrad node
+        self.ext = {}         # EXT row -> (foreign tape, foreign row)
+        self.retained = {}    # row -> weakref of a non-leaf tensor that retains grad
+        self.freed = array.array("b")  # per row: saved values released
+        self.closed = False
+
+    # -- recording helpers ---------------------------------------------------------
+    def shape(self, shape):
+        p = self.shape_ptr.get(shape)
+        if p is None:
+            p = len(self.xs)
+            self.xs.append(len(shape))
+            self.xs.extend(shape)
+            self.shape_ptr[shape] = p
+        return p
+
+    def ints(self, values):
+        p = len(self.xs)
+        self.xs.append(len(values))
+        self.xs.extend(values)
+        return p
+
+    def save(self, arr):
+        """Save an ndarray for the kernels; returns its slot. One-element values are copied
+        inline (cheaper than holding them), larger ones are held and read by address."""
+        k = len(self.slots) >> 1
+        n = arr.size
+        if n == 1 and arr.dtype == np.float64:
+            self.slots.extend((-len(self.v64) - 1, 1))
+            self.v64.append(arr.item())
+        elif n == 1 and arr.dtype == np.float32:
+            self.slots.extend((-len(self.v32) - 1, 1))
+            self.v32.append(arr.item())
+        else:
+            if not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr)
+            self.keep.append(arr)
+            self.keep_bytes += arr.nbytes
+            self.slots.extend((arr.ctypes.data, n))
+        return k
+
+    def add_row(self, op, dtcode, nin, numel, shp, fp, kp, ip):
+        row = self.nrows
+        self.hdr.extend((op, dtcode, nin, len(self.edges) // 3, numel, shp, fp, kp, ip))
+        self.freed.append(0)
+        self.nrows = row + 1
+        return row
+
+    def full(self):
+        return self.nrows >= MAX_ROWS or self.keep_bytes >= MAX_KEEP_BYTES
+
+
+_local = threading.local()
+
+
+def current_tape():
+    t = getattr(_local, "tape", None)
+    if t is None or t.closed or t.full():
+        t = Tape()
+        _local.tape = t
+    return t
+
+
+def close_current_tape():
+    t = getattr(_local, "tape", None)
+    if t is not None:
+        t.closed = True

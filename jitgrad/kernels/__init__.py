@@ -1,0 +1,1 @@
+"""Compiled backward: @njit kernels and the scheduler that sweeps the lowered graph."""

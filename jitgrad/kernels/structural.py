@@ -1,0 +1,546 @@
+"""Hand-written @njit kernels for the structural primitives, and the helpers every
+kernel shares (saved-value access, gradient buffers, broadcast index maps).
+
+Conventions (the generated scheduler calls every node kernel the same way):
+  node kernel  k(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)
+  - row's own gradient: gradient(row, ...) (already complete: rows run in descending order)
+  - a contribution to input j goes into target_buffer(...) of the edge's target row,
+    which the kernel accumulates into at the *input's* shape: broadcasting is undone
+    right here, through index maps, never in a rule.
+  - v: inline one-element saved values in the graph's dtype; larger saved values are
+    read in place through the address stored in `slots`.
+Every kernel also runs as plain Python under NUMBA_DISABLE_JIT=1.
+"""
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+HW = 9
+H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)
+# per-row state bits: RECV takes gradient, EXEC may run, HAS got gradient, KEEP buffer is read
+# by Python afterwards (leaves, retain_grad, grad() inputs), DONE ran
+RECV, EXEC, HAS, KEEP, DONE = 1, 2, 4, 8, 16
+
+jit = njit(cache=True, nogil=True)
+jit_inline = njit(cache=True, nogil=True)
+
+
+# --- reading saved values by address -------------------------------------------------------
+@intrinsic
+def _as_ptr(typingctx, addr, like):
+    ptrty = types.CPointer(like.dtype)
+
+    def codegen(context, builder, sig, args):
+        return builder.inttoptr(args[0], context.get_value_type(ptrty))
+    return ptrty(addr, like), codegen
+
+
+def _carray_py(addr, n, like):  # NUMBA_DISABLE_JIT fallback: the same memory through ctypes
+    import ctypes
+    buf = (ctypes.c_char * int(n * like.itemsize)).from_address(int(addr))
+    return np.frombuffer(buf, dtype=like.dtype, count=n)
+
+
+@jit_inline
+def saved(slots, v, k):
+    """Saved value k as a 1-D array of the graph's dtype."""
+    ref = slots[2 * k]
+    if ref < 0:
+        j = -ref - 1
+        return v[j:j + 1]
+    return _view(ref, slots[2 * k + 1], v)
+
+
+@jit_inline
+def saved_index(slots, k, like_i64):
+    return _view(slots[2 * k], slots[2 * k + 1], like_i64)
+
+
+try:
+    from numba import carray as _nb_carray
+    from numba.core.config import DISABLE_JIT as _NOJIT
+except ImportError:  # pragma: no cover
+    _NOJIT = False
+
+if _NOJIT:
+    def _view(addr, n, like):
+        return _carray_py(addr, n, like)
+else:
+    @jit_inline
+    def _view(addr, n, like):
+        return _nb_carray(_as_ptr(addr, like), (n,))
+
+
+# --- gradient buffers ------------------------------------------------------------------------
+@jit_inline
+def gradient(row, hdr, g1, bslot, bigs):
+    """The (complete) gradient of row's output, flat."""
+    if hdr[row * HW + H_NUMEL] == 1:
+        return g1[row:row + 1]
+    s = bslot[row]
+    if s < 0:  # only reachable for an empty tensor
+        return g1[0:0]
+    return bigs[s]
+
+
+@jit_inline
+def target_buffer(tgt, n, g1, bslot, bigs):
+    """Where contributions for row `tgt`'s output accumulate (created zeroed on first use)."""
+    if n == 1:
+        return g1[tgt:tgt + 1]
+    s = bslot[tgt]
+    if s < 0:
+        s = len(bigs)
+        bigs.append(np.zeros(n, g1.dtype))
+        bslot[tgt] = s
+    return bigs[s]
+
+
+@jit_inline
+def edge_target(edges, e, st):
+    """Target row of edge e, or -1 when it gets no gradient (no grad, or not needed);
+    marks the target as reached, since the caller is about to contribute to it."""
+    t = edges[3 * e]
+    if t >= 0:
+        if not (st[t] & RECV):
+            return -1
+        st[t] |= HAS
+    return t
+
+
+@jit_inline
+def shape_numel(xs, p):
+    n = 1
+    for k in range(xs[p]):
+        n *= xs[p + 1 + k]
+    return n
+
+
+# --- broadcast index maps --------------------------------------------------------------------
+# mode 0: same shape (i), 1: small is one element (0), 2: small is a suffix of big (i % m),
+# 3: small keeps a prefix and is 1 after it (i // m), 4: general (map[i]).
+@jit
+def bcast_plan(xs, pbig, psmall):
+    nb = xs[pbig]
+    ns = xs[psmall]
+    nbig = shape_numel(xs, pbig)
+    nsmall = shape_numel(xs, psmall)
+    empty = xs[0:0]  # typed like a map, allocates nothing
+    if nsmall == nbig:
+        return 0, 0, empty
+    if nsmall == 1:
+        return 1, 0, empty
+    # strip leading ones of small; is what remains a suffix of big?
+    lead = 0
+    while lead < ns and xs[psmall + 1 + lead] == 1:
+        lead += 1
+    rem = ns - lead
+    suffix = rem <= nb
+    if suffix:
+        for k in range(rem):
+            if xs[psmall + 1 + ns - 1 - k] != xs[pbig + 1 + nb - 1 - k]:
+                suffix = False
+                break
+    if suffix:
+        return 2, nsmall, empty
+    # prefix pattern: small == big on dims [0, c) (aligned right) and 1 after
+    off = nb - ns
+    c = 0
+    while c < ns and xs[psmall + 1 + c] == xs[pbig + 1 + off + c]:
+        c += 1
+    tail_ones = True
+    for k in range(c, ns):
+        if xs[psmall + 1 + k] != 1:
+            tail_ones = False
+    if off == 0 and tail_ones:
+        return 3, nbig // nsmall, empty
+    # general: walk big in C order, carrying a multi-index
+    sstr = np.zeros(nb, np.int64)
+    acc = 1
+    for k in range(ns - 1, -1, -1):
+        d = xs[psmall + 1 + k]
+        if d != 1:
+            sstr[off + k] = acc
+        acc *= d
+    m = np.empty(nbig, np.int64)
+    idx = np.zeros(nb, np.int64)
+    cur = 0
+    for i in range(nbig):
+        m[i] = cur
+        for k in range(nb - 1, -1, -1):
+            idx[k] += 1
+            cur += sstr[k]
+            if idx[k] < xs[pbig + 1 + k]:
+                break
+            cur -= sstr[k] * idx[k]
+            idx[k] = 0
+    return 4, 0, m
+
+
+@jit_inline
+def bidx(mode, m, mp, i):
+    if mode == 0:
+        return i
+    if mode == 1:
+        return 0
+    if mode == 2:
+        return i % m
+    if mode == 3:
+        return i // m
+    return mp[i]
+
+
+# --- reductions -------------------------------------------------------------------------------
+@jit
+def k_sum(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """sum / mean: broadcast the gradient back over the reduced dims (mean scales by fp)."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    if t < 0:
+        return
+    pin = edges[3 * e0 + 2]
+    n = shape_numel(xs, pin)
+    d = target_buffer(t, n, g1, bslot, bigs)
+    scale = fp[hdr[b + H_FP]]
+    mode, m, mp = bcast_plan(xs, pin, hdr[b + H_IP])
+    for i in range(n):
+        d[i] += g[bidx(mode, m, mp, i)] * scale
+
+
+@jit
+def k_expand(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    if t < 0:
+        return
+    pin = edges[3 * e0 + 2]
+    d = target_buffer(t, shape_numel(xs, pin), g1, bslot, bigs)
+    mode, m, mp = bcast_plan(xs, hdr[b + H_SHP], pin)
+    for i in range(hdr[b + H_NUMEL]):
+        d[bidx(mode, m, mp, i)] += g[i]
+
+
+@jit
+def k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """amax/amin/max()/min(): the gradient is shared evenly among the tied extrema."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    if t < 0:
+        return
+    pin = edges[3 * e0 + 2]
+    n = shape_numel(xs, pin)
+    kp = hdr[b + H_KP]
+    x = saved(slots, v, kp)
+    r = saved(slots, v, kp + 1)
+    d = target_buffer(t, n, g1, bslot, bigs)
+    mode, m, mp = bcast_plan(xs, pin, hdr[b + H_IP])
+    cnt = np.zeros(r.size, np.float64)
+    for i in range(n):
+        s = bidx(mode, m, mp, i)
+        if x[i] == r[s]:
+            cnt[s] += 1.0
+    for i in range(n):
+        s = bidx(mode, m, mp, i)
+        if x[i] == r[s]:
+            d[i] += g[s] / cnt[s]
+
+
+@jit
+def k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    if t < 0:
+        return
+    pin = edges[3 * e0 + 2]
+    n = shape_numel(xs, pin)
+    kp = hdr[b + H_KP]
+    x = saved(slots, v, kp)
+    r = saved(slots, v, kp + 1)
+    d = target_buffer(t, n, g1, bslot, bigs)
+    mode, m, mp = bcast_plan(xs, pin, hdr[b + H_IP])
+    zeros = np.zeros(r.size, np.int64)
+    nonzero_prod = np.ones(r.size, np.float64)
+    for i in range(n):
+        s = bidx(mode, m, mp, i)
+        if x[i] == 0:
+            zeros[s] += 1
+        else:
+            nonzero_prod[s] *= x[i]
+    for i in range(n):
+        s = bidx(mode, m, mp, i)
+        if zeros[s] == 0:
+            d[i] += g[s] * r[s] / x[i]
+        elif zeros[s] == 1 and x[i] == 0:
+            d[i] += g[s] * nonzero_prod[s]
+
+
+@jit
+def k_scatter(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """Indexing and max(dim): out[j] = x.flat[idx[j]], so x's gradient gathers back."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    if t < 0:
+        return
+    idx = saved_index(slots, hdr[b + H_KP], np.zeros(0, np.int64))
+    d = target_buffer(t, shape_numel(xs, edges[3 * e0 + 2]), g1, bslot, bigs)
+    for j in range(idx.size):
+        d[idx[j]] += g[j]
+
+
+@jit
+def k_index_put(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    if t < 0:
+        return
+    idx = saved_index(slots, hdr[b + H_KP], np.zeros(0, np.int64))
+    d = target_buffer(t, idx.size, g1, bslot, bigs)
+    for j in range(idx.size):
+        d[j] += g[idx[j]]
+
+
+# --- linear algebra ------------------------------------------------------------------------------
+@jit
+def _mat_dims(xs, p, is_left):
+    """(batch numel, rows, cols) of a matmul operand, 1-D promoted the way matmul does."""
+    nd = xs[p]
+    if nd == 1:
+        k = xs[p + 1]
+        return (1, 1, k) if is_left else (1, k, 1)
+    r = xs[p + nd - 1]
+    c = xs[p + nd]
+    return shape_numel(xs, p) // (r * c), r, c
+
+
+@jit
+def k_matmul(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    ta = edge_target(edges, e0, st)
+    tb = edge_target(edges, e0 + 1, st)
+    pa = edges[3 * e0 + 2]
+    pb = edges[3 * e0 + 5]
+    kp = hdr[b + H_KP]
+    a = saved(slots, v, kp)
+    bm = saved(slots, v, kp + 1)
+    ba, n, k = _mat_dims(xs, pa, True)
+    bb, k2, m = _mat_dims(xs, pb, False)
+    bo = hdr[b + H_NUMEL] // (n * m) if n * m else 0
+    mapa, mapb = _batch_maps(xs, pa, pb, bo)
+    if ta >= 0:
+        da = target_buffer(ta, a.size, g1, bslot, bigs)
+        for i in range(bo):
+            gi = g[i * n * m:(i + 1) * n * m].reshape((n, m))
+            bi = bm[mapb[i] * k * m:(mapb[i] + 1) * k * m].reshape((k, m))
+            r = np.dot(gi, bi.T)
+            o = mapa[i] * n * k
+            da[o:o + n * k] += r.reshape(n * k)
+    if tb >= 0:
+        db = target_buffer(tb, bm.size, g1, bslot, bigs)
+        for i in range(bo):
+            gi = g[i * n * m:(i + 1) * n * m].reshape((n, m))
+            ai = a[mapa[i] * n * k:(mapa[i] + 1) * n * k].reshape((n, k))
+            r = np.dot(ai.T, gi)
+            o = mapb[i] * k * m
+            db[o:o + k * m] += r.reshape(k * m)
+
+
+@jit
+def _batch_maps(xs, pa, pb, bo):
+    """For each output batch index, the batch index of each operand (broadcast batch dims)."""
+    na = max(xs[pa] - 2, 0)
+    nb = max(xs[pb] - 2, 0)
+    nd = max(na, nb)
+    sa = np.ones(nd, np.int64)
+    sb = np.ones(nd, np.int64)
+    for i in range(na):
+        sa[nd - na + i] = xs[pa + 1 + i]
+    for i in range(nb):
+        sb[nd - nb + i] = xs[pb + 1 + i]
+    so = np.maximum(sa, sb)
+    mapa = np.zeros(bo, np.int64)
+    mapb = np.zeros(bo, np.int64)
+    for i in range(bo):
+        rem = i
+        ia = 0
+        ib = 0
+        stra = 1
+        strb = 1
+        for dpos in range(nd - 1, -1, -1):
+            c = rem % so[dpos]
+            rem //= so[dpos]
+            if sa[dpos] != 1:
+                ia += c * stra
+            if sb[dpos] != 1:
+                ib += c * strb
+            stra *= sa[dpos]
+            strb *= sb[dpos]
+        mapa[i] = ia
+        mapb[i] = ib
+    return mapa, mapb
+
+
+@jit
+def k_trace(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    if t < 0:
+        return
+    p = edges[3 * e0 + 2]
+    rows, cols = xs[p + 1], xs[p + 2]
+    d = target_buffer(t, rows * cols, g1, bslot, bigs)
+    for i in range(min(rows, cols)):
+        d[i * cols + i] += g[0]
+
+
+# --- views and joins -----------------------------------------------------------------------------
+@jit
+def k_view(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """reshape/view/squeeze/unsqueeze: C-order data is unchanged, only the shape differs."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    t = edge_target(edges, hdr[b + H_E0], st)
+    if t < 0:
+        return
+    d = target_buffer(t, g.size, g1, bslot, bigs)
+    for i in range(g.size):
+        d[i] += g[i]
+
+
+@jit
+def k_permute(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    if t < 0:
+        return
+    pin = edges[3 * e0 + 2]
+    nd = xs[pin]
+    ip = hdr[b + H_IP]
+    instr = np.ones(nd, np.int64)
+    for k in range(nd - 2, -1, -1):
+        instr[k] = instr[k + 1] * xs[pin + 2 + k]
+    ostr = np.empty(nd, np.int64)   # stride in the input for each output dim
+    oshape = np.empty(nd, np.int64)
+    for k in range(nd):
+        ostr[k] = instr[xs[ip + 1 + k]]
+        oshape[k] = xs[pin + 1 + xs[ip + 1 + k]]
+    d = target_buffer(t, g.size, g1, bslot, bigs)
+    idx = np.zeros(nd, np.int64)
+    cur = 0
+    for i in range(g.size):
+        d[cur] += g[i]
+        for k in range(nd - 1, -1, -1):
+            idx[k] += 1
+            cur += ostr[k]
+            if idx[k] < oshape[k]:
+                break
+            cur -= ostr[k] * idx[k]
+            idx[k] = 0
+
+
+@jit
+def k_cat(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    ip = hdr[b + H_IP]
+    outer, total, inner = xs[ip + 1], xs[ip + 2], xs[ip + 3]
+    off = 0
+    for j in range(hdr[b + H_NIN]):
+        sj = xs[ip + 4 + j]
+        t = edge_target(edges, e0 + j, st)
+        if t >= 0:
+            d = target_buffer(t, outer * sj * inner, g1, bslot, bigs)
+            for o in range(outer):
+                src = (o * total + off) * inner
+                dst = o * sj * inner
+                for i in range(sj * inner):
+                    d[dst + i] += g[src + i]
+        off += sj
+
+
+# --- normalisation ---------------------------------------------------------------------------------
+@jit
+def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    if t < 0:
+        return
+    ip = hdr[b + H_IP]
+    outer, n, inner = xs[ip + 1], xs[ip + 2], xs[ip + 3]
+    y = saved(slots, v, hdr[b + H_KP])
+    d = target_buffer(t, g.size, g1, bslot, bigs)
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            s = 0.0
+            for j in range(n):
+                s += g[base + j * inner] * y[base + j * inner]
+            for j in range(n):
+                q = base + j * inner
+                d[q] += y[q] * (g[q] - s)
+
+
+@jit
+def k_log_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    if t < 0:
+        return
+    ip = hdr[b + H_IP]
+    outer, n, inner = xs[ip + 1], xs[ip + 2], xs[ip + 3]
+    y = saved(slots, v, hdr[b + H_KP])
+    d = target_buffer(t, g.size, g1, bslot, bigs)
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            s = 0.0
+            for j in range(n):
+                s += g[base + j * inner]
+            for j in range(n):
+                q = base + j * inner
+                d[q] += g[q] - np.exp(y[q]) * s
+
+
+# which kernel runs each structural primitive (by spec name); aliases share their base's
+KERNELS = {
+    "sum": "k_sum", "amax": "k_amax", "max_dim": "k_scatter", "index_put": "k_index_put", "prod": "k_prod",
+    "matmul": "k_matmul", "trace": "k_trace", "permute": "k_permute", "view": "k_view", "expand": "k_expand",
+    "cat": "k_cat", "softmax": "k_softmax", "log_softmax": "k_log_softmax",
+}
+
+
+@jit
+def mark_need(hdr, edges, n, st):
+    """Selective execution for grad(): rows on a path to a requested input. Rows whose
+    RECV bit is preset are the inputs; rows are visited in ascending order, so every
+    edge target is final before the rows that feed from it are decided."""
+    for row in range(n):
+        b = row * HW
+        e0 = hdr[b + H_E0]
+        for j in range(hdr[b + H_NIN]):
+            t = edges[3 * (e0 + j)]
+            if t >= 0 and (st[t] & RECV):
+                st[row] |= RECV | EXEC
+                break

@@ -1,0 +1,78 @@
+"""The table of primitives: one entry each, with its gradient for every input.
+
+Elementwise entries are formulas (see spec.py for the vocabulary). Structural entries
+name a Tensor-level rule `rule(node, grad, saved) -> tuple of input grads`; their
+compiled kernel of the same name lives in kernels/structural.py.
+"""
+from . import rules as R
+from .spec import alias, elementwise, structural
+
+# --- elementwise: name, node class, gradient formula per input ---------------------
+ADD = elementwise("add", "AddBackward0", "grad", "grad")
+SUB = elementwise("sub", "SubBackward0", "grad", "-grad")
+RSUB = elementwise("rsub", "RsubBackward1", "-grad")                       # p0 - self
+MUL = elementwise("mul", "MulBackward0", "grad * other", "grad * self")
+DIV = elementwise("div", "DivBackward0", "grad / other", "-grad * self / (other * other)")
+RECIPROCAL = elementwise("reciprocal", "ReciprocalBackward0", "-grad * result * result")
+POW = elementwise("pow", "PowBackward0",                                    # self ** p0
+                  "grad * p0 * self ** (p0 - 1.0) if p0 != 0.0 else grad * 0.0")
+POW_TT = elementwise("pow_tt", "PowBackward1",                              # self ** other
+                     "grad * other * self ** (other - 1.0)",
+                     "where((self == 0.0) & (other >= 0.0), grad * 0.0, grad * result * log(self))")
+RPOW = elementwise("rpow", "PowBackward2", "grad * result * log(p0)")      # p0 ** self
+NEG = elementwise("neg", "NegBackward0", "-grad")
+EXP = elementwise("exp", "ExpBackward0", "grad * result")
+LOG = elementwise("log", "LogBackward0", "grad / self")
+SQRT = elementwise("sqrt", "SqrtBackward0", "grad / (2.0 * result)")
+SIN = elementwise("sin", "SinBackward0", "grad * cos(self)")
+COS = elementwise("cos", "CosBackward0", "grad * -sin(self)")
+TANH = elementwise("tanh", "TanhBackward0", "grad * (1.0 - result * result)")
+SIGMOID = elementwise("sigmoid", "SigmoidBackward0", "grad * (1.0 - result) * result")
+RELU = elementwise("relu", "ReluBackward0", "where(result > 0.0, grad, 0.0)")
+ABS = elementwise("abs", "AbsBackward0", "grad * sign(self)")
+CLAMP = elementwise("clamp", "ClampBackward1", "where((self >= p0) & (self <= p1), grad, 0.0)")
+CLONE = elementwise("clone", "CloneBackward0", "grad")
+MAXIMUM = elementwise("maximum", "MaximumBackward0",
+                      "where(self == other, grad / 2.0, where(self > other, grad, 0.0))",
+                      "where(self == other, grad / 2.0, where(self < other, grad, 0.0))")
+MINIMUM = elementwise("minimum", "MinimumBackward0",
+                      "where(self == other, grad / 2.0, where(self < other, grad, 0.0))",
+                      "where(self == other, grad / 2.0, where(self > other, grad, 0.0))")
+WHERE = elementwise("where", "WhereBackward0", "where(aux, grad, 0.0)", "where(aux, 0.0, grad)")
+
+# --- structural: kernel in kernels/structural.py, rule in rules.py ------------------
+SUM = structural("sum", "SumBackward1", rule=R.sum_rule)
+SUM_ALL = alias("sum_all", SUM, "SumBackward0")
+MEAN = alias("mean", SUM, "MeanBackward1")         # the kernel scales by fp[0]
+MEAN_ALL = alias("mean_all", SUM, "MeanBackward0")
+AMAX = structural("amax", "AmaxBackward0", saves=("self", "result"), rule=R.extremum_rule)
+AMIN = alias("amin", AMAX, "AminBackward0")
+MAX_ALL = alias("max_all", AMAX, "MaxBackward1")
+MIN_ALL = alias("min_all", AMAX, "MinBackward1")
+MAX_DIM = structural("max_dim", "MaxBackward0", saves=("aux",), rule=R.scatter_rule)
+MIN_DIM = alias("min_dim", MAX_DIM, "MinBackward0")
+INDEX = alias("index", MAX_DIM, "IndexBackward0")  # same kernel: scatter grad at saved flat indices
+SELECT = alias("select", MAX_DIM, "SelectBackward0")
+SLICE = alias("slice", MAX_DIM, "SliceBackward0")
+INDEX_PUT = structural("index_put", "IndexPutBackward0", saves=("aux",), rule=R.gather_rule)
+PROD = structural("prod", "ProdBackward1", saves=("self", "result"), rule=R.prod_rule)
+PROD_ALL = alias("prod_all", PROD, "ProdBackward0")
+MATMUL = structural("matmul", "MmBackward0", saves=("self", "other"), rule=R.matmul_rule)
+DOT = alias("dot", MATMUL, "DotBackward0")
+MV = alias("mv", MATMUL, "MvBackward0")
+BMM = alias("bmm", MATMUL, "UnsafeViewBackward0")
+TRACE = structural("trace", "TraceBackward0", rule=R.trace_rule)
+PERMUTE = structural("permute", "PermuteBackward0", rule=R.permute_rule)
+TRANSPOSE = alias("transpose", PERMUTE, "TransposeBackward0")
+T = alias("t", PERMUTE, "TBackward0")
+VIEW = structural("view", "ViewBackward0", rule=R.view_rule)
+RESHAPE_ALIAS = alias("unsafe_view", VIEW, "UnsafeViewBackward0")
+SQUEEZE = alias("squeeze", VIEW, "SqueezeBackward0")
+SQUEEZE_DIM = alias("squeeze_dim", VIEW, "SqueezeBackward1")
+UNSQUEEZE = alias("unsqueeze", VIEW, "UnsqueezeBackward0")
+EXPAND = structural("expand", "ExpandBackward0", rule=R.expand_rule)
+CAT = structural("cat", "CatBackward0", rule=R.cat_rule)
+STACK = alias("stack", CAT, "StackBackward0")
+SOFTMAX = structural("softmax", "SoftmaxBackward0", saves=("result",), rule=R.softmax_rule)
+LOG_SOFTMAX = structural("log_softmax", "LogSoftmaxBackward0", saves=("result",), rule=R.log_softmax_rule)
+TO_COPY = structural("to_copy", "ToCopyBackward0", rule=R.to_copy_rule)

@@ -1,0 +1,831 @@
+"""Differentiable ops: numpy forward, then `record` lowers the node onto the tape.
+
+Every public op here is a primitive from derivatives.py or a composition of them; a
+composition needs no gradient rule of its own.
+"""
+import collections
+import math
+
+import numpy as np
+
+from .. import _dtype, _grad_mode
+from .._tensor import Tensor, _wrap_dim
+from . import derivatives as D
+from .record import record
+
+_f64 = np.dtype(np.float64)
+
+
+def _wrap(arr):
+    if type(arr) is not np.ndarray:
+        arr = np.asarray(arr)
+    return Tensor._make(arr)
+
+
+def _result(arr, node):
+    """The op's own output as a rule input: linked to `node` when the backward is recorded."""
+    t = _wrap(arr)
+    if _grad_mode.is_grad_enabled():
+        t.requires_grad = True
+        t._grad_fn = node
+    return t
+
+
+def _needs(*ts):
+    if not _grad_mode.is_grad_enabled():
+        return False
+    for t in ts:
+        if type(t) is Tensor and t.requires_grad or isinstance(t, Tensor) and t.requires_grad:
+            return True
+    return False
+
+
+def _broadcast_error(sa, sb):
+    n = max(len(sa), len(sb))
+    for i in range(1, n + 1):
+        x = sa[-i] if i <= len(sa) else 1
+        y = sb[-i] if i <= len(sb) else 1
+        if x != y and x != 1 and y != 1:
+            return RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b ({y}) "
+                                f"at non-singleton dimension {n - i}")
+    return RuntimeError(f"shapes {tuple(sa)} and {tuple(sb)} cannot be broadcast")
+
+
+def _scalar_dtype(t, s):
+    d = t._data.dtype
+    if isinstance(s, float) and d.kind != "f":
+        return _dtype.get_default_dtype().np
+    return d
+
+
+def _operand(x, like):
+    """Tensor -> (tensor, array); Python number -> (None, 0-d array of the promoted dtype)."""
+    if isinstance(x, Tensor):
+        return x, x._data
+    if isinstance(x, np.ndarray):
+        return None, x
+    return None, np.asarray(x, dtype=_scalar_dtype(like, x))
+
+
+# --- elementwise ------------------------------------------------------------------
+def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
+    """Wrap `out` and, if needed, record elementwise `spec` on inputs a (and b)."""
+    res = Tensor._make(out if type(out) is np.ndarray else np.asarray(out))
+    if not _grad_mode.is_grad_enabled():
+        return res
+    ins = (a,) if b is None else (a, b)
+    for t in ins:
+        if getattr(t, "requires_grad", False):
+            break
+    else:
+        return res
+    saved = []
+    py = []
+    for name in spec.saves:
+        if name == "self":
+            saved.append(a._data)
+            py.append(a)
+        elif name == "other":
+            saved.append(b._data)
+            py.append(b)
+        elif name == "result":
+            saved.append(res._data)
+            py.append(res._data)
+        else:
+            saved.append(aux._data.astype(res._data.dtype))
+            py.append(aux)
+    fp = (p0, p1)[:spec.nparams]
+    py.append(fp)
+    return record(spec, res, ins, saved, fp, None, py)
+
+
+def _binary(spec, npfn, a, b):
+    if not isinstance(a, Tensor):
+        a, b = b, a
+        ta, ad = _operand(a, a)
+        tb, bd = _operand(b, a)
+        swapped = True
+    else:
+        ta, ad = a, a._data
+        tb, bd = _operand(b, a)
+        swapped = False
+    try:
+        out = npfn(bd, ad) if swapped else npfn(ad, bd)
+    except ValueError:
+        raise (_broadcast_error(bd.shape, ad.shape) if swapped else _broadcast_error(ad.shape, bd.shape)) from None
+    if type(out) is not np.ndarray:
+        out = np.asarray(out)
+    x = tb if tb is not None else _wrap(bd)
+    if swapped:
+        return _ew(spec, out, x, ta)
+    return _ew(spec, out, ta, x)
+
+
+def add(a, b, alpha=1):
+    if alpha != 1:
+        b = mul(b, alpha)
+    return _binary(D.ADD, np.add, a, b)
+
+
+def sub(a, b, alpha=1):
+    if alpha != 1:
+        b = mul(b, alpha)
+    if not isinstance(a, Tensor):
+        return rsub(b, a)
+    return _binary(D.SUB, np.subtract, a, b)
+
+
+def rsub(t, s):
+    """s - t for a Python number s (PyTorch's RsubBackward1)."""
+    out = np.asarray(np.subtract(s, t._data))
+    out = out.astype(_scalar_dtype(t, s), copy=False)
+    return _ew(D.RSUB, out, t, p0=float(s))
+
+
+def mul(a, b):
+    return _binary(D.MUL, np.multiply, a, b)
+
+
+def div(a, b, rounding_mode=None):
+    if rounding_mode is not None:
+        with _grad_mode.no_grad():
+            fn = np.floor_divide if rounding_mode == "floor" else lambda x, y: np.trunc(x / y)
+            return _binary(D.DIV, fn, a, b)
+    if not isinstance(a, Tensor):
+        return mul(reciprocal(b), a)  # PyTorch: 2 / x is reciprocal then MulBackward0
+    if isinstance(b, Tensor) or a._data.dtype.kind == "f":
+        r = _binary(D.DIV, np.true_divide, _as_float(a), _as_float(b) if isinstance(b, Tensor) else b)
+        return r
+    return _binary(D.DIV, np.true_divide, _as_float(a), b)
+
+
+def _as_float(t):
+    if isinstance(t, Tensor) and t._data.dtype.kind != "f":
+        return to_dtype(t, _dtype.get_default_dtype())
+    return t
+
+
+def reciprocal(x):
+    x = _as_float(x)
+    return _ew(D.RECIPROCAL, np.reciprocal(x._data), x)
+
+
+def pow(a, b):  # noqa: A001
+    if not isinstance(a, Tensor):
+        out = np.power(np.asarray(a, dtype=_scalar_dtype(b, a) if isinstance(a, float) else b._data.dtype), b._data)
+        return _ew(D.RPOW, np.asarray(out, dtype=b._data.dtype), b, p0=float(a))
+    if isinstance(b, Tensor):
+        return _binary(D.POW_TT, np.power, a, b)
+    ad = a._data
+    if ad.dtype.kind != "f" and isinstance(b, float):
+        a = _as_float(a)
+        ad = a._data
+    out = np.power(ad, b)
+    if type(out) is not np.ndarray:
+        out = np.asarray(out)
+    if out.dtype != ad.dtype:
+        out = out.astype(ad.dtype)
+    return _ew(D.POW, out, a, p0=float(b))
+
+
+def _unary(spec, npfn):
+    def op(x):
+        if x._data.dtype.kind != "f" and spec is not D.NEG and spec is not D.ABS:
+            x = _as_float(x)
+        out = npfn(x._data)
+        return _ew(spec, out if type(out) is np.ndarray else np.asarray(out), x)
+    op.__name__ = spec.name
+    return op
+
+
+def _sigmoid(x):
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+neg = _unary(D.NEG, np.negative)
+exp = _unary(D.EXP, np.exp)
+log = _unary(D.LOG, np.log)
+sqrt = _unary(D.SQRT, np.sqrt)
+sin = _unary(D.SIN, np.sin)
+cos = _unary(D.COS, np.cos)
+tanh = _unary(D.TANH, np.tanh)
+sigmoid = _unary(D.SIGMOID, lambda x: _sigmoid(x).astype(x.dtype, copy=False))
+relu = _unary(D.RELU, lambda x: np.maximum(x, 0).astype(x.dtype, copy=False))
+abs = _unary(D.ABS, np.abs)  # noqa: A001
+clone = _unary(D.CLONE, np.copy)
+
+
+def sign(x):
+    if isinstance(x, Tensor):
+        return _wrap(np.sign(x._data))
+    return np.sign(x)
+
+
+def clamp(x, min=None, max=None):  # noqa: A002
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    lo = -math.inf if min is None else float(min)
+    hi = math.inf if max is None else float(max)
+    out = np.clip(x._data, lo, hi).astype(x._data.dtype, copy=False)
+    return _ew(D.CLAMP, np.asarray(out), x, p0=lo, p1=hi)
+
+
+clip = clamp
+
+
+def maximum(a, b):
+    return _binary(D.MAXIMUM, np.maximum, a, b)
+
+
+def minimum(a, b):
+    return _binary(D.MINIMUM, np.minimum, a, b)
+
+
+def where(cond, a, b):
+    c = cond._data if isinstance(cond, Tensor) else np.asarray(cond)
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        return _wrap(np.where(c, a, b))
+    like = a if isinstance(a, Tensor) else b
+    ta, ad = _operand(a, like)
+    tb, bd = _operand(b, like)
+    try:
+        out = np.asarray(np.where(c, ad, bd))
+    except ValueError:
+        raise _broadcast_error(ad.shape, bd.shape) from None
+    if out.dtype != like._data.dtype and like._data.dtype.kind == "f":
+        out = out.astype(np.result_type(ad.dtype, bd.dtype) if ta is not None and tb is not None else like._data.dtype)
+    ta = ta if ta is not None else _wrap(ad.astype(out.dtype))
+    tb = tb if tb is not None else _wrap(bd.astype(out.dtype))
+    aux = _wrap(np.broadcast_to(c, out.shape))
+    return _ew(D.WHERE, out, ta, tb, aux=aux)
+
+
+# --- comparisons and logic (never differentiable) -------------------------------------
+def _cmp(npfn):
+    def op(a, b):
+        ad = a._data if isinstance(a, Tensor) else a
+        bd = b._data if isinstance(b, Tensor) else b
+        try:
+            return _wrap(np.asarray(npfn(ad, bd)))
+        except ValueError:
+            raise _broadcast_error(np.shape(ad), np.shape(bd)) from None
+    return op
+
+
+eq = _cmp(np.equal)
+ne = _cmp(np.not_equal)
+lt = _cmp(np.less)
+le = _cmp(np.less_equal)
+gt = _cmp(np.greater)
+ge = _cmp(np.greater_equal)
+logical_and = _cmp(np.logical_and)
+logical_or = _cmp(np.logical_or)
+bitwise_and = _cmp(np.bitwise_and)
+bitwise_or = _cmp(np.bitwise_or)
+bitwise_xor = _cmp(np.bitwise_xor)
+
+
+def logical_not(x):
+    return _wrap(np.logical_not(x._data))
+
+
+def bitwise_not(x):
+    return _wrap(np.invert(x._data))
+
+
+def isnan(x):
+    return _wrap(np.isnan(x._data))
+
+
+def isfinite(x):
+    return _wrap(np.isfinite(x._data))
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return bool(np.allclose(a._data, b._data, rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def equal(a, b):
+    return a._data.shape == b._data.shape and bool((a._data == b._data).all())
+
+
+def to_dtype(x, dtype):
+    if x._data.dtype == dtype.np:
+        return x
+    res = _wrap(x._data.astype(dtype.np))
+    if dtype.is_floating_point and _needs(x):
+        return record(D.TO_COPY, res, (x,), (), (), None, (x.dtype,))
+    return res
+
+
+# --- reductions -------------------------------------------------------------------------
+def _dims(x, dim):
+    nd = x._data.ndim
+    if dim is None:
+        return tuple(range(nd))
+    if isinstance(dim, (tuple, list)):
+        ds = tuple(sorted(_wrap_dim(d, nd) for d in dim))
+        if len(set(ds)) != len(ds):
+            raise RuntimeError(f"dim {ds[0]} appears multiple times in the list of dims")
+        return ds
+    return (_wrap_dim(dim, nd),)
+
+
+def _kd_shape(shape, dims):
+    return tuple(1 if i in dims else s for i, s in enumerate(shape))
+
+
+def _reduce(spec_all, spec_dim, x, dim, keepdim, out, scale):
+    dims = _dims(x, dim)
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    kd = _kd_shape(x._data.shape, dims)
+    spec = spec_all if dim is None else spec_dim
+    return record(spec, res, (x,), (), (scale,), kd, (x._data.shape, kd, scale))
+
+
+def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    dims = _dims(x, dim)
+    d = x._data
+    out = d.sum(axis=dims, keepdims=keepdim)
+    if d.dtype.kind in "bi":
+        out = out.astype(np.int64)
+    return _reduce(D.SUM_ALL, D.SUM, x, dim, keepdim, out, 1.0)
+
+
+def mean(x, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    if x._data.dtype.kind != "f":
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
+                           f"or complex dtype. Got: {x.dtype.name.capitalize()}")
+    dims = _dims(x, dim)
+    d = x._data
+    count = 1
+    for i in dims:
+        count *= d.shape[i]
+    out = np.asarray(d.mean(axis=dims, keepdims=keepdim), dtype=d.dtype)
+    return _reduce(D.MEAN_ALL, D.MEAN, x, dim, keepdim, out, 1.0 / count if count else math.nan)
+
+
+def _extremum(spec, npfn, x, dim, keepdim):
+    dims = _dims(x, dim)
+    if x._data.size == 0:
+        raise RuntimeError(f"{spec.name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    out = np.asarray(npfn(x._data, axis=dims, keepdims=keepdim))
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    kd = _kd_shape(x._data.shape, dims)
+    return record(spec, res, (x,), (x._data, out), (), kd, (x, out, kd, dims))
+
+
+def amax(x, dim=(), keepdim=False):
+    return _extremum(D.AMAX, np.max, x, None if dim == () else dim, keepdim)
+
+
+def amin(x, dim=(), keepdim=False):
+    return _extremum(D.AMIN, np.min, x, None if dim == () else dim, keepdim)
+
+
+return_types_max = collections.namedtuple("max", ["values", "indices"])
+return_types_min = collections.namedtuple("min", ["values", "indices"])
+
+
+def _extremum_dim(spec, argfn, x, dim, keepdim, rtype):
+    d = x._data
+    dim = _wrap_dim(dim, d.ndim)
+    if d.ndim == 0:
+        return rtype(index_flat(x, np.zeros(1, np.int64), (), spec), _wrap(np.asarray(0)))
+    shape = d.shape
+    pre = int(np.prod(shape[:dim], dtype=np.int64))
+    n = shape[dim]
+    post = int(np.prod(shape[dim + 1:], dtype=np.int64))
+    arg = argfn(d.reshape(pre, n, post), axis=1)
+    flat = (np.arange(pre)[:, None] * n + arg) * post + np.arange(post)[None, :]
+    out_shape = shape[:dim] + ((1,) if keepdim else ()) + shape[dim + 1:]
+    values = index_flat(x, flat.reshape(-1).astype(np.int64), out_shape, spec)
+    return rtype(values, _wrap(arg.reshape(out_shape).astype(np.int64)))
+
+
+def max(x, dim=None, keepdim=False):  # noqa: A001
+    if isinstance(dim, Tensor):
+        return maximum(x, dim)
+    if dim is None:
+        return _extremum(D.MAX_ALL, np.max, x, None, False)
+    return _extremum_dim(D.MAX_DIM, np.argmax, x, dim, keepdim, return_types_max)
+
+
+def min(x, dim=None, keepdim=False):  # noqa: A001
+    if isinstance(dim, Tensor):
+        return minimum(x, dim)
+    if dim is None:
+        return _extremum(D.MIN_ALL, np.min, x, None, False)
+    return _extremum_dim(D.MIN_DIM, np.argmin, x, dim, keepdim, return_types_min)
+
+
+def argmax(x, dim=None, keepdim=False):
+    if dim is None:
+        return _wrap(np.asarray(np.argmax(x._data), dtype=np.int64))
+    return max(x, dim, keepdim).indices
+
+
+def argmin(x, dim=None, keepdim=False):
+    if dim is None:
+        return _wrap(np.asarray(np.argmin(x._data), dtype=np.int64))
+    return min(x, dim, keepdim).indices
+
+
+def prod(x, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    dims = _dims(x, dim)
+    out = np.asarray(x._data.prod(axis=dims, keepdims=keepdim))
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    kd = _kd_shape(x._data.shape, dims)
+    spec = D.PROD_ALL if dim is None else D.PROD
+    return record(spec, res, (x,), (x._data, out), (), kd, (x, out, kd, dims))
+
+
+def sum_to(t, shape):
+    """Sum `t` down to `shape` (the reverse of broadcasting)."""
+    shape = tuple(shape)
+    if t._data.shape == shape:
+        return t
+    lead = t._data.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                      if s == 1 and t._data.shape[lead + i] != 1)
+    return reshape(sum(t, dims, keepdim=True), shape) if dims else reshape(t, shape)
+
+
+# --- linear algebra ----------------------------------------------------------------------
+def matmul(a, b):
+    ad, bd = a._data, b._data
+    if ad.ndim == 0 or bd.ndim == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {ad.ndim}D and {bd.ndim}D")
+    if ad.ndim == 1 and bd.ndim == 1:
+        if ad.shape[0] != bd.shape[0]:
+            raise RuntimeError(f"inconsistent tensor size, expected tensor [{ad.shape[0]}] and src [{bd.shape[0]}] to "
+                               f"have the same number of elements, but got {ad.shape[0]} and {bd.shape[0]} elements respectively")
+        spec = D.DOT
+    elif ad.ndim == 2 and bd.ndim == 2:
+        if ad.shape[1] != bd.shape[0]:
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({ad.shape[0]}x{ad.shape[1]} and "
+                               f"{bd.shape[0]}x{bd.shape[1]})")
+        spec = D.MATMUL
+    elif ad.ndim <= 2 and bd.ndim <= 2:
+        k_a = ad.shape[-1]
+        k_b = bd.shape[0]
+        if k_a != k_b:
+            raise RuntimeError(f"size mismatch, got input ({ad.shape[0]}), mat ({ad.shape[0]}x{k_a}), vec ({k_b})"
+                               if bd.ndim == 1 else
+                               f"size mismatch, got input ({bd.shape[1]}), mat ({bd.shape[0]}x{bd.shape[1]}), vec ({k_a})")
+        spec = D.MV if bd.ndim == 1 else D.MATMUL
+    else:
+        spec = D.BMM
+        ka = ad.shape[-1]
+        kb = bd.shape[-2] if bd.ndim > 1 else bd.shape[0]
+        if ka != kb:
+            raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                               f"[{int(np.prod(ad.shape[:-2]))}, {ka}] but got: [{int(np.prod(bd.shape[:-2]))}, {kb}].")
+    if ad.dtype != bd.dtype:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}"
+                           .replace("float64", "double").replace("float32", "float"))
+    try:
+        out = np.asarray(np.matmul(ad, bd))
+    except ValueError as e:
+        raise RuntimeError(str(e)) from None
+    res = _wrap(out)
+    if not _needs(a, b):
+        return res
+    return record(spec, res, (a, b), (ad, bd), (), None, (a, b))
+
+
+def mm(a, b):
+    if a._data.ndim != 2:
+        raise RuntimeError("self must be a matrix")
+    if b._data.ndim != 2:
+        raise RuntimeError("mat2 must be a matrix")
+    return matmul(a, b)
+
+
+def dot(a, b):
+    if a._data.ndim != 1 or b._data.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {a._data.ndim}D and {b._data.ndim}D tensors")
+    return matmul(a, b)
+
+
+def mv(a, b):
+    return matmul(a, b)
+
+
+def bmm(a, b):
+    return matmul(a, b)
+
+
+def trace(x):
+    d = x._data
+    if d.ndim != 2:
+        raise RuntimeError("trace: expected a matrix, but got tensor with dim " + str(d.ndim))
+    res = _wrap(np.asarray(np.trace(d), dtype=d.dtype if d.dtype.kind == "f" else np.int64))
+    if not _needs(x):
+        return res
+    return record(D.TRACE, res, (x,), (), (), None, (d.shape,))
+
+
+# --- shape ----------------------------------------------------------------------------------
+def _shape_arg(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    return tuple(int(s) for s in shape)
+
+
+def _infer_shape(shape, numel):
+    shape = list(shape)
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    if -1 in shape:
+        known = 1
+        for s in shape:
+            if s != -1:
+                known *= s
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+        shape[shape.index(-1)] = numel // known
+    n = 1
+    for s in shape:
+        n *= s
+    if n != numel:
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+def _view_like(spec, x, out):
+    res = _wrap(out)
+    res._vc = x._vc
+    if not _needs(x):
+        return res
+    return record(spec, res, (x,), (), (), None, (x._data.shape,))
+
+
+def reshape(x, *shape):
+    shape = _infer_shape(_shape_arg(shape), x._data.size)
+    return _view_like(D.VIEW, x, x._data.reshape(shape))
+
+
+view = reshape
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    d = x._data
+    if d.ndim == 0:
+        return reshape(x, (1,))
+    s = _wrap_dim(start_dim, d.ndim)
+    e = _wrap_dim(end_dim, d.ndim)
+    if s == e:
+        return x
+    shape = d.shape[:s] + (int(np.prod(d.shape[s:e + 1])),) + d.shape[e + 1:]
+    return reshape(x, shape)
+
+
+def squeeze(x, dim=None):
+    d = x._data
+    if dim is None:
+        return _view_like(D.SQUEEZE, x, d.reshape(tuple(s for s in d.shape if s != 1)))
+    dims = _dims(x, dim) if d.ndim else ()
+    shape = tuple(s for i, s in enumerate(d.shape) if not (i in dims and s == 1))
+    return _view_like(D.SQUEEZE_DIM, x, d.reshape(shape))
+
+
+def unsqueeze(x, dim):
+    d = x._data
+    dim = _wrap_dim(dim, d.ndim + 1)
+    return _view_like(D.UNSQUEEZE, x, np.expand_dims(d, dim))
+
+
+def expand(x, *sizes):
+    sizes = _shape_arg(sizes)
+    d = x._data
+    if len(sizes) < d.ndim:
+        raise RuntimeError(f"expand(torch.FloatTensor{{{list(d.shape)}}}, size={list(sizes)}): the number of sizes "
+                           f"provided ({len(sizes)}) must be greater or equal to the number of dimensions in the "
+                           f"tensor ({d.ndim})")
+    lead = len(sizes) - d.ndim
+    shape = tuple(d.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
+    for i in range(d.ndim):
+        if d.shape[i] != 1 and d.shape[i] != shape[lead + i]:
+            raise RuntimeError(f"The expanded size of the tensor ({shape[lead + i]}) must match the existing size "
+                               f"({d.shape[i]}) at non-singleton dimension {lead + i}.  Target sizes: {list(sizes)}."
+                               f"  Tensor sizes: {list(d.shape)}")
+    if shape == d.shape:
+        return x
+    res = _wrap(np.broadcast_to(d, shape))
+    if not _needs(x):
+        return res
+    return record(D.EXPAND, res, (x,), (), (), None, (d.shape,))
+
+
+def expand_as(x, other):
+    return expand(x, other._data.shape)
+
+
+def permute(x, *dims, spec=None):
+    dims = _shape_arg(dims)
+    d = x._data
+    if len(dims) != d.ndim:
+        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
+                           f"of the desired ordering of dimensions i.e. input.dim() = {d.ndim} is not equal to "
+                           f"len(dims) = {len(dims)}")
+    perm = tuple(_wrap_dim(i, d.ndim) for i in dims)
+    if sorted(perm) != list(range(d.ndim)):
+        raise RuntimeError("permute(): duplicate dims are not allowed.")
+    res = _wrap(d.transpose(perm))
+    res._vc = x._vc
+    if not _needs(x):
+        return res
+    return record(spec or D.PERMUTE, res, (x,), (), (), perm, (perm,))
+
+
+def transpose(x, dim0, dim1):
+    nd = x._data.ndim
+    if nd == 0:
+        return x
+    perm = list(range(nd))
+    a, b = _wrap_dim(dim0, nd), _wrap_dim(dim1, nd)
+    perm[a], perm[b] = perm[b], perm[a]
+    return permute(x, perm, spec=D.TRANSPOSE)
+
+
+def t(x):
+    nd = x._data.ndim
+    if nd > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {nd}D")
+    if nd < 2:
+        return _view_like(D.T, x, x._data)
+    return permute(x, (1, 0), spec=D.T)
+
+
+def _T(x):
+    return permute(x, tuple(range(x._data.ndim))[::-1])
+
+
+# --- indexing ----------------------------------------------------------------------------------
+def index_flat(x, idx, out_shape, spec):
+    """out = x.flatten()[idx].reshape(out_shape): the primitive behind indexing and max(dim)."""
+    src = x._data
+    out = src.reshape(-1)[idx].reshape(out_shape)
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    return record(spec, res, (x,), (idx,), (), None, (idx, src.shape))
+
+
+def index_put_flat(g, idx, in_shape):
+    """zeros(in_shape) with g accumulated at flat indices idx: the adjoint of index_flat."""
+    out = np.zeros(int(np.prod(in_shape, dtype=np.int64)), dtype=g._data.dtype)
+    np.add.at(out, idx, g._data.reshape(-1))
+    res = _wrap(out.reshape(in_shape))
+    if not _needs(g):
+        return res
+    return record(D.INDEX_PUT, res, (g,), (idx,), (), None, (idx, g._data.shape))
+
+
+def _norm_index(index):
+    if not isinstance(index, tuple):
+        index = (index,)
+    out = []
+    for i in index:
+        if isinstance(i, Tensor):
+            i = i._data
+        elif isinstance(i, list):
+            i = np.asarray(i)
+        out.append(i)
+    return tuple(out)
+
+
+def getitem(x, index):
+    idx = _norm_index(index)
+    d = x._data
+    try:
+        out = d[idx]
+    except IndexError as e:
+        raise IndexError(str(e)) from None
+    out = np.asarray(out)
+    advanced = any(isinstance(i, np.ndarray) and i.ndim >= 0 and i.dtype.kind in "iub" for i in idx)
+    if not _needs(x):
+        res = _wrap(out)
+        if not advanced:
+            res._vc = x._vc
+        return res
+    if all(i is None for i in idx):
+        return _view_like(D.UNSQUEEZE, x, out)
+    if advanced:
+        spec = D.INDEX
+    elif any(isinstance(i, (int, np.integer)) for i in idx):
+        spec = D.SELECT
+    else:
+        spec = D.SLICE
+    flat = np.asarray(np.arange(d.size, dtype=np.int64).reshape(d.shape)[idx]).reshape(-1)
+    res = index_flat(x, flat, out.shape, spec)
+    return res
+
+
+# --- joining ---------------------------------------------------------------------------------
+def cat(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    nd = tensors[0]._data.ndim
+    if nd == 0:
+        raise RuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated")
+    dim = _wrap_dim(dim, nd)
+    ref = tensors[0]._data.shape
+    for k, t in enumerate(tensors):
+        s = t._data.shape
+        if len(s) != nd:
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {nd} and {len(s)}")
+        for i in range(nd):
+            if i != dim and s[i] != ref[i]:
+                raise RuntimeError(f"Sizes of tensors must match except in dimension {dim}. Expected size {ref[i]} "
+                                   f"but got size {s[i]} for tensor number {k} in the list.")
+    return _join(D.CAT, tensors, dim, np.concatenate([t._data for t in tensors], axis=dim), False)
+
+
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    ref = tensors[0]._data.shape
+    for k, t in enumerate(tensors):
+        if t._data.shape != ref:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(ref)} at entry 0 and "
+                               f"{list(t._data.shape)} at entry {k}")
+    dim = _wrap_dim(dim, len(ref) + 1)
+    return _join(D.STACK, tensors, dim, np.stack([t._data for t in tensors], axis=dim), True)
+
+
+def _join(spec, tensors, dim, out, stacked):
+    dt = np.result_type(*[t._data.dtype for t in tensors])
+    res = _wrap(out.astype(dt, copy=False))
+    if not _needs(*tensors):
+        return res
+    shape = out.shape
+    outer = int(np.prod(shape[:dim], dtype=np.int64))
+    inner = int(np.prod(shape[dim + 1:], dtype=np.int64))
+    sizes = [1 if stacked else t._data.shape[dim] for t in tensors]
+    return record(spec, res, tuple(tensors), (), (), [outer, shape[dim], inner] + sizes, (dim, sizes, stacked))
+
+
+# --- normalisation ----------------------------------------------------------------------------
+def _softmax_np(d, dim):
+    m = d.max(axis=dim, keepdims=True)
+    e = np.exp(d - m)
+    return e / e.sum(axis=dim, keepdims=True), m, e
+
+
+def _groups(shape, dim):
+    return [int(np.prod(shape[:dim], dtype=np.int64)), shape[dim], int(np.prod(shape[dim + 1:], dtype=np.int64))]
+
+
+def softmax(x, dim, dtype=None):
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    x = _as_float(x)
+    d = x._data
+    dim = _wrap_dim(dim, d.ndim)
+    if d.ndim == 0:
+        out = np.ones_like(d)
+    else:
+        out = _softmax_np(d, dim)[0]
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    return record(D.SOFTMAX, res, (x,), (out,), (), _groups(d.shape or (1,), dim), (out, dim))
+
+
+def log_softmax(x, dim, dtype=None):
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    x = _as_float(x)
+    d = x._data
+    dim = _wrap_dim(dim, d.ndim)
+    if d.ndim == 0:
+        out = np.zeros_like(d)
+    else:
+        m = d.max(axis=dim, keepdims=True)
+        s = d - m
+        out = s - np.log(np.exp(s).sum(axis=dim, keepdims=True))
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    return record(D.LOG_SOFTMAX, res, (x,), (out,), (), _groups(d.shape or (1,), dim), (out, dim))
+
+
+def _size_str(shape):
+    return f"[{', '.join(str(s) for s in shape)}]"

@@ -1,0 +1,76 @@
+"""One entry per primitive (STYLE.md point 1).
+
+An elementwise primitive is declared with its numpy forward and, per input, a gradient
+formula written as an expression string, the way derivatives.yaml does it. The same
+string is (a) evaluated on Tensors by the Python engine, so `create_graph=True` records
+the backward as differentiable ops, and (b) compiled by `kernels/codegen.py` into the
+scalar body of the op's @njit kernel. One source, two executions (DESIGN.md point 6).
+
+Names usable in a formula: grad, self, other, result, aux (a saved non-differentiable
+array, e.g. where's condition), p0, p1 (float params), and the functions in FUNCS.
+Broadcasting is never handled in a formula: the engine reduces to the input's shape.
+
+A structural primitive (reductions, matmul, views, indexing, joins, softmax) has a
+hand-written kernel in kernels/structural.py and a Tensor-level `rule`; the test
+tests/test_kernels_vs_rules.py holds each kernel against its rule.
+"""
+import re
+
+from ..autograd.graph import _make_node_class
+
+FUNCS = ("exp", "log", "cos", "sin", "sqrt", "sign", "where")
+_VARS = ("self", "other", "result", "aux")
+
+REGISTRY = {}   # name -> OpSpec
+BY_OP = []      # opcode -> OpSpec
+
+
+class OpSpec:
+    __slots__ = ("name", "node_name", "op", "kind", "grads", "saves", "rule", "cls",
+                 "nparams", "_code")
+
+    def __init__(self, name, node_name, kind, grads=(), saves=(), rule=None, nparams=0):
+        self.name = name
+        self.node_name = node_name
+        self.op = len(BY_OP)
+        self.kind = kind
+        self.grads = tuple(grads)
+        self.rule = rule
+        self.nparams = nparams
+        if kind == "ew":
+            used = set(re.findall(r"[A-Za-z_]\w*", " ".join(g for g in grads if g)))
+            saves = tuple(v for v in _VARS if v in used)
+            self.nparams = max(self.nparams, 2 if "p1" in used else 1 if "p0" in used else 0)
+        self.saves = tuple(saves)
+        self.cls = _make_node_class(node_name)
+        self._code = None
+        BY_OP.append(self)
+        REGISTRY[name] = self
+
+    def code(self):
+        """Compiled formula code objects for the Python engine."""
+        if self._code is None:
+            self._code = tuple(compile(g, f"<grad of {self.name}>", "eval") if g else None
+                               for g in self.grads)
+        return self._code
+
+    def __repr__(self):
+        return f"OpSpec({self.name!r}, {self.node_name}, op={self.op})"
+
+
+def elementwise(name, node_name, *grads, nparams=0):
+    return OpSpec(name, node_name, "ew", grads=grads, nparams=nparams)
+
+
+def structural(name, node_name, saves=(), rule=None):
+    return OpSpec(name, node_name, "struct", saves=saves, rule=rule)
+
+
+def alias(name, spec, node_name):
+    """The same kernel and rule under another PyTorch node name (e.g. SumBackward1)."""
+    s = OpSpec.__new__(OpSpec)
+    for f in OpSpec.__slots__:
+        setattr(s, f, getattr(spec, f))
+    s.name, s.node_name, s.cls = name, node_name, _make_node_class(node_name)
+    REGISTRY[name] = s
+    return s
