@@ -13,9 +13,37 @@ class _Version:
         self.v = 0
 
 
+class _Rare:
+    """Per-tensor state most tensors never use; allocated on first write so that creating
+    the output of an op (the forward hot path) sets only four fields."""
+    __slots__ = ("grad", "acc", "retain", "vc")
+
+    def __init__(self):
+        self.grad = None
+        self.acc = None
+        self.retain = False
+        self.vc = None
+
+
+def _rare_property(name):
+    def get(self):
+        x = self._x
+        return None if x is None else getattr(x, name)
+
+    def set_(self, value):
+        x = self._x
+        if x is None:
+            x = self._x = _Rare()
+        setattr(x, name, value)
+    return property(get, set_)
+
+
 class Tensor:
-    __slots__ = ("_data", "requires_grad", "_grad_fn", "_grad", "_acc", "_retain", "_output_nr",
-                 "_vc", "__weakref__")
+    __slots__ = ("_data", "requires_grad", "_grad_fn", "_output_nr", "_x", "__weakref__")
+    _grad = _rare_property("grad")
+    _acc = _rare_property("acc")
+    _retain = _rare_property("retain")
+    _vc = _rare_property("vc")
     __array_priority__ = 1000  # so `ndarray op Tensor` defers to Tensor's reflected operator
 
     def __init__(self, data=None, *, dtype=None, requires_grad=False):
@@ -25,15 +53,12 @@ class Tensor:
 
     @staticmethod
     def _make(arr):
-        t = Tensor.__new__(Tensor)
+        t = _new(Tensor)
         t._data = arr
         t.requires_grad = False
         t._grad_fn = None
-        t._grad = None
-        t._acc = None
-        t._retain = False
         t._output_nr = 0
-        t._vc = None
+        t._x = None
         return t
 
     # -- metadata ---------------------------------------------------------------
@@ -117,7 +142,7 @@ class Tensor:
 
     @property
     def retains_grad(self):
-        return self._retain and self._grad_fn is not None
+        return bool(self._retain) and self._grad_fn is not None
 
     def retain_grad(self):
         if not self.requires_grad:
@@ -169,7 +194,14 @@ class Tensor:
     def numpy(self):
         if self.requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-        return self._data
+        return self._array()
+
+    def _array(self):
+        """The data as an ndarray (0-d results are held as numpy scalars; see functional._ARRAYLIKE)."""
+        d = self._data
+        if type(d) is not np.ndarray:
+            d = self._data = np.array(d)
+        return d
 
     def tolist(self):
         return self._data.tolist()
@@ -196,7 +228,8 @@ class Tensor:
         return int(self._data.item())
 
     def __array__(self, dtype=None, copy=None):
-        return self._data if dtype is None else self._data.astype(dtype)
+        d = self._array()
+        return d if dtype is None else d.astype(dtype)
 
     def __repr__(self):
         from ._format import tensor_repr
@@ -254,14 +287,15 @@ class Tensor:
 
     def fill_(self, value):
         _check_inplace(self)
-        self._data[...] = value
+        self._array()[...] = value
         self._bump()
         return self
 
     def copy_(self, src):
         _check_inplace(self)
         s = src._data if isinstance(src, Tensor) else np.asarray(src)
-        self._data[...] = np.broadcast_to(s, self._data.shape)
+        d = self._array()
+        d[...] = np.broadcast_to(s, d.shape)
         self._bump()
         return self
 
@@ -277,11 +311,11 @@ def _init_from(t, arr):
     t._data = arr
     t.requires_grad = False
     t._grad_fn = None
-    t._grad = None
-    t._acc = None
-    t._retain = False
     t._output_nr = 0
-    t._vc = None
+    t._x = None
+
+
+_new = object.__new__
 
 
 class Size(tuple):

@@ -3,9 +3,12 @@ lifetime of the graph; the engine never walks them on the compiled path: each no
 knows its (tape, row) in the lowered arrays."""
 
 
+_HW, _H_E0 = 9, 3  # the tape's header layout (autograd/_tape.py)
+
+
 class Node:
-    __slots__ = ("_spec", "_tape", "_row", "_inputs", "_nrs", "_k", "_metadata",
-                 "_ext", "__weakref__")
+    # _metadata and _ext are rarely set, so recording leaves them unset (read with getattr)
+    __slots__ = ("_spec", "_tape", "_row", "_inputs", "_k", "_metadata", "_ext", "__weakref__")
 
     def name(self):
         return self._spec.node_name
@@ -16,13 +19,17 @@ class Node:
 
     @property
     def next_functions(self):
-        return tuple((n, nr) if n is not None else (None, 0) for n, nr in zip(self._inputs, self._nrs))
+        tape = self._tape
+        e0 = tape.hdr[self._row * _HW + _H_E0]
+        return tuple((n, tape.edges[3 * (e0 + j) + 1]) if n is not None else (None, 0)
+                     for j, n in enumerate(self._inputs))
 
     @property
     def metadata(self):
-        if self._metadata is None:
-            self._metadata = {}
-        return self._metadata
+        md = getattr(self, "_metadata", None)
+        if md is None:
+            md = self._metadata = {}
+        return md
 
     def _sequence_nr(self):
         return (self._tape.id << 32) | self._row

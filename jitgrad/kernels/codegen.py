@@ -67,6 +67,31 @@ def run(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt
             return 2, row
         if freed[row] and OP_SAVES[op]:
             return 1, row
+        if OP_IS_EW[op] and hdr[b + H_NUMEL] == 1:
+            # One-element rows (scalar graphs) run inline: plain loads and stores on the
+            # flat arena g1, no array views, no calls. One-element saved values of the
+            # graph's dtype are always stored inline in v (tape.save).
+            grad = g1[row]
+            e0 = hdr[b + H_E0]
+            kp = hdr[b + H_KP]
+            fpp = hdr[b + H_FP]
+            t0 = edges[3 * e0]
+            if t0 >= 0 and not (st[t0] & RECV):
+                t0 = -1
+            t1 = -1
+            if hdr[b + H_NIN] > 1:
+                t1 = edges[3 * e0 + 3]
+                if t1 >= 0 and not (st[t1] & RECV):
+                    t1 = -1
+            c0 = 0.0
+            c1 = 0.0
+{scalar}
+            if t0 >= 0:
+                g1[t0] += c0
+                st[t0] |= HAS
+            if t1 >= 0:
+                g1[t1] += c1
+                st[t1] |= HAS
 {dispatch}
         st[row] = s | DONE
         if not (s & KEEP) and hdr[b + H_NUMEL] != 1 and bslot[row] >= 0:
@@ -121,15 +146,24 @@ def ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
         p0 = fp[fpp]
     if OP_NPARAMS[op] > 1:
         p1 = fp[fpp + 1]
-    if n == 1:
-        grad = g[0]
-{scalar}
-        return
     pout = hdr[b + H_SHP]
     mode0, m0, mp0 = bcast_plan(xs, pout, pin0)
     mode1, m1, mp1 = bcast_plan(xs, pout, pin1)
 {loops}
 '''
+
+
+def _scalar_branch(spec, kw):
+    """One op's inline scalar branch in the scheduler: contributions c0, c1."""
+    ind = " " * 16
+    lines = [f"{' ' * 12}{kw} op == {spec.op}:"]
+    for k in range(spec.nparams):
+        lines.append(f"{ind}p{k} = fp[fpp + {k}]")
+    for k, name in enumerate(spec.saves):
+        lines.append(f"{ind}{name} = v[-slots[2 * (kp + {k})] - 1]")
+    for j, formula in enumerate(spec.grads):
+        lines.append(f"{ind}c{j} = {formula}")
+    return "\n".join(lines)
 
 
 def _ew_branch(spec, kw, scalar):
@@ -162,7 +196,7 @@ def generate():
         op_saves.append(len(spec.saves))
         if spec.kind == "ew":
             kw = "if" if not scalar else "elif"
-            scalar.append(_ew_branch(spec, kw, True))
+            scalar.append(_scalar_branch(spec, kw))
             loops.append(_ew_branch(spec, kw, False))
             ew_ops.append(spec.op)
             continue
@@ -174,7 +208,7 @@ def generate():
             continue
         dispatch.append(f"        elif op == {spec.op}:\n"
                         f"            {fn}(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)")
-    dispatch.insert(0, f"        if OP_IS_EW[op]:\n"
+    dispatch.insert(0, f"        elif OP_IS_EW[op]:\n"
                        f"            ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)")
     dispatch.append("        else:\n            return 2, row")
     acc = next(s.op for s in BY_OP if s.name == "_acc")
@@ -182,8 +216,8 @@ def generate():
     is_ew = [1 if s.op in ew_ops else 0 for s in BY_OP]
     nparams = [s.nparams for s in BY_OP]
     src = _HEADER.format(op_acc=acc, op_ext=ext, op_saves=op_saves, is_ew=is_ew, nparams=nparams)
-    src += _EW_HEAD.format(scalar="\n".join(scalar), loops="\n".join(loops))
-    src += _SCHEDULER.format(dispatch="\n".join(dispatch))
+    src += _EW_HEAD.format(loops="\n".join(loops))
+    src += _SCHEDULER.format(dispatch="\n".join(dispatch), scalar="\n".join(scalar))
     return src
 
 

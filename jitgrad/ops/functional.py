@@ -11,13 +11,13 @@ import numpy as np
 from .. import _dtype, _grad_mode
 from .._tensor import Tensor, _wrap_dim
 from . import derivatives as D
-from .record import record
+from .record import record, record_binary, record_unary
 
 _f64 = np.dtype(np.float64)
 
 
 def _wrap(arr):
-    if type(arr) is not np.ndarray:
+    if not isinstance(arr, _ARRAYLIKE):
         arr = np.asarray(arr)
     return Tensor._make(arr)
 
@@ -68,57 +68,62 @@ def _operand(x, like):
 
 
 # --- elementwise ------------------------------------------------------------------
+_NUMBER = (float, int, bool)
+# A 0-d result stays the numpy scalar numpy returns (np.float64 ...): it has the array API the
+# code reads (shape, dtype, size, item, reshape) and scalar arithmetic is ~7x cheaper than on
+# 0-d arrays, which is most of the forward cost of scalar graphs. In-place writes convert it.
+_ARRAYLIKE = (np.ndarray, np.generic)
+
+
 def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
-    """Wrap `out` and, if needed, record elementwise `spec` on inputs a (and b)."""
-    res = Tensor._make(out if type(out) is np.ndarray else np.asarray(out))
+    """Wrap `out` and, if needed, record elementwise `spec` on Tensor a and b (a Tensor, a
+    Python float standing for a constant, or None for a unary op)."""
+    if not isinstance(out, _ARRAYLIKE):
+        out = np.asarray(out)
+    res = Tensor._make(out)
     if not _grad_mode.is_grad_enabled():
         return res
-    ins = (a,) if b is None else (a, b)
-    for t in ins:
-        if getattr(t, "requires_grad", False):
-            break
-    else:
+    if not a.requires_grad and (b is None or type(b) is float or not b.requires_grad):
         return res
     saved = []
-    py = []
     for name in spec.saves:
         if name == "self":
             saved.append(a._data)
-            py.append(a)
         elif name == "other":
-            saved.append(b._data)
-            py.append(b)
+            saved.append(b if type(b) is float else b._data)
         elif name == "result":
-            saved.append(res._data)
-            py.append(res._data)
+            saved.append(out)
         else:
-            saved.append(aux._data.astype(res._data.dtype))
-            py.append(aux)
+            saved.append(aux._data.astype(out.dtype))
+    # the Python rule sees the same values: Tensors, the constant, or the result array
+    py = [a if n == "self" else b if n == "other" else out if n == "result" else aux for n in spec.saves]
     fp = (p0, p1)[:spec.nparams]
     py.append(fp)
-    return record(spec, res, ins, saved, fp, None, py)
+    if b is None:
+        return record_unary(spec, res, a, saved, fp, py)
+    return record_binary(spec, res, a, b, saved, fp, py)
 
 
 def _binary(spec, npfn, a, b):
+    """a (op) b where at least one is a Tensor. Callers with a Python number first are
+    commutative (others have their own reflected ops: rsub, rpow, 2 / x)."""
     if not isinstance(a, Tensor):
         a, b = b, a
-        ta, ad = _operand(a, a)
-        tb, bd = _operand(b, a)
-        swapped = True
+    ad = a._data
+    if type(b) in _NUMBER:
+        if ad.dtype.kind == "f":
+            out = npfn(ad, b)  # NEP 50: a Python scalar takes the array's dtype, as in PyTorch
+        else:
+            out = np.asarray(npfn(ad, b)).astype(_scalar_dtype(a, b), copy=False)
+        b = float(b)
     else:
-        ta, ad = a, a._data
-        tb, bd = _operand(b, a)
-        swapped = False
-    try:
-        out = npfn(bd, ad) if swapped else npfn(ad, bd)
-    except ValueError:
-        raise (_broadcast_error(bd.shape, ad.shape) if swapped else _broadcast_error(ad.shape, bd.shape)) from None
-    if type(out) is not np.ndarray:
-        out = np.asarray(out)
-    x = tb if tb is not None else _wrap(bd)
-    if swapped:
-        return _ew(spec, out, x, ta)
-    return _ew(spec, out, ta, x)
+        if not isinstance(b, Tensor):
+            b = _wrap(np.asarray(b, dtype=ad.dtype))
+        try:
+            out = npfn(ad, b._data)
+        except ValueError:
+            raise _broadcast_error(ad.shape, b._data.shape) from None
+    return _ew(spec, out, a, b)
 
 
 def add(a, b, alpha=1):
@@ -193,7 +198,8 @@ def _unary(spec, npfn):
         if x._data.dtype.kind != "f" and spec is not D.NEG and spec is not D.ABS:
             x = _as_float(x)
         out = npfn(x._data)
-        return _ew(spec, out if type(out) is np.ndarray else np.asarray(out), x)
+        return _ew(spec, out, x)
+
     op.__name__ = spec.name
     return op
 
@@ -255,8 +261,8 @@ def where(cond, a, b):
         raise _broadcast_error(ad.shape, bd.shape) from None
     if out.dtype != like._data.dtype and like._data.dtype.kind == "f":
         out = out.astype(np.result_type(ad.dtype, bd.dtype) if ta is not None and tb is not None else like._data.dtype)
-    ta = ta if ta is not None else _wrap(ad.astype(out.dtype))
-    tb = tb if tb is not None else _wrap(bd.astype(out.dtype))
+    ta = ta if ta is not None else _wrap(np.asarray(ad, dtype=out.dtype))
+    tb = tb if tb is not None else _wrap(np.asarray(bd, dtype=out.dtype))
     aux = _wrap(np.broadcast_to(c, out.shape))
     return _ew(D.WHERE, out, ta, tb, aux=aux)
 
@@ -712,8 +718,10 @@ def _norm_index(index):
 def getitem(x, index):
     idx = _norm_index(index)
     d = x._data
+    if type(d) is not np.ndarray:
+        d = np.asarray(d)
     try:
-        out = d[idx]
+        out = d[idx + (Ellipsis,)] if Ellipsis not in idx else d[idx]  # a 0-d view, not a scalar copy
     except IndexError as e:
         raise IndexError(str(e)) from None
     out = np.asarray(out)
