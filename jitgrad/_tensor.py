@@ -3,6 +3,7 @@ import numpy as np
 
 from . import _dtype, _grad_mode
 from ._dtype import from_numpy_dtype
+from .autograd.graph import node_for
 
 
 class _Version:
@@ -39,7 +40,9 @@ def _rare_property(name):
 
 
 class Tensor:
-    __slots__ = ("_data", "requires_grad", "_grad_fn", "_output_nr", "_x", "__weakref__")
+    # _tape/_row: the row of the tape that produced this tensor (None for leaves); grad_fn is
+    # made from it on demand. _row and _output_nr are only meaningful when _tape is set.
+    __slots__ = ("_data", "requires_grad", "_tape", "_row", "_output_nr", "_x", "__weakref__")
     _grad = _rare_property("grad")
     _acc = _rare_property("acc")
     _retain = _rare_property("retain")
@@ -56,8 +59,7 @@ class Tensor:
         t = _new(Tensor)
         t._data = arr
         t.requires_grad = False
-        t._grad_fn = None
-        t._output_nr = 0
+        t._tape = None
         t._x = None
         return t
 
@@ -102,15 +104,17 @@ class Tensor:
     # -- autograd fields -------------------------------------------------------
     @property
     def grad_fn(self):
-        return self._grad_fn
+        return None if self._tape is None else node_for(self._tape, self._row)
+
+    _grad_fn = grad_fn
 
     @property
     def is_leaf(self):
-        return self._grad_fn is None
+        return self._tape is None
 
     @property
     def output_nr(self):
-        return self._output_nr
+        return 0 if self._tape is None else self._output_nr
 
     @property
     def grad(self):
@@ -142,20 +146,19 @@ class Tensor:
 
     @property
     def retains_grad(self):
-        return bool(self._retain) and self._grad_fn is not None
+        return bool(self._retain) and self._tape is not None
 
     def retain_grad(self):
         if not self.requires_grad:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
-        if self._grad_fn is None or self._retain:
+        if self._tape is None or self._retain:
             return
         import weakref
         self._retain = True
-        gf = self._grad_fn
-        gf._tape.retained[gf._row] = weakref.ref(self)
+        self._tape.retained[self._row] = weakref.ref(self)
 
     def requires_grad_(self, requires_grad=True):
-        if not requires_grad and self._grad_fn is not None:
+        if not requires_grad and self._tape is not None:
             raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to use a "
                                "computed variable in a subgraph that doesn't require differentiation use "
                                "var_no_grad = var.detach().")
@@ -182,7 +185,7 @@ class Tensor:
         return t
 
     def detach_(self):
-        self._grad_fn = None
+        self._tape = None
         self.requires_grad = False
         return self
 
@@ -301,7 +304,7 @@ class Tensor:
 
 
 def _check_inplace(t):
-    if t.requires_grad and t._grad_fn is None and _grad_mode.is_grad_enabled():
+    if t.requires_grad and t._tape is None and _grad_mode.is_grad_enabled():
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
     if t.requires_grad and _grad_mode.is_grad_enabled():
         raise NotImplementedError("differentiable in-place ops on tensors in a graph are not supported yet")
@@ -310,8 +313,7 @@ def _check_inplace(t):
 def _init_from(t, arr):
     t._data = arr
     t.requires_grad = False
-    t._grad_fn = None
-    t._output_nr = 0
+    t._tape = None
     t._x = None
 
 

@@ -10,7 +10,8 @@ from .. import _grad_mode
 from .._tensor import Tensor
 from ..ops import functional as F
 from . import _compiled, _pyengine, _tape
-from .graph import AccumulateGrad
+from ..ops.record import _leaf_row
+from .graph import AccumulateGrad, node_for
 
 
 def _as_tuple(x):
@@ -43,24 +44,24 @@ def _make_grads(outputs, grad_outputs, is_grads_batched=False):
 def _root_node(t, i):
     if not t.requires_grad:
         raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-    if t._grad_fn is not None:
-        return t._grad_fn
-    return _leaf_node(t)
+    return _node_of(t)
 
 
-def _leaf_node(t):
+def _node_of(t):
+    if t._tape is not None:
+        return node_for(t._tape, t._row)
     ref = t._acc
     acc = ref() if ref is not None else None
     if acc is None:
-        from ..ops.record import _leaf_row
-        acc, _ = _leaf_row(_tape.current_tape(), t)
+        _leaf_row(_tape.current_tape(), t)
+        acc = t._acc()
     return acc
 
 
 def _input_node(t, i):
     if not t.requires_grad:
         raise RuntimeError("One of the differentiated Tensors does not require grad")
-    return t._grad_fn if t._grad_fn is not None else _leaf_node(t)
+    return _node_of(t)
 
 
 def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
@@ -112,6 +113,10 @@ def _free(roots):
         seen.add(id(n))
         n._tape.freed[n._row] = 1
         stack.extend(n._inputs)
+    for r in roots:
+        if not isinstance(r, AccumulateGrad) and all(r._tape.freed[i] or i in r._tape.leaves or i in r._tape.ext
+                                                     for i in range(r._tape.nrows)):
+            r._tape.keep = []
     for r in roots:
         if not isinstance(r, AccumulateGrad):
             _tape.close_current_tape() if r._tape is getattr(_tape._local, "tape", None) else None

@@ -12,6 +12,7 @@ from .. import _grad_mode
 from ..ops import functional as F
 from ..ops.spec import FUNCS
 from ._tape import H_E0, HW
+from ._rowinfo import RowInfo
 from .graph import AccumulateGrad
 
 _NS = {name: getattr(F, name) for name in FUNCS}
@@ -29,30 +30,29 @@ def _freed_error():
         "if you need to access saved tensors after calling backward.")
 
 
-def _saved(node):
+def apply_rule(node, grad):
+    """Input gradients of `node` for output gradient `grad` (Tensors; elementwise ones at
+    the output's shape, the caller reduces them)."""
     tape = node._tape
     if tape.freed[node._row]:
         raise _freed_error()
-    return tape.keep[node._k]
-
-
-def apply_rule(node, grad):
-    """Input gradients of `node` for output gradient `grad` (Tensors, at input shapes)."""
     spec = node._spec
-    saved = _saved(node)
+    ri = RowInfo(node)
     if spec.kind != "ew":
-        return spec.rule(node, grad, saved)
+        return spec.rule(grad, ri)
     ns = dict(_NS)
     ns["grad"] = grad
-    for name, val in zip(spec.saves, saved):
-        if name == "result":
-            val = F._result(val, node)
-        ns[name] = val
-    params = saved[-1]
-    if params:
-        ns["p0"] = params[0]
-        if len(params) > 1:
-            ns["p1"] = params[1]
+    for k, name in enumerate(spec.saves):
+        if name == "self":
+            ns[name] = ri.saved_input(k, 0)
+        elif name == "other":
+            ns[name] = ri.saved_input(k, 1)
+        elif name == "result":
+            ns[name] = ri.result(k)
+        else:
+            ns[name] = ri.saved(k, ri.out_shape())
+    for k, p in enumerate(ri.floats(spec.nparams)):
+        ns[f"p{k}"] = p
     out = []
     for code, inp in zip(spec.code(), node._inputs):
         out.append(eval(code, ns) if (code is not None and inp is not None) else None)
@@ -65,6 +65,7 @@ def run(roots, grads, inputs, create_graph, accumulate):
     Returns {node: grad} for captured input nodes."""
     # Reachability, and which nodes lie on a path to a requested input.
     nodes = {}
+    inputs_of = {}  # materialised once: nodes are views made on demand
     stack = list(roots)
     order = []
     while stack:
@@ -73,13 +74,14 @@ def run(roots, grads, inputs, create_graph, accumulate):
             continue
         nodes[id(n)] = n
         order.append(n)
-        stack.extend(n._inputs)
+        inputs_of[id(n)] = n._inputs
+        stack.extend(inputs_of[id(n)])
     needed = None
     if inputs is not None:
         want = {id(n) for n in inputs}
         needed = set(want)
         for n in sorted(order, key=_seq):
-            if any(i is not None and id(i) in needed for i in n._inputs):
+            if any(i is not None and id(i) in needed for i in inputs_of[id(n)]):
                 needed.add(id(n))
     buffers = {}
     for r, g in zip(roots, grads):
@@ -98,12 +100,12 @@ def run(roots, grads, inputs, create_graph, accumulate):
                 if accumulate and (inputs is None or nid in want):
                     _accumulate(node.variable, grad, create_graph)
                 continue
-            if needed is not None and not any(i is not None and id(i) in needed for i in node._inputs):
+            if needed is not None and not any(i is not None and id(i) in needed for i in inputs_of[nid]):
                 continue
             retained = node._tape.retained.get(node._row)
             if retained is not None and retained() is not None and accumulate:
                 _accumulate(retained(), grad, create_graph)
-            for j, (inp, g) in enumerate(zip(node._inputs, apply_rule(node, grad))):
+            for j, (inp, g) in enumerate(zip(inputs_of[nid], apply_rule(node, grad))):
                 if inp is None or g is None:
                     continue
                 if node._spec.kind == "ew":

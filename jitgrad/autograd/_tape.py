@@ -11,11 +11,13 @@ A tape is a set of append-only `array.array` columns (amortised O(1) appends, an
   edges  3 ints per input: target row (-1: no gradient), target output nr, shape pointer
   xs     shapes and int params, each stored as (count, v0, v1, ...)
   fp     float64 params (clamp bounds, exponents, scalar operands)
-  slots  2 ints per saved value: address of its data, or -(index+1) into v64/v32 for an
-         inline copy of a one-element value; and its numel
+  slots  3 ints per saved value: address of its data, or -(index+1) into v64/v32 for an
+         inline copy of a one-element value; its numel; and where Python finds it again:
+         its index in `keep`, or for inline values 0 (v64) / 1 (v32)
   v64/v32 inline copies of one-element saved values, per dtype
 
-Python objects the kernels read by address are held in `keep` until the graph is freed.
+Arrays the kernels read by address are held in `keep` until the graph is freed. Nothing
+else is kept per node: the Python engine rebuilds what it needs from these columns.
 Rows are numbered in creation order, so descending row order is a topological order.
 A tape is closed (a new one started) after a backward that frees the graph, or when it
 grows past a size cap, so memory held by graphs nobody backpropagates through is bounded.
@@ -40,7 +42,7 @@ _tape_ids = itertools.count()
 pack_row = struct.Struct(f"{HW}q").pack
 pack_edge = struct.Struct("3q").pack
 pack_edge2 = struct.Struct("6q").pack
-pack_slot = struct.Struct("2q").pack
+pack_slot = struct.Struct("3q").pack
 
 
 def _dt_code(npd):
@@ -53,8 +55,8 @@ def _dt_code(npd):
 
 class Tape:
     __slots__ = ("id", "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "keep", "keep_bytes",
-                 "nrows", "shape_ptr", "leaves", "ext", "retained", "freed", "closed",
-                 "acc_row", "__weakref__")
+                 "nrows", "shape_ptr", "leaves", "ext", "ext_rows", "retained", "freed", "closed",
+                 "nodes", "tracebacks", "__weakref__")
 
     def __init__(self):
         self.id = next(_tape_ids)
@@ -74,6 +76,9 @@ class Tape:
         self.retained = {}    # row -> weakref of a non-leaf tensor that retains grad
         self.freed = array.array("b")  # per row: saved values released
         self.closed = False
+        self.nodes = {}       # row -> weakref of its materialised Node (autograd/graph.py)
+        self.ext_rows = {}    # (foreign tape id, row) -> EXT row here
+        self.tracebacks = {}  # row -> forward stack, recorded in anomaly mode
 
     # -- recording helpers ---------------------------------------------------------
     def shape(self, shape):
@@ -94,31 +99,46 @@ class Tape:
     def save(self, arr):
         """Save an ndarray for the kernels; returns its slot. One-element values are copied
         inline (cheaper than holding them), larger ones are held and read by address."""
-        k = len(self.slots) >> 1
+        k = len(self.slots) // 3
         n = arr.size
         if n == 1 and arr.dtype == np.float64:
-            self.slots.frombytes(pack_slot(-len(self.v64) - 1, 1))
+            self.slots.frombytes(pack_slot(-len(self.v64) - 1, 1, 0))
             self.v64.append(arr.item())
         elif n == 1 and arr.dtype == np.float32:
-            self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1))
+            self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1, 1))
             self.v32.append(arr.item())
         else:
             if not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr)
+            self.slots.frombytes(pack_slot(arr.ctypes.data, n, len(self.keep)))
             self.keep.append(arr)
             self.keep_bytes += arr.nbytes
             if self.keep_bytes >= MAX_KEEP_BYTES:
                 self.closed = True  # takes effect for the next op; this row still lands here
-            self.slots.frombytes(pack_slot(arr.ctypes.data, n))
         return k
 
     def save_scalar(self, value, dtcode):
         """A Python number used as an operand, saved inline in the graph's dtype."""
-        k = len(self.slots) >> 1
-        col = self.v64 if dtcode == DT_F64 else self.v32
-        self.slots.frombytes(pack_slot(-len(col) - 1, 1))
-        col.append(value)
+        k = len(self.slots) // 3
+        if dtcode == DT_F32:
+            self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1, 1))
+            self.v32.append(value)
+        else:
+            self.slots.frombytes(pack_slot(-len(self.v64) - 1, 1, 0))
+            self.v64.append(value)
         return k
+
+    def saved_value(self, k, shape):
+        """Saved value k as numpy data, for the Python engine."""
+        ref, n, where = self.slots[3 * k], self.slots[3 * k + 1], self.slots[3 * k + 2]
+        if ref < 0:
+            v = self.v64[-ref - 1] if where == 0 else self.v32[-ref - 1]
+            return (np.float64 if where == 0 else np.float32)(v).reshape(shape) if shape else \
+                (np.float64 if where == 0 else np.float32)(v)
+        return self.keep[where]
+
+    def shape_at(self, p):
+        return tuple(self.xs[p + 1:p + 1 + self.xs[p]])
 
     def add_row(self, op, dtcode, nin, numel, shp, fp, kp, ip):
         row = self.nrows

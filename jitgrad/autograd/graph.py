@@ -1,21 +1,36 @@
-"""Python-side graph nodes (`grad_fn`). They carry PyTorch's inspection API and own the
-lifetime of the graph; the engine never walks them on the compiled path: each node only
-knows its (tape, row) in the lowered arrays."""
+"""Python-side graph nodes (`grad_fn`), with PyTorch's inspection API.
 
+The graph itself lives in the tape (autograd/_tape.py); a Node is a view of one row,
+made when someone asks for it (`tensor.grad_fn`, `next_functions`, the Python engine) and
+cached weakly per tape, so the same row always gives the same object while it is alive.
+The forward pass never creates nodes: that keeps recording cheap and leaves nothing for
+the cycle collector or for backward to tear down.
+"""
+import weakref
 
-_HW, _H_E0 = 9, 3  # the tape's header layout (autograd/_tape.py)
+_HW, _H_OP, _H_NIN, _H_E0 = 9, 0, 2, 3  # the tape's header layout (autograd/_tape.py)
+SPECS = []        # opcode -> OpSpec, filled by ops/spec.py
+SINK_OPS = {}     # "acc"/"ext" -> opcode, filled by ops/record.py
 
 
 class Node:
-    # _metadata and _ext are rarely set, so recording leaves them unset (read with getattr)
-    __slots__ = ("_spec", "_tape", "_row", "_inputs", "_k", "_metadata", "_ext", "__weakref__")
+    # _metadata and _ext are rarely set, so they are left unset until used (read with getattr)
+    __slots__ = ("_tape", "_row", "_metadata", "__weakref__")
+
+    @property
+    def _spec(self):
+        return SPECS[self._tape.hdr[self._row * _HW + _H_OP]]
 
     def name(self):
         return self._spec.node_name
 
     @property
-    def __name__(self):
-        return self.name()
+    def _inputs(self):
+        """The node each input's gradient flows to (None for inputs that need none)."""
+        tape, row = self._tape, self._row
+        e0 = tape.hdr[row * _HW + _H_E0]
+        return tuple(node_for(tape, tape.edges[3 * (e0 + j)])
+                     for j in range(tape.hdr[row * _HW + _H_NIN]))
 
     @property
     def next_functions(self):
@@ -45,12 +60,41 @@ def _make_node_class(name):
 
 
 class AccumulateGrad(Node):
-    """The sink for a leaf: its row in the lowered graph collects the leaf's gradient."""
+    """The sink for a leaf: its row in the lowered graph collects the leaf's gradient.
+    Unlike other nodes it is created eagerly (once per leaf and tape) and cached on the leaf,
+    so that it is the same object wherever the leaf is reached."""
     __slots__ = ("variable",)
 
     def name(self):
         return "AccumulateGrad"
 
     @property
+    def _inputs(self):
+        return ()
+
+    @property
     def next_functions(self):
         return ()
+
+
+def node_for(tape, row):
+    """The Node of `row` in `tape` (None for row -1)."""
+    if row < 0:
+        return None
+    ref = tape.nodes.get(row)
+    if ref is not None:
+        node = ref()
+        if node is not None:
+            return node
+    op = tape.hdr[row * _HW + _H_OP]
+    if op == SINK_OPS["acc"]:
+        return tape.leaves[row]
+    if op == SINK_OPS["ext"]:
+        ft, frow = tape.ext[row]
+        return node_for(ft, frow)
+    cls = SPECS[op].cls
+    node = object.__new__(cls)
+    node._tape = tape
+    node._row = row
+    tape.nodes[row] = weakref.ref(node)
+    return node

@@ -32,6 +32,7 @@ OP_NSAVED = np.array({op_saves}, dtype=np.int64)
 OP_SAVES = OP_NSAVED
 OP_IS_EW = np.array({is_ew}, dtype=np.int8)
 OP_NPARAMS = np.array({nparams}, dtype=np.int64)
+OP_BASE = np.array({base}, dtype=np.int64)
 
 
 @jit_inline
@@ -67,6 +68,7 @@ def run(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt
             return 2, row
         if freed[row] and OP_SAVES[op]:
             return 1, row
+        bop = OP_BASE[op]
         if OP_IS_EW[op] and hdr[b + H_NUMEL] == 1:
             # One-element rows (scalar graphs) run inline: plain loads and stores on the
             # flat arena g1, no array views, no calls. One-element saved values of the
@@ -160,7 +162,7 @@ def _scalar_branch(spec, kw):
     for k in range(spec.nparams):
         lines.append(f"{ind}p{k} = fp[fpp + {k}]")
     for k, name in enumerate(spec.saves):
-        lines.append(f"{ind}{name} = v[-slots[2 * (kp + {k})] - 1]")
+        lines.append(f"{ind}{name} = v[-slots[3 * (kp + {k})] - 1]")
     for j, formula in enumerate(spec.grads):
         lines.append(f"{ind}c{j} = {formula}")
     return "\n".join(lines)
@@ -206,7 +208,9 @@ def generate():
                 continue  # no compiled kernel: the Python engine runs it (e.g. dtype casts)
         else:
             continue
-        dispatch.append(f"        elif op == {spec.op}:\n"
+        if spec.base != spec.op:
+            continue  # an alias: runs its base's kernel
+        dispatch.append(f"        elif bop == {spec.op}:\n"
                         f"            {fn}(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)")
     dispatch.insert(0, f"        elif OP_IS_EW[op]:\n"
                        f"            ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)")
@@ -215,7 +219,8 @@ def generate():
     ext = next(s.op for s in BY_OP if s.name == "_ext")
     is_ew = [1 if s.op in ew_ops else 0 for s in BY_OP]
     nparams = [s.nparams for s in BY_OP]
-    src = _HEADER.format(op_acc=acc, op_ext=ext, op_saves=op_saves, is_ew=is_ew, nparams=nparams)
+    base = [s.base for s in BY_OP]
+    src = _HEADER.format(op_acc=acc, op_ext=ext, op_saves=op_saves, is_ew=is_ew, nparams=nparams, base=base)
     src += _EW_HEAD.format(loops="\n".join(loops))
     src += _SCHEDULER.format(dispatch="\n".join(dispatch), scalar="\n".join(scalar))
     return src

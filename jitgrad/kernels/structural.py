@@ -44,16 +44,16 @@ def _carray_py(addr, n, like):  # NUMBA_DISABLE_JIT fallback: the same memory th
 @jit_inline
 def saved(slots, v, k):
     """Saved value k as a 1-D array of the graph's dtype."""
-    ref = slots[2 * k]
+    ref = slots[3 * k]
     if ref < 0:
         j = -ref - 1
         return v[j:j + 1]
-    return _view(ref, slots[2 * k + 1], v)
+    return _view(ref, slots[3 * k + 1], v)
 
 
 @jit_inline
 def saved_index(slots, k, like_i64):
-    return _view(slots[2 * k], slots[2 * k + 1], like_i64)
+    return _view(slots[3 * k], slots[3 * k + 1], like_i64)
 
 
 try:
@@ -464,7 +464,7 @@ def k_cat(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     outer, total, inner = xs[ip + 1], xs[ip + 2], xs[ip + 3]
     off = 0
     for j in range(hdr[b + H_NIN]):
-        sj = xs[ip + 4 + j]
+        sj = xs[ip + 5 + j]  # ip: outer, total, inner, dim, sizes...
         t = edge_target(edges, e0 + j, st)
         if t >= 0:
             d = target_buffer(t, outer * sj * inner, g1, bslot, bigs)

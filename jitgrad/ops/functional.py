@@ -22,12 +22,15 @@ def _wrap(arr):
     return Tensor._make(arr)
 
 
-def _result(arr, node):
-    """The op's own output as a rule input: linked to `node` when the backward is recorded."""
-    t = _wrap(arr)
-    if _grad_mode.is_grad_enabled():
+def _linked(data, tape, row, nr=0):
+    """A tensor for `data` whose grad_fn is row `row` of `tape` when the backward is being
+    recorded (create_graph), so that a rule using a saved value differentiates through it."""
+    t = _wrap(data)
+    if tape is not None and _grad_mode.is_grad_enabled():
         t.requires_grad = True
-        t._grad_fn = node
+        t._tape = tape
+        t._row = row
+        t._output_nr = nr
     return t
 
 
@@ -95,13 +98,10 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
             saved.append(out)
         else:
             saved.append(aux._data.astype(out.dtype))
-    # the Python rule sees the same values: Tensors, the constant, or the result array
-    py = [a if n == "self" else b if n == "other" else out if n == "result" else aux for n in spec.saves]
     fp = (p0, p1)[:spec.nparams]
-    py.append(fp)
     if b is None:
-        return record_unary(spec, res, a, saved, fp, py)
-    return record_binary(spec, res, a, b, saved, fp, py)
+        return record_unary(spec, res, a, saved, fp)
+    return record_binary(spec, res, a, b, saved, fp)
 
 
 def _binary(spec, npfn, a, b):
@@ -321,7 +321,7 @@ def to_dtype(x, dtype):
         return x
     res = _wrap(x._data.astype(dtype.np))
     if dtype.is_floating_point and _needs(x):
-        return record(D.TO_COPY, res, (x,), (), (), None, (x.dtype,))
+        return record(D.TO_COPY, res, (x,), (), (), [x._data.dtype.num])
     return res
 
 
@@ -349,7 +349,7 @@ def _reduce(spec_all, spec_dim, x, dim, keepdim, out, scale):
         return res
     kd = _kd_shape(x._data.shape, dims)
     spec = spec_all if dim is None else spec_dim
-    return record(spec, res, (x,), (), (scale,), kd, (x._data.shape, kd, scale))
+    return record(spec, res, (x,), (), (scale,), kd)
 
 
 def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001
@@ -387,7 +387,7 @@ def _extremum(spec, npfn, x, dim, keepdim):
     if not _needs(x):
         return res
     kd = _kd_shape(x._data.shape, dims)
-    return record(spec, res, (x,), (x._data, out), (), kd, (x, out, kd, dims))
+    return record(spec, res, (x,), (x._data, out), (), kd)
 
 
 def amax(x, dim=(), keepdim=False):
@@ -456,7 +456,7 @@ def prod(x, dim=None, keepdim=False, dtype=None):
         return res
     kd = _kd_shape(x._data.shape, dims)
     spec = D.PROD_ALL if dim is None else D.PROD
-    return record(spec, res, (x,), (x._data, out), (), kd, (x, out, kd, dims))
+    return record(spec, res, (x,), (x._data, out), (), kd)
 
 
 def sum_to(t, shape):
@@ -510,7 +510,7 @@ def matmul(a, b):
     res = _wrap(out)
     if not _needs(a, b):
         return res
-    return record(spec, res, (a, b), (ad, bd), (), None, (a, b))
+    return record(spec, res, (a, b), (ad, bd))
 
 
 def mm(a, b):
@@ -542,7 +542,7 @@ def trace(x):
     res = _wrap(np.asarray(np.trace(d), dtype=d.dtype if d.dtype.kind == "f" else np.int64))
     if not _needs(x):
         return res
-    return record(D.TRACE, res, (x,), (), (), None, (d.shape,))
+    return record(D.TRACE, res, (x,))
 
 
 # --- shape ----------------------------------------------------------------------------------
@@ -577,7 +577,7 @@ def _view_like(spec, x, out):
     res._vc = x._vc
     if not _needs(x):
         return res
-    return record(spec, res, (x,), (), (), None, (x._data.shape,))
+    return record(spec, res, (x,))
 
 
 def reshape(x, *shape):
@@ -634,7 +634,7 @@ def expand(x, *sizes):
     res = _wrap(np.broadcast_to(d, shape))
     if not _needs(x):
         return res
-    return record(D.EXPAND, res, (x,), (), (), None, (d.shape,))
+    return record(D.EXPAND, res, (x,))
 
 
 def expand_as(x, other):
@@ -655,7 +655,7 @@ def permute(x, *dims, spec=None):
     res._vc = x._vc
     if not _needs(x):
         return res
-    return record(spec or D.PERMUTE, res, (x,), (), (), perm, (perm,))
+    return record(spec or D.PERMUTE, res, (x,), (), (), perm)
 
 
 def transpose(x, dim0, dim1):
@@ -689,7 +689,7 @@ def index_flat(x, idx, out_shape, spec):
     res = _wrap(out)
     if not _needs(x):
         return res
-    return record(spec, res, (x,), (idx,), (), None, (idx, src.shape))
+    return record(spec, res, (x,), (idx,))
 
 
 def index_put_flat(g, idx, in_shape):
@@ -699,7 +699,7 @@ def index_put_flat(g, idx, in_shape):
     res = _wrap(out.reshape(in_shape))
     if not _needs(g):
         return res
-    return record(D.INDEX_PUT, res, (g,), (idx,), (), None, (idx, g._data.shape))
+    return record(D.INDEX_PUT, res, (g,), (idx,))
 
 
 def _norm_index(index):
@@ -787,7 +787,7 @@ def _join(spec, tensors, dim, out, stacked):
     outer = int(np.prod(shape[:dim], dtype=np.int64))
     inner = int(np.prod(shape[dim + 1:], dtype=np.int64))
     sizes = [1 if stacked else t._data.shape[dim] for t in tensors]
-    return record(spec, res, tuple(tensors), (), (), [outer, shape[dim], inner] + sizes, (dim, sizes, stacked))
+    return record(spec, res, tuple(tensors), (), (), [outer, shape[dim], inner, dim] + sizes)
 
 
 # --- normalisation ----------------------------------------------------------------------------
@@ -814,7 +814,7 @@ def softmax(x, dim, dtype=None):
     res = _wrap(out)
     if not _needs(x):
         return res
-    return record(D.SOFTMAX, res, (x,), (out,), (), _groups(d.shape or (1,), dim), (out, dim))
+    return record(D.SOFTMAX, res, (x,), (out,), (), _groups(d.shape or (1,), dim) + [dim])
 
 
 def log_softmax(x, dim, dtype=None):
@@ -832,7 +832,7 @@ def log_softmax(x, dim, dtype=None):
     res = _wrap(out)
     if not _needs(x):
         return res
-    return record(D.LOG_SOFTMAX, res, (x,), (out,), (), _groups(d.shape or (1,), dim), (out, dim))
+    return record(D.LOG_SOFTMAX, res, (x,), (out,), (), _groups(d.shape or (1,), dim) + [dim])
 
 
 def _size_str(shape):

@@ -3,65 +3,72 @@
 The Python engine runs these when `create_graph=True` (so the backward is itself
 recorded) and for graphs the compiled path does not take. Each has a compiled twin in
 kernels/structural.py; tests/test_kernels_vs_rules.py holds the two together.
-Signature: rule(node, grad, saved) -> one gradient (or None) per input, at the input's
-shape. `saved` is what the forward function stored for this node.
+Signature: rule(grad, ri) -> one gradient (or None) per input, at the input's shape,
+where `ri` (autograd/_rowinfo.py) reads the node's shapes, parameters and saved values
+back from its tape row.
 """
 import numpy as np
 
+from .. import _dtype
 from . import functional as F
 
 
-def sum_rule(node, grad, saved):
-    in_shape, kd_shape, scale = saved
-    g = F.expand(F.reshape(grad, kd_shape), in_shape)
+def sum_rule(grad, ri):
+    (scale,) = ri.floats(1)
+    g = F.expand(F.reshape(grad, ri.ints()), ri.in_shape(0))
     return (g * scale if scale != 1.0 else g,)
 
 
-def extremum_rule(node, grad, saved):
-    self, result, kd_shape, dims = saved
-    r = F.reshape(F._wrap(result), kd_shape)
+def _dims_of(in_shape, kd):
+    return tuple(i for i, (a, b) in enumerate(zip(in_shape, kd)) if b == 1)
+
+
+def extremum_rule(grad, ri):
+    kd = ri.ints()
+    self = ri.saved_input(0, 0)
+    r = F._wrap(ri.saved(1, ri.out_shape())).reshape(kd)
     mask = F.to_dtype(F.eq(self, r), self.dtype)
-    count = F.sum(mask, dims, keepdim=True)
-    return (F.reshape(grad, kd_shape) * mask / count,)
+    count = F.sum(mask, _dims_of(ri.in_shape(0), kd), keepdim=True)
+    return (F.reshape(grad, kd) * mask / count,)
 
 
-def scatter_rule(node, grad, saved):
-    idx, in_shape = saved
-    return (F.index_put_flat(grad, idx, in_shape),)
+def scatter_rule(grad, ri):
+    idx = ri.saved(0, None)
+    return (F.index_put_flat(grad, idx, ri.in_shape(0)),)
 
 
-def gather_rule(node, grad, saved):
-    idx, out_shape = saved
-    return (F.index_flat(grad, idx, out_shape, F.D.INDEX),)
+def gather_rule(grad, ri):
+    idx = ri.saved(0, None)
+    return (F.index_flat(grad, idx, ri.in_shape(0), F.D.INDEX),)
 
 
-def prod_rule(node, grad, saved):
-    self, result, kd_shape, dims = saved
-    g = F.reshape(grad, kd_shape)
-    x = self._data
+def prod_rule(grad, ri):
+    kd = ri.ints()
+    self = ri.saved_input(0, 0)
+    g = F.reshape(grad, kd)
+    x = np.asarray(self._data)
     if not (x == 0).any():
-        return (g * F.reshape(F._wrap(result), kd_shape) / self,)
+        return (g * F.reshape(ri.result(1), kd) / self,)
     # With zeros, result/self is undefined: use the product of the other elements,
     # computed without a graph (its second derivative is not tracked here).
-    others = _prod_others(x, dims)
-    return (g * F._wrap(others),)
+    return (g * F._wrap(_prod_others(x, _dims_of(x.shape, kd))),)
 
 
 def _prod_others(x, dims):
-    out = np.empty_like(x)
     moved = np.moveaxis(x, dims, tuple(range(len(dims))))
-    flat = moved.reshape(-1, *moved.shape[len(dims):])
+    lead = int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
+    flat = moved.reshape(lead, -1)
     res = np.empty_like(flat)
-    for i in range(flat.shape[0]):
-        mask = np.ones(flat.shape[0], bool)
+    for i in range(lead):
+        mask = np.ones(lead, bool)
         mask[i] = False
         res[i] = flat[mask].prod(axis=0)
-    out_moved = res.reshape(moved.shape)
-    return np.moveaxis(out_moved, tuple(range(len(dims))), dims).reshape(x.shape)
+    return np.moveaxis(res.reshape(moved.shape), tuple(range(len(dims))), dims)
 
 
-def matmul_rule(node, grad, saved):
-    a, b = saved
+def matmul_rule(grad, ri):
+    a = ri.saved_input(0, 0)
+    b = ri.saved_input(1, 1)
     a2 = F.unsqueeze(a, 0) if a.ndim == 1 else a
     b2 = F.unsqueeze(b, 1) if b.ndim == 1 else b
     out_shape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
@@ -71,29 +78,26 @@ def matmul_rule(node, grad, saved):
     return (F.reshape(ga, a.shape), F.reshape(gb, b.shape))
 
 
-def trace_rule(node, grad, saved):
-    (shape,) = saved
-    eye = F._wrap(np.eye(shape[0], shape[1], dtype=grad._data.dtype))
-    return (grad * eye,)
+def trace_rule(grad, ri):
+    rows, cols = ri.in_shape(0)
+    return (grad * F._wrap(np.eye(rows, cols, dtype=grad._data.dtype)),)
 
 
-def permute_rule(node, grad, saved):
-    (perm,) = saved
-    return (F.permute(grad, tuple(int(i) for i in np.argsort(perm))),)
+def permute_rule(grad, ri):
+    return (F.permute(grad, tuple(int(i) for i in np.argsort(ri.ints()))),)
 
 
-def view_rule(node, grad, saved):
-    (in_shape,) = saved
-    return (F.reshape(grad, in_shape),)
+def view_rule(grad, ri):
+    return (F.reshape(grad, ri.in_shape(0)),)
 
 
-def expand_rule(node, grad, saved):
-    (in_shape,) = saved
-    return (F.sum_to(grad, in_shape),)
+def expand_rule(grad, ri):
+    return (F.sum_to(grad, ri.in_shape(0)),)
 
 
-def cat_rule(node, grad, saved):
-    dim, sizes, stacked = saved
+def cat_rule(grad, ri):
+    outer, total, inner, dim, *sizes = ri.ints()
+    stacked = ri.tape.hdr[ri.base] == F.D.STACK.op
     out = []
     off = 0
     for n in sizes:
@@ -104,18 +108,25 @@ def cat_rule(node, grad, saved):
     return tuple(out)
 
 
-def softmax_rule(node, grad, saved):
-    result, dim = saved
-    y = F._result(result, node)
+def softmax_rule(grad, ri):
+    dim = ri.ints()[3]
+    y = ri.result(0)
     return (y * (grad - F.sum(grad * y, dim, keepdim=True)),)
 
 
-def log_softmax_rule(node, grad, saved):
-    result, dim = saved
-    y = F._result(result, node)
+def log_softmax_rule(grad, ri):
+    dim = ri.ints()[3]
+    y = ri.result(0)
     return (grad - F.exp(y) * F.sum(grad, dim, keepdim=True),)
 
 
-def to_copy_rule(node, grad, saved):
-    (dtype,) = saved
-    return (F.to_dtype(grad, dtype),)
+def to_copy_rule(grad, ri):
+    (num,) = ri.ints()
+    return (F.to_dtype(grad, _dtype.from_numpy_dtype(_np_from_num(num))),)
+
+
+def _np_from_num(num):
+    for d in (np.float64, np.float32, np.int64, np.int32, np.bool_):
+        if np.dtype(d).num == num:
+            return np.dtype(d)
+    raise ValueError(num)

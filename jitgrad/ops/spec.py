@@ -6,7 +6,8 @@ string is (a) evaluated on Tensors by the Python engine, so `create_graph=True` 
 the backward as differentiable ops, and (b) compiled by `kernels/codegen.py` into the
 scalar body of the op's @njit kernel. One source, two executions (DESIGN.md point 6).
 
-Names usable in a formula: grad, self, other, result, aux (a saved non-differentiable
+Saved values are named: self and other are inputs 0 and 1 (for every primitive), result is
+the output, aux a non-differentiable array. Names usable in a formula: grad, self, other, result, aux (a saved non-differentiable
 array, e.g. where's condition), p0, p1 (float params), and the functions in FUNCS.
 Broadcasting is never handled in a formula: the engine reduces to the input's shape.
 
@@ -16,23 +17,24 @@ tests/test_kernels_vs_rules.py holds each kernel against its rule.
 """
 import re
 
-from ..autograd.graph import _make_node_class
+from ..autograd.graph import SPECS, _make_node_class
 
 FUNCS = ("exp", "log", "cos", "sin", "sqrt", "sign", "where")
 _VARS = ("self", "other", "result", "aux")
 
 REGISTRY = {}   # name -> OpSpec
-BY_OP = []      # opcode -> OpSpec
+BY_OP = SPECS   # opcode -> OpSpec (shared with autograd.graph, which names rows by it)
 
 
 class OpSpec:
-    __slots__ = ("name", "node_name", "op", "kind", "grads", "saves", "rule", "cls",
+    __slots__ = ("name", "node_name", "op", "base", "kind", "grads", "saves", "rule", "cls",
                  "nparams", "_code")
 
     def __init__(self, name, node_name, kind, grads=(), saves=(), rule=None, nparams=0):
         self.name = name
         self.node_name = node_name
         self.op = len(BY_OP)
+        self.base = self.op  # the opcode whose kernel runs this op (aliases share their base's)
         self.kind = kind
         self.grads = tuple(grads)
         self.rule = rule
@@ -67,10 +69,13 @@ def structural(name, node_name, saves=(), rule=None):
 
 
 def alias(name, spec, node_name):
-    """The same kernel and rule under another PyTorch node name (e.g. SumBackward1)."""
+    """The same kernel and rule under another PyTorch node name (e.g. SumBackward1). It gets
+    its own opcode, so a row knows its node's name; the scheduler maps it to `base`."""
     s = OpSpec.__new__(OpSpec)
     for f in OpSpec.__slots__:
         setattr(s, f, getattr(spec, f))
     s.name, s.node_name, s.cls = name, node_name, _make_node_class(node_name)
+    s.op = len(BY_OP)
+    BY_OP.append(s)
     REGISTRY[name] = s
     return s

@@ -1,0 +1,55 @@
+"""What a Python rule needs to know about its node, read back from the tape row."""
+from ..ops import functional as F
+from ._tape import H_E0, H_FP, H_IP, H_KP, H_SHP, HW
+
+
+class RowInfo:
+    __slots__ = ("tape", "row", "base")
+
+    def __init__(self, node):
+        self.tape = node._tape
+        self.row = node._row
+        self.base = self.row * HW
+
+    def _edge(self, j):
+        return 3 * (self.tape.hdr[self.base + H_E0] + j)
+
+    def in_shape(self, j):
+        return self.tape.shape_at(self.tape.edges[self._edge(j) + 2])
+
+    def out_shape(self):
+        return self.tape.shape_at(self.tape.hdr[self.base + H_SHP])
+
+    def ints(self):
+        p = self.tape.hdr[self.base + H_IP]
+        return tuple(self.tape.xs[p + 1:p + 1 + self.tape.xs[p]])
+
+    def floats(self, n):
+        p = self.tape.hdr[self.base + H_FP]
+        return tuple(self.tape.fp[p:p + n])
+
+    def saved(self, k, shape):
+        return self.tape.saved_value(self.tape.hdr[self.base + H_KP] + k, shape)
+
+    def input(self, j, data):
+        """Saved input j as a Tensor whose grad_fn is the input's, so that under
+        create_graph the rule's ops differentiate through it."""
+        tape = self.tape
+        e = self._edge(j)
+        t = tape.edges[e]
+        if t < 0:
+            return F._wrap(data)
+        from .graph import SINK_OPS
+        op = tape.hdr[t * HW]
+        if op == SINK_OPS["acc"]:
+            return tape.leaves[t].variable  # the leaf itself (its data is the saved value)
+        if op == SINK_OPS["ext"]:
+            ft, frow = tape.ext[t]
+            return F._linked(data, ft, frow, tape.edges[e + 1])
+        return F._linked(data, tape, t, tape.edges[e + 1])
+
+    def saved_input(self, k, j):
+        return self.input(j, self.saved(k, self.in_shape(j)))
+
+    def result(self, k):
+        return F._linked(self.saved(k, self.out_shape()), self.tape, self.row)
