@@ -17,13 +17,14 @@ class _Version:
 class _Rare:
     """Per-tensor state most tensors never use; allocated on first write so that creating
     the output of an op (the forward hot path) sets only four fields."""
-    __slots__ = ("grad", "acc", "retain", "vc")
+    __slots__ = ("grad", "acc", "retain", "vc", "node")
 
     def __init__(self):
         self.grad = None
         self.acc = None
         self.retain = False
         self.vc = None
+        self.node = None  # grad_fn, once made
 
 
 def _rare_property(name):
@@ -42,7 +43,7 @@ def _rare_property(name):
 class Tensor:
     # _tape/_row: the row of the tape that produced this tensor (None for leaves); grad_fn is
     # made from it on demand. _row and _output_nr are only meaningful when _tape is set.
-    __slots__ = ("_data", "requires_grad", "_tape", "_row", "_output_nr", "_x", "__weakref__")
+    __slots__ = ("_data", "_requires_grad", "_tape", "_row", "_output_nr", "_x", "__weakref__")
     _grad = _rare_property("grad")
     _acc = _rare_property("acc")
     _retain = _rare_property("retain")
@@ -52,13 +53,13 @@ class Tensor:
     def __init__(self, data=None, *, dtype=None, requires_grad=False):
         t = tensor(data if data is not None else [], dtype=dtype, requires_grad=requires_grad)
         _init_from(self, t._data)
-        self.requires_grad = t.requires_grad
+        self._requires_grad = t._requires_grad
 
     @staticmethod
     def _make(arr):
         t = _new(Tensor)
         t._data = arr
-        t.requires_grad = False
+        t._requires_grad = False
         t._tape = None
         t._x = None
         return t
@@ -103,8 +104,30 @@ class Tensor:
 
     # -- autograd fields -------------------------------------------------------
     @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        if value and self._data.dtype.kind != "f":
+            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+        if not value and self._tape is not None:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to use a "
+                               "computed variable in a subgraph that doesn't require differentiation use "
+                               "var_no_grad = var.detach().")
+        self._requires_grad = bool(value)
+
+    @property
     def grad_fn(self):
-        return None if self._tape is None else node_for(self._tape, self._row)
+        if self._tape is None:
+            return None
+        x = self._x
+        if x is None:
+            x = self._x = _Rare()
+        node = x.node
+        if node is None or node._tape is not self._tape or node._row != self._row:
+            node = x.node = node_for(self._tape, self._row)
+        return node
 
     _grad_fn = grad_fn
 
@@ -186,7 +209,7 @@ class Tensor:
 
     def detach_(self):
         self._tape = None
-        self.requires_grad = False
+        self._requires_grad = False
         return self
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
@@ -312,7 +335,7 @@ def _check_inplace(t):
 
 def _init_from(t, arr):
     t._data = arr
-    t.requires_grad = False
+    t._requires_grad = False
     t._tape = None
     t._x = None
 
@@ -354,6 +377,8 @@ def _check_requires_grad(arr, requires_grad):
 
 def tensor(data, dtype=None, device=None, requires_grad=False):
     npd = _dtype.to_numpy_dtype(dtype)
+    if npd is None and isinstance(data, (np.ndarray, np.generic)):
+        npd = from_numpy_dtype(data.dtype).np  # numpy data keeps its dtype, as in PyTorch
     if npd is None:
         arr = np.array(_unwrap_nested(data))
         if arr.dtype.kind == "f":
@@ -366,7 +391,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         arr = np.array(_unwrap_nested(data), dtype=npd)
     _check_requires_grad(arr, requires_grad)
     t = Tensor._make(arr)
-    t.requires_grad = bool(requires_grad)
+    t._requires_grad = bool(requires_grad)
     return t
 
 
@@ -393,7 +418,7 @@ def _factory(fill):
         arr = fill(_shape_args(size), npd)
         _check_requires_grad(arr, requires_grad)
         t = Tensor._make(arr)
-        t.requires_grad = bool(requires_grad)
+        t._requires_grad = bool(requires_grad)
         return t
     return make
 
@@ -419,7 +444,7 @@ def full(size, fill_value, dtype=None, requires_grad=False, device=None):
     arr = np.full(tuple(size), fill_value, dtype=dtype.np)
     _check_requires_grad(arr, requires_grad)
     t = Tensor._make(arr)
-    t.requires_grad = bool(requires_grad)
+    t._requires_grad = bool(requires_grad)
     return t
 
 
@@ -432,14 +457,14 @@ def arange(start, end=None, step=1, dtype=None, requires_grad=False, device=None
     arr = np.arange(start, end, step, dtype=npd)
     _check_requires_grad(arr, requires_grad)
     t = Tensor._make(arr)
-    t.requires_grad = bool(requires_grad)
+    t._requires_grad = bool(requires_grad)
     return t
 
 
 def eye(n, m=None, dtype=None, requires_grad=False):
     npd = _dtype.to_numpy_dtype(dtype) or _dtype.get_default_dtype().np
     t = Tensor._make(np.eye(n, m, dtype=npd))
-    t.requires_grad = requires_grad
+    t._requires_grad = bool(requires_grad)
     return t
 
 

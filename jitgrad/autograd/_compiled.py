@@ -4,6 +4,10 @@ Python work here is per call and per leaf, never per node: build the state array
 the roots, call the scheduler, then hand the leaves their gradients. Tapes are processed
 newest first; an EXT row's gradient becomes a root of the older tape it points into
 (every row of an older tape precedes every row of a newer one, so order is kept).
+
+numpy views of a tape's columns exist only inside `_with_views`: while a view is alive
+the array.array behind it cannot grow, so none may outlive a call (not even in a
+traceback).
 """
 import numpy as np
 from numba import types
@@ -15,6 +19,7 @@ from ..kernels.structural import DONE, EXEC, HAS, KEEP, RECV, mark_need
 from ._tape import DT_F32, DT_F64, H_NUMEL, H_SHP, HW
 
 FALLBACK = object()  # returned when the graph needs the Python engine
+FREED = object()     # returned when a row's saved values were already freed
 
 _sched = []
 _LIST_TYPES = {}
@@ -34,15 +39,18 @@ def _list_type(npd):
     return t
 
 
+def _view(col, dtype, empty_len):
+    return np.frombuffer(col, dtype) if len(col) else np.zeros(empty_len, dtype)
+
+
 class _TapeRun:
-    """The per-backward state arrays of one tape."""
+    """The per-backward state of one tape: which rows take, have and keep gradient, and
+    the gradient buffers (g1 for one-element rows, bigs for the rest)."""
 
     def __init__(self, tape, npd):
         n = tape.nrows
         self.tape = tape
         self.npd = npd
-        self.hdr = np.frombuffer(tape.hdr, np.int64)
-        self.edges = np.frombuffer(tape.edges, np.int64) if len(tape.edges) else np.zeros(3, np.int64)
         self.st = np.full(n, RECV | EXEC, np.uint8)
         self.g1 = np.zeros(n, npd)
         self.bslot = np.full(n, -1, np.int64)
@@ -52,35 +60,36 @@ class _TapeRun:
     def seed(self, row, arr):
         self.st[row] |= HAS
         self.hi = max(self.hi, row)
-        if arr.size == 1 and self.hdr[row * HW + H_NUMEL] == 1:
-            self.g1[row] += arr.reshape(-1)[0]
+        if self.tape.hdr[row * HW + H_NUMEL] == 1:
+            self.g1[row] += np.asarray(arr).reshape(-1)[0]
             return
         s = self.bslot[row]
         if s < 0:
             self.bslot[row] = len(self.bigs)
             self.bigs.append(np.array(arr, dtype=self.npd).reshape(-1))
         else:
-            self.bigs[s] += arr.reshape(-1)
+            self.bigs[s] += np.asarray(arr).reshape(-1)
 
     def value(self, row):
         tape = self.tape
-        p = self.hdr[row * HW + H_SHP]
-        shape = tuple(tape.xs[p + 1:p + 1 + tape.xs[p]])
-        if self.hdr[row * HW + H_NUMEL] == 1:
+        shape = tape.shape_at(tape.hdr[row * HW + H_SHP])
+        if tape.hdr[row * HW + H_NUMEL] == 1:
             return np.full(shape, self.g1[row], self.npd)
         return self.bigs[self.bslot[row]].reshape(shape)
 
+    def mark_need(self):
+        tape = self.tape
+        mark_need(_view(tape.hdr, np.int64, HW), _view(tape.edges, np.int64, 3), tape.nrows, self.st)
+
     def run(self, retain):
         tape = self.tape
-        sched = scheduler()
+        tape.grow_freed()
         v = tape.v64 if self.npd == np.float64 else tape.v32
-        v = np.frombuffer(v, self.npd) if len(v) else np.zeros(1, self.npd)
-        xs = np.frombuffer(tape.xs, np.int64)
-        fp = np.frombuffer(tape.fp, np.float64) if len(tape.fp) else np.zeros(1)
-        slots = np.frombuffer(tape.slots, np.int64) if len(tape.slots) else np.zeros(2, np.int64)
-        freed = np.frombuffer(tape.freed, np.int8)
-        return sched.run(self.hdr, self.edges, xs, fp, slots, v, self.g1, self.st, self.bslot, self.bigs,
-                         freed, self.hi, retain, _DT[self.npd])
+        return scheduler().run(
+            _view(tape.hdr, np.int64, HW), _view(tape.edges, np.int64, 3), _view(tape.xs, np.int64, 1),
+            _view(tape.fp, np.float64, 1), _view(tape.slots, np.int64, 3), _view(v, self.npd, 1),
+            self.g1, self.st, self.bslot, self.bigs, np.frombuffer(tape.freed, np.int8), self.hi, retain,
+            _DT[self.npd])
 
 
 def _tapes_from(roots):
@@ -95,8 +104,9 @@ def _tapes_from(roots):
     return sorted(seen.values(), key=lambda t: t.id)
 
 
-def run(roots, grads, in_nodes, accumulate, retain):
-    """Returns ({id(input node): grad array}, [(tensor, grad array) to accumulate]) or FALLBACK."""
+def run(roots, grads, in_nodes, retain):
+    """Returns ({id(input node): grad array}, [(leaf tensor, grad array)], [(retaining tensor,
+    grad array)]), or FALLBACK / FREED. With in_nodes, leaves are captured, not accumulated."""
     npd = grads[0]._data.dtype
     if npd not in _DT or any(g._data.dtype != npd for g in grads):
         return FALLBACK
@@ -116,11 +126,12 @@ def run(roots, grads, in_nodes, accumulate, retain):
             for row, (ft, frow) in t.ext.items():
                 if runs[ft.id].st[frow] & RECV:
                     r.st[row] |= RECV
-            mark_need(r.hdr, r.edges, t.nrows, r.st)
+            r.mark_need()
     for node, g in zip(roots, grads):
         runs[node._tape.id].seed(node._row, g._data)
     captured = {}
-    to_accumulate = []
+    leaves = []
+    retained = []
     for t in reversed(tapes):
         r = runs[t.id]
         if r.hi < 0:
@@ -132,36 +143,31 @@ def run(roots, grads, in_nodes, accumulate, retain):
             for node in in_nodes:
                 if node._tape is t:
                     st[node._row] |= KEEP
-        status, row = r.run(retain)
+        status, _ = r.run(retain)
         if status == 1:
-            from ._pyengine import _freed_error
-            raise _freed_error()
+            return FREED
         if status == 2:
             return FALLBACK
         for lrow, acc in t.leaves.items():
             if st[lrow] & HAS:
                 if want is None:
-                    to_accumulate.append((acc.variable, r.value(lrow)))
+                    leaves.append((acc.variable, r.value(lrow)))
                 elif id(acc) in want:
                     captured[id(acc)] = r.value(lrow)
-                    if accumulate:
-                        to_accumulate.append((acc.variable, captured[id(acc)]))
         for erow, (ft, frow) in t.ext.items():
             if st[erow] & HAS:
                 runs[ft.id].seed(frow, r.value(erow))
-        if accumulate:
-            for rrow, ref in t.retained.items():
-                tensor = ref()
-                if tensor is not None and st[rrow] & HAS:
-                    to_accumulate.append((tensor, r.value(rrow)))
+        for rrow, ref in t.retained.items():
+            tensor = ref()
+            if tensor is not None and st[rrow] & HAS:
+                retained.append((tensor, r.value(rrow)))
         if want is not None:
             for node in in_nodes:
                 if node._tape is t and st[node._row] & HAS:
                     captured[id(node)] = r.value(node._row)
         if not retain:
             _release(t, r)
-        del r.hdr, r.edges  # drop buffer exports so the tape's columns can grow again
-    return captured, to_accumulate
+    return captured, leaves, retained
 
 
 def _release(tape, r):

@@ -72,18 +72,29 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
     in_nodes = None if inputs is None else [_input_node(t, i) for i, t in enumerate(inputs)]
     out = _compiled.FALLBACK
     if not create_graph:
-        out = _compiled.run(roots, grads, in_nodes, accumulate, bool(retain_graph))
+        out = _compiled.run(roots, grads, in_nodes, bool(retain_graph))
+        if out is _compiled.FREED:
+            raise _pyengine._freed_error()
     if out is _compiled.FALLBACK:
         captured = _pyengine.run(roots, grads, in_nodes, create_graph, accumulate)
         if not retain_graph:
             _free(roots)
     else:
-        arrays, to_accumulate = out
+        arrays, leaves, retained = out
         captured = {k: F._wrap(a) for k, a in arrays.items()}
-        for t, a in to_accumulate:
+        for t, a in leaves:
             _accumulate_array(t, a)
+        if accumulate:
+            for t, a in retained:
+                _accumulate_array(t, a)
         if not retain_graph:
             _close(roots)
+    if accumulate and inputs is not None:
+        # backward(inputs=...): the engines captured the inputs' gradients; accumulate them
+        for t, n in zip(inputs, in_nodes):
+            g = captured.get(id(n))
+            if g is not None:
+                _pyengine._accumulate(t, g, create_graph)
     return captured, in_nodes
 
 
@@ -111,15 +122,10 @@ def _free(roots):
         if n is None or id(n) in seen or isinstance(n, AccumulateGrad):
             continue
         seen.add(id(n))
+        n._tape.grow_freed()
         n._tape.freed[n._row] = 1
         stack.extend(n._inputs)
-    for r in roots:
-        if not isinstance(r, AccumulateGrad) and all(r._tape.freed[i] or i in r._tape.leaves or i in r._tape.ext
-                                                     for i in range(r._tape.nrows)):
-            r._tape.keep = []
-    for r in roots:
-        if not isinstance(r, AccumulateGrad):
-            _tape.close_current_tape() if r._tape is getattr(_tape._local, "tape", None) else None
+    _close(roots)
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None, inputs=None):

@@ -34,7 +34,7 @@ def apply_rule(node, grad):
     """Input gradients of `node` for output gradient `grad` (Tensors; elementwise ones at
     the output's shape, the caller reduces them)."""
     tape = node._tape
-    if tape.freed[node._row]:
+    if tape.is_freed(node._row):
         raise _freed_error()
     spec = node._spec
     ri = RowInfo(node)
@@ -97,7 +97,7 @@ def run(roots, grads, inputs, create_graph, accumulate):
             if inputs is not None and nid in want:
                 captured[nid] = grad
             if isinstance(node, AccumulateGrad):
-                if accumulate and (inputs is None or nid in want):
+                if accumulate and inputs is None:  # with inputs, the caller accumulates captures
                     _accumulate(node.variable, grad, create_graph)
                 continue
             if needed is not None and not any(i is not None and id(i) in needed for i in inputs_of[nid]):

@@ -56,7 +56,7 @@ def _dt_code(npd):
 class Tape:
     __slots__ = ("id", "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "keep", "keep_bytes",
                  "nrows", "shape_ptr", "leaves", "ext", "ext_rows", "retained", "freed", "closed",
-                 "nodes", "tracebacks", "__weakref__")
+                 "nodes", "tracebacks", "metadata", "__weakref__")
 
     def __init__(self):
         self.id = next(_tape_ids)
@@ -74,11 +74,12 @@ class Tape:
         self.leaves = {}      # AccumulateGrad row -> AccumulateGrad node
         self.ext = {}         # EXT row -> (foreign tape, foreign row)
         self.retained = {}    # row -> weakref of a non-leaf tensor that retains grad
-        self.freed = array.array("b")  # per row: saved values released
+        self.freed = array.array("b")  # per row: saved values released (grown at backward)
         self.closed = False
         self.nodes = {}       # row -> weakref of its materialised Node (autograd/graph.py)
         self.ext_rows = {}    # (foreign tape id, row) -> EXT row here
         self.tracebacks = {}  # row -> forward stack, recorded in anomaly mode
+        self.metadata = {}    # row -> its node's `metadata` dict
 
     # -- recording helpers ---------------------------------------------------------
     def shape(self, shape):
@@ -137,13 +138,19 @@ class Tape:
                 (np.float64 if where == 0 else np.float32)(v)
         return self.keep[where]
 
+    def grow_freed(self):
+        if len(self.freed) < self.nrows:
+            self.freed.frombytes(bytes(self.nrows - len(self.freed)))
+
+    def is_freed(self, row):
+        return row < len(self.freed) and self.freed[row]
+
     def shape_at(self, p):
         return tuple(self.xs[p + 1:p + 1 + self.xs[p]])
 
     def add_row(self, op, dtcode, nin, numel, shp, fp, kp, ip):
         row = self.nrows
         self.hdr.frombytes(pack_row(op, dtcode, nin, len(self.edges) // 3, numel, shp, fp, kp, ip))
-        self.freed.append(0)
         self.nrows = row + 1
         if row + 1 >= MAX_ROWS:
             self.closed = True

@@ -14,8 +14,9 @@ SINK_OPS = {}     # "acc"/"ext" -> opcode, filled by ops/record.py
 
 
 class Node:
-    # _metadata and _ext are rarely set, so they are left unset until used (read with getattr)
-    __slots__ = ("_tape", "_row", "_metadata", "__weakref__")
+    # _next caches _inputs: like PyTorch's, a node holds the nodes after it, so a graph being
+    # walked stays alive and keeps its identities (references only point towards the leaves)
+    __slots__ = ("_tape", "_row", "_next", "__weakref__")
 
     @property
     def _spec(self):
@@ -27,10 +28,13 @@ class Node:
     @property
     def _inputs(self):
         """The node each input's gradient flows to (None for inputs that need none)."""
-        tape, row = self._tape, self._row
-        e0 = tape.hdr[row * _HW + _H_E0]
-        return tuple(node_for(tape, tape.edges[3 * (e0 + j)])
-                     for j in range(tape.hdr[row * _HW + _H_NIN]))
+        nxt = self._next
+        if nxt is None:
+            tape, row = self._tape, self._row
+            e0 = tape.hdr[row * _HW + _H_E0]
+            nxt = self._next = tuple(node_for(tape, tape.edges[3 * (e0 + j)])
+                                     for j in range(tape.hdr[row * _HW + _H_NIN]))
+        return nxt
 
     @property
     def next_functions(self):
@@ -41,10 +45,8 @@ class Node:
 
     @property
     def metadata(self):
-        md = getattr(self, "_metadata", None)
-        if md is None:
-            md = self._metadata = {}
-        return md
+        # kept by the tape, not the node: node objects come and go, the row stays
+        return self._tape.metadata.setdefault(self._row, {})
 
     def _sequence_nr(self):
         return (self._tape.id << 32) | self._row
@@ -63,7 +65,14 @@ class AccumulateGrad(Node):
     """The sink for a leaf: its row in the lowered graph collects the leaf's gradient.
     Unlike other nodes it is created eagerly (once per leaf and tape) and cached on the leaf,
     so that it is the same object wherever the leaf is reached."""
-    __slots__ = ("variable",)
+    __slots__ = ("variable", "_metadata")
+
+    @property
+    def metadata(self):
+        md = getattr(self, "_metadata", None)
+        if md is None:
+            md = self._metadata = {}
+        return md
 
     def name(self):
         return "AccumulateGrad"
@@ -96,5 +105,6 @@ def node_for(tape, row):
     node = object.__new__(cls)
     node._tape = tape
     node._row = row
+    node._next = None
     tape.nodes[row] = weakref.ref(node)
     return node

@@ -3,6 +3,7 @@
 Every public op here is a primitive from derivatives.py or a composition of them; a
 composition needs no gradient rule of its own.
 """
+import builtins
 import collections
 import math
 
@@ -27,7 +28,7 @@ def _linked(data, tape, row, nr=0):
     recorded (create_graph), so that a rule using a saved value differentiates through it."""
     t = _wrap(data)
     if tape is not None and _grad_mode.is_grad_enabled():
-        t.requires_grad = True
+        t._requires_grad = True
         t._tape = tape
         t._row = row
         t._output_nr = nr
@@ -44,7 +45,7 @@ def _needs(*ts):
 
 
 def _broadcast_error(sa, sb):
-    n = max(len(sa), len(sb))
+    n = builtins.max(len(sa), len(sb))  # this module defines its own max
     for i in range(1, n + 1):
         x = sa[-i] if i <= len(sa) else 1
         y = sb[-i] if i <= len(sb) else 1
@@ -86,7 +87,7 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
     res = Tensor._make(out)
     if not _grad_mode.is_grad_enabled():
         return res
-    if not a.requires_grad and (b is None or type(b) is float or not b.requires_grad):
+    if not a._requires_grad and (b is None or type(b) is float or not b._requires_grad):
         return res
     saved = []
     for name in spec.saves:
@@ -672,9 +673,7 @@ def t(x):
     nd = x._data.ndim
     if nd > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {nd}D")
-    if nd < 2:
-        return _view_like(D.T, x, x._data)
-    return permute(x, (1, 0), spec=D.T)
+    return permute(x, tuple(range(nd))[::-1], spec=D.T)
 
 
 def _T(x):
@@ -721,7 +720,8 @@ def getitem(x, index):
     if type(d) is not np.ndarray:
         d = np.asarray(d)
     try:
-        out = d[idx + (Ellipsis,)] if Ellipsis not in idx else d[idx]  # a 0-d view, not a scalar copy
+        # a trailing Ellipsis makes integer indexing return a 0-d view, not a scalar copy
+        out = d[idx] if any(i is Ellipsis for i in idx) else d[idx + (Ellipsis,)]
     except IndexError as e:
         raise IndexError(str(e)) from None
     out = np.asarray(out)

@@ -65,7 +65,7 @@ def _link(tape, row, result):
     if _anomaly[0]:
         import traceback
         tape.tracebacks[row] = traceback.format_stack()[:-3]
-    result.requires_grad = True
+    result._requires_grad = True
     result._tape = tape
     result._row = row
     result._output_nr = 0
@@ -89,7 +89,7 @@ def record_binary(spec, result, a, b, saved, fparams):
     dt = _DT.get(d.dtype, DT_OTHER)
     shp = 0 if d.ndim == 0 else tape.shape(d.shape)
     ad = a._data
-    if a.requires_grad:
+    if a._requires_grad:
         ea = (_edge_row(tape, a), a.output_nr, shp if ad.shape == d.shape else tape.shape(ad.shape))
         if ad.dtype != d.dtype:
             dt = DT_OTHER  # the compiled path keeps one dtype per graph; mixed ones run in Python
@@ -99,9 +99,9 @@ def record_binary(spec, result, a, b, saved, fparams):
         eb = (-1, 0, 0)
     else:
         bd = b._data
-        eb = (_edge_row(tape, b) if b.requires_grad else -1, b.output_nr,
+        eb = (_edge_row(tape, b) if b._requires_grad else -1, b.output_nr,
               shp if bd.shape == d.shape else tape.shape(bd.shape))
-        if b.requires_grad and bd.dtype != d.dtype:
+        if b._requires_grad and bd.dtype != d.dtype:
             dt = DT_OTHER
     kp = _save_all(tape, saved, dt)
     fp = len(tape.fp)
