@@ -168,23 +168,39 @@ def _scalar_branch(spec, kw):
     return "\n".join(lines)
 
 
-def _ew_branch(spec, kw, scalar):
-    """One op's branch: bind the saved names, then each input's contribution."""
-    ind = " " * (12 if scalar else 8)
-    where_read = {"self": "i0", "other": "i1", "result": "i", "aux": "i"}
-    lines = [f"{' ' * (8 if scalar else 4)}{kw} op == {spec.op}:"]
-    if not scalar:
-        lines.append(f"{ind}for i in range(n):")
-        ind += "    "
+def _ew_branch(spec, kw):
+    """One op's branch: a loop for the common same-shape case (plain indexing, so it
+    vectorises), then the general loop through the broadcast index maps."""
+    lines = [f"    {kw} op == {spec.op}:"]
+    # (condition, index expression for input 0 and for input 1); mode 2 is "the small
+    # input is a suffix of the output" (a bias): a nested loop keeps the inner one simple
+    cases = [("if mode0 == 0 and mode1 == 0", "i", "i")]
+    if len(spec.grads) > 1:
+        cases += [("elif mode0 == 0 and mode1 == 2", "i", "c"), ("elif mode0 == 2 and mode1 == 0", "c", "i")]
+    cases.append(("else", "i0", "i1"))
+    for cond, i0, i1 in cases:
+        ind = " " * 12
+        lines.append(f"        {cond}:")
+        if "c" in (i0, i1):
+            m = "m1" if i1 == "c" else "m0"
+            lines.append(f"{ind}for r in range(n // {m}):")
+            lines.append(f"{ind}    for c in range({m}):")
+            lines.append(f"{ind}        i = r * {m} + c")
+            ind += "        "
+        else:
+            lines.append(f"{ind}for i in range(n):")
+            ind += "    "
         lines.append(f"{ind}grad = g[i]")
-        lines.append(f"{ind}i0 = bidx(mode0, m0, mp0, i)")
-        if len(spec.grads) > 1:
-            lines.append(f"{ind}i1 = bidx(mode1, m1, mp1, i)")
-    for k, name in enumerate(spec.saves):
-        lines.append(f"{ind}{name} = s{k}[{'0' if scalar else where_read[name]}]")
-    for j, formula in enumerate(spec.grads):
-        lines.append(f"{ind}if t{j} >= 0:")
-        lines.append(f"{ind}    d{j}[{'0' if scalar else 'i' + str(j)}] += {formula}")
+        if i0 == "i0":
+            lines.append(f"{ind}i0 = bidx(mode0, m0, mp0, i)")
+            if len(spec.grads) > 1:
+                lines.append(f"{ind}i1 = bidx(mode1, m1, mp1, i)")
+        where_read = {"self": i0, "other": i1, "result": "i", "aux": "i"}
+        for k, name in enumerate(spec.saves):
+            lines.append(f"{ind}{name} = s{k}[{where_read[name]}]")
+        for j, formula in enumerate(spec.grads):
+            lines.append(f"{ind}if t{j} >= 0:")
+            lines.append(f"{ind}    d{j}[{(i0, i1)[j]}] += {formula}")
     return "\n".join(lines)
 
 
@@ -199,7 +215,7 @@ def generate():
         if spec.kind == "ew":
             kw = "if" if not scalar else "elif"
             scalar.append(_scalar_branch(spec, kw))
-            loops.append(_ew_branch(spec, kw, False))
+            loops.append(_ew_branch(spec, kw))
             ew_ops.append(spec.op)
             continue
         elif spec.kind == "struct":

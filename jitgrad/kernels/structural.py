@@ -97,6 +97,20 @@ def target_buffer(tgt, n, g1, bslot, bigs):
 
 
 @jit_inline
+def adopt_or_add(tgt, arr, g1, bslot, bigs):
+    """Add a freshly computed contribution for row `tgt`: the first one becomes the
+    buffer itself (no zero fill, no extra pass); later ones are added."""
+    s = bslot[tgt]
+    if s < 0:
+        bslot[tgt] = len(bigs)
+        bigs.append(arr)
+    else:
+        b = bigs[s]
+        for i in range(arr.size):
+            b[i] += arr[i]
+
+
+@jit_inline
 def edge_target(edges, e, st):
     """Target row of edge e, or -1 when it gets no gradient (no grad, or not needed);
     marks the target as reached, since the caller is about to contribute to it."""
@@ -340,6 +354,14 @@ def k_matmul(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     bb, k2, m = _mat_dims(xs, pb, False)
     bo = hdr[b + H_NUMEL] // (n * m) if n * m else 0
     mapa, mapb = _batch_maps(xs, pa, pb, bo)
+    if bo == 1 and a.size > 1 and bm.size > 1:
+        # plain 2-D case: each product is a new array that becomes (or adds to) the buffer
+        g2 = g.reshape((n, m))
+        if ta >= 0:
+            adopt_or_add(ta, np.dot(g2, bm.reshape((k, m)).T).reshape(n * k), g1, bslot, bigs)
+        if tb >= 0:
+            adopt_or_add(tb, np.dot(a.reshape((n, k)).T, g2).reshape(k * m), g1, bslot, bigs)
+        return
     if ta >= 0:
         da = target_buffer(ta, a.size, g1, bslot, bigs)
         for i in range(bo):
