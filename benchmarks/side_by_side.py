@@ -1,0 +1,535 @@
+#!/usr/bin/env python
+"""jitgrad vs torch, side by side, single-threaded.
+
+    python benchmarks/side_by_side.py [--quick] [--json out.json]
+
+Every workload is written once against a module parameter ``T`` (``jitgrad``
+or ``torch``), so the code timed is the same text for both libraries. Each
+phase gets warm-up runs, then the median of several repeats (the two
+libraries take turns); untimed setup (building inputs, or the graph for a
+backward phase) runs before each repeat.
+
+It also measures
+* peak memory added by forward+backward (large MLP, 1e5 chain), each in a
+  fresh child process: after a warm-up step, the kernel's peak-RSS counter is
+  reset (``/proc/self/clear_refs``) and the peak above the RSS just before the
+  step is read back (VmHWM); where that is not possible, RSS is sampled from a
+  thread;
+* start-up: wall time of a fresh ``python`` doing ``import jitgrad`` and one
+  small backward, with a warm numba cache and with a cold one (an empty
+  ``NUMBA_CACHE_DIR``). torch's import + first backward is shown for reference.
+
+``--quick`` uses fewer repeats and skips the cold start (< 1 minute).
+"""
+import os
+
+# Single thread, before numpy / torch / jitgrad are imported (here or in any
+# child process, which inherits the environment). Only when run as a script:
+# asv imports every module under benchmarks/ and must not be affected.
+if __name__ == "__main__":
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                 "NUMBA_NUM_THREADS"):
+        os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import importlib  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+# Benchmark the jitgrad of this checkout, installed or not (children too).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":
+    sys.path.insert(0, REPO_ROOT)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
+
+LIBS = ("jitgrad", "torch")
+
+CHAIN_N = 100_000
+WIDE_N = 20_000
+
+# name: (batch, layer sizes, dtype name, loss)
+MLP_CONFIGS = {
+    "small MLP": (16, (32, 32, 32, 1), "float64", "mse"),
+    "MNIST MLP": (64, (784, 512, 512, 10), "float32", "nll"),
+    "large MLP": (256, (2048, 2048, 2048, 10), "float32", "nll"),
+}
+
+# (workload, phase) -> max ratio jitgrad/torch
+TIME_TARGETS = {
+    ("chain 1e5", "backward"): 0.02,
+    ("chain 1e5", "forward"): 0.5,
+    ("wide tree 2e4", "forward"): 0.5,
+    ("small MLP", "step"): 0.5,
+    ("MNIST MLP", "step"): 1.0,
+    ("large MLP", "step"): 1.1,
+}
+MEM_TARGET = 1.2          # peak-memory ratio jitgrad/torch
+STARTUP_WARM_TARGET = 1.0   # seconds
+STARTUP_COLD_TARGET = 20.0  # seconds
+
+
+_T0 = time.perf_counter()
+
+
+def progress(msg):
+    print(f"[{time.perf_counter() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def load(name):
+    """Import a library and make it single-threaded."""
+    T = importlib.import_module(name)
+    if name == "torch":
+        T.set_num_threads(1)
+    return T
+
+
+# ------------------------------------------------------------------ workloads
+# Everything below is written against ``T`` only.
+
+def chain_leaf(T):
+    return T.tensor(1.0, dtype=T.float64, requires_grad=True)
+
+
+def chain_forward(T, x, n=CHAIN_N):
+    y = x
+    for _ in range(n // 2):
+        y = y * 1.0001
+        y = y + 0.0001
+    return y
+
+
+def wide_leaves(T, n=WIDE_N):
+    vals = np.random.default_rng(0).standard_normal(n)
+    return [T.tensor(float(v), dtype=T.float64, requires_grad=True)
+            for v in vals]
+
+
+def wide_forward(T, leaves):
+    outs = [((x * 2.0).sin() + 1.0) for x in leaves]
+    return T.stack(outs).sum()
+
+
+def mlp_arrays(batch, sizes, dtype, loss):
+    """numpy inputs, identical for both libraries."""
+    rng = np.random.default_rng(0)
+    params = []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        w = (rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(dtype)
+        params.append((w, np.zeros(n_out, dtype=dtype)))
+    x = rng.standard_normal((batch, sizes[0])).astype(dtype)
+    if loss == "mse":
+        target = rng.standard_normal((batch, sizes[-1])).astype(dtype)
+    else:
+        target = rng.integers(0, sizes[-1], size=batch).astype(np.int64)
+    return params, x, target
+
+
+def mlp_inputs(T, arrays, dtype, loss):
+    params_np, x_np, target_np = arrays
+    dt = getattr(T, dtype)
+    params = [(T.tensor(w, dtype=dt, requires_grad=True),
+               T.tensor(b, dtype=dt, requires_grad=True))
+              for w, b in params_np]
+    x = T.tensor(x_np, dtype=dt)
+    target = T.tensor(target_np, dtype=dt) if loss == "mse" else T.tensor(target_np)
+    return params, x, target, loss
+
+
+def mlp_step(T, params, x, target, loss):
+    for w, b in params:
+        w.grad = None
+        b.grad = None
+    h = x
+    for w, b in params[:-1]:
+        h = T.relu(h @ w + b)
+    w, b = params[-1]
+    out = h @ w + b
+    if loss == "mse":
+        value = ((out - target) ** 2).mean()
+    else:
+        logp = T.log_softmax(out, dim=1)
+        value = -logp[T.arange(out.shape[0]), target].mean()
+    value.backward()
+    return value
+
+
+def make_phases(T):
+    """(workload, phase) -> (setup(), timed(state)); setup is not timed."""
+    phases = {}
+
+    def chain_bwd_setup():
+        x = chain_leaf(T)
+        return x, chain_forward(T, x)
+
+    phases[("chain 1e5", "forward")] = (
+        lambda: chain_leaf(T), lambda x: chain_forward(T, x))
+    phases[("chain 1e5", "backward")] = (
+        chain_bwd_setup, lambda s: s[1].backward())
+
+    def wide_bwd_setup():
+        leaves = wide_leaves(T)
+        return leaves, wide_forward(T, leaves)
+
+    phases[("wide tree 2e4", "forward")] = (
+        lambda: wide_leaves(T), lambda leaves: wide_forward(T, leaves))
+    phases[("wide tree 2e4", "backward")] = (
+        wide_bwd_setup, lambda s: s[1].backward())
+
+    for name, (batch, sizes, dtype, loss) in MLP_CONFIGS.items():
+        arrays = mlp_arrays(batch, sizes, dtype, loss)
+        phases[(name, "step")] = (
+            # default arguments bind this iteration's values
+            lambda a=arrays, d=dtype, lo=loss: mlp_inputs(T, a, d, lo),
+            lambda s: mlp_step(T, *s))
+    return phases
+
+
+def check_agreement(libs):
+    """Loss and one gradient from both libraries: catches a broken workload."""
+    out = {}
+    for name, T in libs.items():
+        res = {}
+        x = chain_leaf(T)
+        y = chain_forward(T, x, 1000)
+        y.backward()
+        res["chain"] = (y.item(), x.grad.item())
+        leaves = wide_leaves(T, 100)
+        loss = wide_forward(T, leaves)
+        loss.backward()
+        res["wide tree"] = (loss.item(), leaves[0].grad.item())
+        for mlp, (batch, sizes, dtype, lo) in MLP_CONFIGS.items():
+            inputs = mlp_inputs(T, mlp_arrays(batch, sizes, dtype, lo), dtype, lo)
+            value = mlp_step(T, *inputs)
+            g = inputs[0][0][0].grad
+            res[mlp] = (value.item(), float(np.abs(np.asarray(g.numpy())).sum()))
+        out[name] = res
+    problems = []
+    for key, (a_loss, a_grad) in out["jitgrad"].items():
+        b_loss, b_grad = out["torch"][key]
+        for what, a, b in (("loss", a_loss, b_loss), ("grad", a_grad, b_grad)):
+            if not np.isclose(a, b, rtol=1e-3, atol=1e-5):
+                problems.append(f"{key} {what}: jitgrad {a!r} vs torch {b!r}")
+    return problems
+
+
+# ------------------------------------------------------------------- timing
+
+def _run_once(setup, timed):
+    state = setup()
+    gc.collect()
+    t0 = time.perf_counter()
+    timed(state)
+    t1 = time.perf_counter()
+    del state
+    return t1 - t0
+
+
+def measure_phase(phases, warmup, repeats, min_time, max_wall):
+    """Median time of ``timed(setup())`` per library.
+
+    The libraries take turns run by run, so a background load drifting in or
+    out biases neither. After ``warmup`` runs each, at least ``repeats`` runs;
+    for fast phases more (up to 100), while a library's timed total is under
+    ``min_time`` seconds and the phase has used less than ``max_wall`` seconds
+    of wall time (setup included).
+    """
+    times = {name: [] for name in phases}
+    for _ in range(warmup):
+        for setup, timed in phases.values():
+            _run_once(setup, timed)
+    start = time.perf_counter()
+    while True:
+        for name, (setup, timed) in phases.items():
+            times[name].append(_run_once(setup, timed))
+        n = len(times[LIBS[0]])
+        if n >= repeats and (
+                n >= 100
+                or min(sum(t) for t in times.values()) >= min_time
+                or time.perf_counter() - start >= max_wall):
+            break
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def run_timings(libs, warmup, repeats, min_time, max_wall):
+    phases = {name: make_phases(T) for name, T in libs.items()}
+    # Objects alive now (the libraries, numpy inputs) are moved out of the
+    # collector's reach: the gc.collect() before each run stays cheap.
+    gc.collect()
+    gc.freeze()
+    rows = []
+    for key in phases[LIBS[0]]:
+        res = measure_phase({name: phases[name][key] for name in LIBS},
+                            warmup, repeats, min_time, max_wall)
+        target = TIME_TARGETS.get(key)
+        ratio = res["jitgrad"] / res["torch"]
+        rows.append({
+            "workload": key[0], "phase": key[1],
+            "jitgrad_s": res["jitgrad"], "torch_s": res["torch"],
+            "ratio": ratio, "target": target,
+            "pass": None if target is None else ratio <= target,
+        })
+        progress(f"  {key[0]} {key[1]}: jitgrad {res['jitgrad']:.4g} s, "
+                 f"torch {res['torch']:.4g} s")
+    return rows
+
+
+# ------------------------------------------------------------------- memory
+
+def _proc_status_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _reset_peak_rss():
+    """Reset the kernel's peak-RSS counter (Linux >= 4.0); False if we can't."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        _proc_status_kb("VmHWM")
+        return True
+    except (OSError, KeyError):
+        return False
+
+
+def _current_rss():
+    try:
+        return _proc_status_kb("VmRSS") * 1024
+    except (OSError, KeyError):
+        import psutil
+        return psutil.Process().memory_info().rss
+
+
+def peak_added(fn):
+    """Bytes of peak RSS above the RSS just before ``fn()`` runs."""
+    gc.collect()
+    if _reset_peak_rss():
+        before = _current_rss()
+        fn()
+        return _proc_status_kb("VmHWM") * 1024 - before
+    # Fallback: sample RSS from a thread.
+    before = _current_rss()
+    peak = [before]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _current_rss())
+            time.sleep(0.0005)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    fn()
+    done.set()
+    thread.join()
+    peak[0] = max(peak[0], _current_rss())
+    return peak[0] - before
+
+
+def memory_child(lib, workload):
+    """Runs in a fresh process: peak memory added by one forward+backward."""
+    T = load(lib)
+    if workload == "chain 1e5":
+        # warm up on a short chain (kernels, lazy init) ...
+        x = chain_leaf(T)
+        chain_forward(T, x, 1000).backward()
+        del x
+        x = chain_leaf(T)
+        # ... then measure the full one
+        return peak_added(lambda: chain_forward(T, x).backward())
+    batch, sizes, dtype, loss = MLP_CONFIGS[workload]
+    inputs = mlp_inputs(T, mlp_arrays(batch, sizes, dtype, loss), dtype, loss)
+    mlp_step(T, *inputs)          # warm-up step
+    for w, b in inputs[0]:        # measured step allocates the grads again
+        w.grad = None
+        b.grad = None
+    return peak_added(lambda: mlp_step(T, *inputs))
+
+
+def run_memory():
+    env = dict(os.environ)
+    # A fixed mmap threshold keeps glibc from raising it after the warm-up
+    # step, so large blocks freed by the warm-up go back to the OS and the
+    # measured step has to map them again (same for both libraries).
+    env["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)
+    rows = []
+    for workload in ("large MLP", "chain 1e5"):
+        res = {}
+        for lib in LIBS:
+            proc = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--mem-child", lib, workload],
+                env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"memory child {lib} / {workload} failed:\n{proc.stderr}")
+            res[lib] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_bytes"]
+        ratio = res["jitgrad"] / res["torch"] if res["torch"] > 0 else float("inf")
+        rows.append({
+            "workload": workload, "phase": "forward+backward",
+            "jitgrad_bytes": res["jitgrad"], "torch_bytes": res["torch"],
+            "ratio": ratio, "target": MEM_TARGET, "pass": ratio <= MEM_TARGET,
+        })
+        progress(f"  memory {workload}: jitgrad {res['jitgrad'] / 2**20:.1f} MiB, "
+                 f"torch {res['torch'] / 2**20:.1f} MiB")
+    return rows
+
+
+# ------------------------------------------------------------------ start-up
+
+STARTUP_CODE = """\
+import time
+t0 = time.perf_counter()
+import {lib} as T
+x = T.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+w = T.tensor([[0.5, -0.5], [1.0, 0.0], [0.0, 1.0]], requires_grad=True)
+y = T.relu(x @ w).exp().sum()
+y.backward()
+assert x.grad is not None
+print(time.perf_counter() - t0)
+"""
+
+
+def startup_once(lib, cache_dir=None):
+    """(wall time of the whole child, time inside it for import + backward)."""
+    env = dict(os.environ)
+    if cache_dir is not None:
+        env["NUMBA_CACHE_DIR"] = cache_dir
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", STARTUP_CODE.format(lib=lib)],
+                          env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"start-up child ({lib}) failed:\n{proc.stderr}")
+    return wall, float(proc.stdout.strip().splitlines()[-1])
+
+
+def startup_median(lib, repeats, cold=False):
+    walls, inner = [], []
+    for _ in range(repeats):
+        if cold:
+            with tempfile.TemporaryDirectory(prefix="jitgrad-numba-cache-") as d:
+                w, i = startup_once(lib, cache_dir=d)
+        else:
+            w, i = startup_once(lib)
+        walls.append(w)
+        inner.append(i)
+    return statistics.median(walls), statistics.median(inner)
+
+
+def run_startup(repeats, cold_repeats):
+    rows = []
+    startup_once("jitgrad")  # fills the default numba cache if it is empty
+    wall, inner = startup_median("jitgrad", repeats)
+    rows.append({"what": "jitgrad, warm cache", "wall_s": wall, "inner_s": inner,
+                 "target": STARTUP_WARM_TARGET, "pass": wall < STARTUP_WARM_TARGET})
+    if cold_repeats:
+        wall, inner = startup_median("jitgrad", cold_repeats, cold=True)
+        rows.append({"what": "jitgrad, cold cache", "wall_s": wall, "inner_s": inner,
+                     "target": STARTUP_COLD_TARGET, "pass": wall < STARTUP_COLD_TARGET})
+    wall, inner = startup_median("torch", repeats)
+    rows.append({"what": "torch (reference)", "wall_s": wall, "inner_s": inner,
+                 "target": None, "pass": None})
+    for r in rows:
+        progress(f"  start-up {r['what']}: {r['wall_s']:.3g} s")
+    return rows
+
+
+# ------------------------------------------------------------------- report
+
+def _verdict(row):
+    return "-" if row["pass"] is None else ("PASS" if row["pass"] else "FAIL")
+
+
+def print_report(results):
+    print()
+    print(f"{'workload':<15} {'phase':<17} {'jitgrad':>11} {'torch':>11} "
+          f"{'ratio':>8} {'target':>9}  result")
+    print("-" * 82)
+    for r in results["timings"]:
+        target = "-" if r["target"] is None else f"<= {r['target']:g}"
+        print(f"{r['workload']:<15} {r['phase']:<17} {r['jitgrad_s'] * 1e3:>9.2f}ms "
+              f"{r['torch_s'] * 1e3:>9.2f}ms {r['ratio']:>8.3f} {target:>9}  {_verdict(r)}")
+    for r in results["memory"]:
+        print(f"{r['workload']:<15} {'peak mem fwd+bwd':<17} "
+              f"{r['jitgrad_bytes'] / 2**20:>8.1f}MiB {r['torch_bytes'] / 2**20:>8.1f}MiB "
+              f"{r['ratio']:>8.3f} {'<= ' + format(r['target'], 'g'):>9}  {_verdict(r)}")
+    print()
+    print(f"{'start-up (import + first backward)':<36} {'wall':>9} {'in-process':>11} "
+          f"{'target':>9}  result")
+    print("-" * 82)
+    for r in results["startup"]:
+        target = "-" if r["target"] is None else f"< {r['target']:g} s"
+        print(f"{r['what']:<36} {r['wall_s']:>8.3f}s {r['inner_s']:>10.3f}s "
+              f"{target:>9}  {_verdict(r)}")
+    if results["agreement_problems"]:
+        print("\nWARNING: jitgrad and torch disagree:")
+        for p in results["agreement_problems"]:
+            print("  " + p)
+    checked = [r["pass"] for k in ("timings", "memory", "startup")
+               for r in results[k] if r["pass"] is not None]
+    print(f"\n{sum(checked)}/{len(checked)} targets met")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer repeats, no cold start (< 1 minute)")
+    parser.add_argument("--json", metavar="PATH", help="also dump the results as JSON")
+    parser.add_argument("--mem-child", nargs=2, metavar=("LIB", "WORKLOAD"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.mem_child:
+        print(json.dumps({"peak_bytes": memory_child(*args.mem_child)}))
+        return 0
+
+    if args.quick:
+        # the agreement check has already run every workload once (kernels
+        # compiled), so quick mode does without separate warm-up runs
+        warmup, repeats, min_time, max_wall = 0, 3, 0.05, 2.0
+        startup_repeats, cold_repeats = 3, 0
+    else:
+        warmup, repeats, min_time, max_wall = 2, 7, 0.5, 20.0
+        startup_repeats, cold_repeats = 5, 2
+
+    libs = {name: load(name) for name in LIBS}
+    progress("checking that jitgrad and torch agree ...")
+    problems = check_agreement(libs)
+    progress("timing ...")
+    results = {
+        "meta": {
+            "quick": args.quick, "warmup": warmup, "repeats": repeats,
+            "min_time": min_time, "max_wall": max_wall,
+            "python": platform.python_version(), "machine": platform.machine(),
+            "processor": platform.processor(), "cpu_count": os.cpu_count(),
+            "versions": {name: getattr(T, "__version__", "?") for name, T in libs.items()},
+            "numpy": np.__version__,
+        },
+        "agreement_problems": problems,
+        "timings": run_timings(libs, warmup, repeats, min_time, max_wall),
+    }
+    progress("memory ...")
+    results["memory"] = run_memory()
+    progress("start-up ...")
+    results["startup"] = run_startup(startup_repeats, cold_repeats)
+
+    print_report(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""Compile (or load from Numba's on-disk cache) the backward engine for float64 and float32.
+
+    python -m jitgrad.warmup
+
+The first run in a fresh environment compiles the scheduler and its kernels (tens of
+seconds, once); afterwards they load from the cache in well under a second. The cache
+lives in JITGRAD_CACHE_DIR (default ~/.cache/jitgrad), next to the generated module.
+"""
+import time
+
+
+def warmup(verbose=True):
+    import jitgrad
+
+    t0 = time.perf_counter()
+    for dtype in (jitgrad.float64, jitgrad.float32):
+        # one backward reaches the scheduler, which compiles every kernel it may call
+        x = jitgrad.ones(2, 3, dtype=dtype, requires_grad=True)
+        (x * 2.0).sum().backward()
+        if verbose:
+            print(f"jitgrad: backward engine ready for {dtype} ({time.perf_counter() - t0:.1f} s so far)")
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    warmup()
