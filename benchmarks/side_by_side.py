@@ -16,8 +16,9 @@ It also measures
   step is read back (VmHWM); where that is not possible, RSS is sampled from a
   thread;
 * start-up: wall time of a fresh ``python`` doing ``import jitgrad`` and one
-  small backward, with a warm numba cache and with a cold one (an empty
-  ``NUMBA_CACHE_DIR``). torch's import + first backward is shown for reference.
+  small backward, with warm caches and with cold ones (empty
+  ``NUMBA_CACHE_DIR`` and ``JITGRAD_CACHE_DIR``, where jitgrad writes its
+  generated engine). torch's import + first backward is shown for reference.
 
 ``--quick`` uses fewer repeats and skips the cold start (< 1 minute).
 """
@@ -404,7 +405,9 @@ def startup_once(lib, cache_dir=None):
     """(wall time of the whole child, time inside it for import + backward)."""
     env = dict(os.environ)
     if cache_dir is not None:
-        env["NUMBA_CACHE_DIR"] = cache_dir
+        # cold: numba's cache and jitgrad's generated engine both start empty
+        env["NUMBA_CACHE_DIR"] = os.path.join(cache_dir, "numba")
+        env["JITGRAD_CACHE_DIR"] = os.path.join(cache_dir, "jitgrad")
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", STARTUP_CODE.format(lib=lib)],
                           env=env, capture_output=True, text=True)
@@ -418,7 +421,7 @@ def startup_median(lib, repeats, cold=False):
     walls, inner = [], []
     for _ in range(repeats):
         if cold:
-            with tempfile.TemporaryDirectory(prefix="jitgrad-numba-cache-") as d:
+            with tempfile.TemporaryDirectory(prefix="jitgrad-cold-start-") as d:
                 w, i = startup_once(lib, cache_dir=d)
         else:
             w, i = startup_once(lib)
@@ -429,7 +432,7 @@ def startup_median(lib, repeats, cold=False):
 
 def run_startup(repeats, cold_repeats):
     rows = []
-    startup_once("jitgrad")  # fills the default numba cache if it is empty
+    startup_once("jitgrad")  # fills the default caches if they are empty
     wall, inner = startup_median("jitgrad", repeats)
     rows.append({"what": "jitgrad, warm cache", "wall_s": wall, "inner_s": inner,
                  "target": STARTUP_WARM_TARGET, "pass": wall < STARTUP_WARM_TARGET})

@@ -1,28 +1,24 @@
 """Runs backward on the compiled scheduler: one call per tape the graph touches.
 
-Python work here is per call and per leaf, never per node: build the state arrays, seed
-the roots, call the scheduler, then hand the leaves their gradients. Tapes are processed
-newest first; an EXT row's gradient becomes a root of the older tape it points into
-(every row of an older tape precedes every row of a newer one, so order is kept).
+Python work here is per call and per sink (leaf), never per node: say which rows are
+roots and sinks, call the scheduler, then hand the sinks their gradients, which come back
+as slices of one array. Tapes are processed newest first; an EXT row's gradient becomes
+a root of the older tape it points into (every row of an older tape precedes every row of
+a newer one, so order is kept).
 
-numpy views of a tape's columns exist only inside `_with_views`: while a view is alive
-the array.array behind it cannot grow, so none may outlive a call (not even in a
-traceback).
+numpy views of a tape's columns exist only for the duration of the call: while a view
+is alive, the array.array behind it cannot grow.
 """
 import numpy as np
-from numba import types
-from numba.np.numpy_support import from_dtype
-from numba.typed import List
 
 from ..kernels import codegen
-from ..kernels.structural import DONE, EXEC, HAS, KEEP, RECV, mark_need
+from ..kernels.structural import DONE, EXEC, HAS, RECV, mark_need
 from ._tape import DT_F32, DT_F64, H_NUMEL, H_SHP, HW
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 FREED = object()     # returned when a row's saved values were already freed
 
 _sched = []
-_LIST_TYPES = {}
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
 
 
@@ -32,64 +28,47 @@ def scheduler():
     return _sched[0]
 
 
-def _list_type(npd):
-    t = _LIST_TYPES.get(npd)
-    if t is None:
-        t = _LIST_TYPES[npd] = types.Array(from_dtype(npd), 1, "C")
-    return t
-
-
 def _view(col, dtype, empty_len):
     return np.frombuffer(col, dtype) if len(col) else np.zeros(empty_len, dtype)
 
 
 class _TapeRun:
-    """The per-backward state of one tape: which rows take, have and keep gradient, and
-    the gradient buffers (g1 for one-element rows, bigs for the rest)."""
+    """One tape's part of a backward call: row states, seeds, and the sinks' gradients."""
 
     def __init__(self, tape, npd):
-        n = tape.nrows
         self.tape = tape
         self.npd = npd
-        self.st = np.full(n, RECV | EXEC, np.uint8)
-        self.g1 = np.zeros(n, npd)
-        self.bslot = np.full(n, -1, np.int64)
-        self.bigs = List.empty_list(_list_type(npd))
-        self.hi = -1
+        self.st = np.full(tape.nrows, RECV | EXEC, np.uint8)
+        self.seeds = {}
+        self.out = self.where = None
 
     def seed(self, row, arr):
-        self.st[row] |= HAS
-        self.hi = max(self.hi, row)
-        if self.tape.hdr[row * HW + H_NUMEL] == 1:
-            self.g1[row] += np.asarray(arr).reshape(-1)[0]
-            return
-        s = self.bslot[row]
-        if s < 0:
-            self.bslot[row] = len(self.bigs)
-            self.bigs.append(np.array(arr, dtype=self.npd).reshape(-1))
-        else:
-            self.bigs[s] += np.asarray(arr).reshape(-1)
+        s = self.seeds.get(row)
+        self.seeds[row] = arr if s is None else s + arr
 
-    def value(self, row):
-        tape = self.tape
-        shape = tape.shape_at(tape.hdr[row * HW + H_SHP])
-        if tape.hdr[row * HW + H_NUMEL] == 1:
-            return np.full(shape, self.g1[row], self.npd)
-        return self.bigs[self.bslot[row]].reshape(shape)
-
-    def mark_need(self):
-        tape = self.tape
-        mark_need(_view(tape.hdr, np.int64, HW), _view(tape.edges, np.int64, 3), tape.nrows, self.st)
-
-    def run(self, retain):
+    def run(self, sinks, retain):
         tape = self.tape
         tape.grow_freed()
+        rows = np.fromiter(self.seeds, np.int64, len(self.seeds))
+        vals = [np.asarray(a, self.npd).reshape(-1) for a in self.seeds.values()]
+        offs = np.zeros(len(vals) + 1, np.int64)
+        np.cumsum([a.size for a in vals], out=offs[1:])
+        sink_rows = np.fromiter(sinks, np.int64, len(sinks))
         v = tape.v64 if self.npd == np.float64 else tape.v32
-        return scheduler().run(
+        status, row, self.out, self.offs = scheduler().backward(
             _view(tape.hdr, np.int64, HW), _view(tape.edges, np.int64, 3), _view(tape.xs, np.int64, 1),
             _view(tape.fp, np.float64, 1), _view(tape.slots, np.int64, 3), _view(v, self.npd, 1),
-            self.g1, self.st, self.bslot, self.bigs, np.frombuffer(tape.freed, np.int8), self.hi, retain,
+            self.st, np.frombuffer(tape.freed, np.int8), rows, offs,
+            np.concatenate(vals) if vals else np.zeros(0, self.npd), sink_rows, int(rows.max()), retain,
             _DT[self.npd])
+        self.where = {r: i for i, r in enumerate(sinks)}
+        return status
+
+    def value(self, row):
+        """Gradient of sink `row`, at its shape (a view into the shared output array)."""
+        i = self.where[row]
+        shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
+        return self.out[self.offs[i]:self.offs[i + 1]].reshape(shape)
 
 
 def _tapes_from(roots):
@@ -126,7 +105,7 @@ def run(roots, grads, in_nodes, retain):
             for row, (ft, frow) in t.ext.items():
                 if runs[ft.id].st[frow] & RECV:
                     r.st[row] |= RECV
-            r.mark_need()
+            mark_need(_view(t.hdr, np.int64, HW), _view(t.edges, np.int64, 3), t.nrows, r.st)
     for node, g in zip(roots, grads):
         runs[node._tape.id].seed(node._row, g._data)
     captured = {}
@@ -134,20 +113,17 @@ def run(roots, grads, in_nodes, retain):
     retained = []
     for t in reversed(tapes):
         r = runs[t.id]
-        if r.hi < 0:
+        if not r.seeds:
             continue
-        st = r.st
-        for row in t.retained:
-            st[row] |= KEEP
-        if want is not None:
-            for node in in_nodes:
-                if node._tape is t:
-                    st[node._row] |= KEEP
-        status, _ = r.run(retain)
+        inputs_here = [node._row for node in in_nodes if node._tape is t] if want is not None else []
+        # each row once: a leaf can also be a requested input
+        sinks = list(dict.fromkeys([*t.leaves, *t.ext, *t.retained, *inputs_here]))
+        status = r.run(sinks, retain)
         if status == 1:
             return FREED
         if status == 2:
             return FALLBACK
+        st = r.st
         for lrow, acc in t.leaves.items():
             if st[lrow] & HAS:
                 if want is None:

@@ -100,7 +100,7 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
 
 def _accumulate_array(t, a):
     if t._grad is None:
-        t._grad = F._wrap(a if a.flags.writeable and a.flags.owndata else a.copy())
+        t._grad = F._wrap(a)  # a slice of the scheduler's fresh output array: ours to hand out
     elif t._grad.requires_grad:
         t._grad = t._grad + F._wrap(a)
     else:

@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 from jitgrad.kernels.structural import *  # noqa
 from jitgrad.kernels.structural import (HW, H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP,
-    RECV, EXEC, HAS, KEEP, DONE, jit, jit_inline, gradient, target_buffer, edge_target, shape_numel,
+    RECV, EXEC, HAS, DONE, jit, jit_inline, gradient, target_buffer, edge_target, shape_numel,
     bcast_plan, bidx, saved)
 
 OP_ACC = {op_acc}
@@ -51,7 +51,54 @@ sign = np.sign
 _SCHEDULER = '''
 
 @jit
-def run(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt):
+def backward(hdr, edges, xs, fp, slots, v, st, freed, seed_rows, seed_offs, seed_vals, sinks, hi, retain, dt):
+    """Entry point: set up the buffers, seed the roots, sweep, collect the sinks.
+
+    Sinks are the rows whose gradient Python reads afterwards (leaves, edges into older
+    tapes, retained and requested tensors): their buffers are slices of one output array,
+    returned with each sink's offset, so nothing but two arrays crosses back to Python.
+    Returns (status, row, out, offsets)."""
+    n = st.size
+    g1 = np.zeros(n, v.dtype)          # gradient of every one-element row
+    bslot = np.full(n, -1, np.int64)   # row -> its buffer in bigs, for larger rows
+    bigs = [g1[0:0].copy()]
+    bigs.pop()
+    ns = sinks.size
+    offs = np.empty(ns + 1, np.int64)
+    total = 0
+    for i in range(ns):
+        offs[i] = total
+        total += hdr[sinks[i] * HW + H_NUMEL]
+    offs[ns] = total
+    out = np.zeros(total, v.dtype)
+    for i in range(ns):
+        r = sinks[i]
+        if hdr[r * HW + H_NUMEL] != 1 and bslot[r] < 0:
+            bslot[r] = len(bigs)
+            bigs.append(out[offs[i]:offs[i + 1]])
+    for i in range(seed_rows.size):
+        r = seed_rows[i]
+        st[r] |= HAS
+        lo = seed_offs[i]
+        if hdr[r * HW + H_NUMEL] == 1:
+            g1[r] += seed_vals[lo]
+        elif bslot[r] < 0:
+            bslot[r] = len(bigs)
+            bigs.append(seed_vals[lo:seed_offs[i + 1]].copy())
+        else:
+            buf = bigs[bslot[r]]
+            for j in range(seed_offs[i + 1] - lo):
+                buf[j] += seed_vals[lo + j]
+    status, row = sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt)
+    for i in range(ns):
+        r = sinks[i]
+        if hdr[r * HW + H_NUMEL] == 1:
+            out[offs[i]] = g1[r]
+    return status, row, out, offs
+
+
+@jit
+def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt):
     """Sweep rows in descending order (a topological order: a row is created after every
     row it feeds from), executing each row that received gradient.
     Returns (status, row): 0 done; 1 a row whose saved values were freed; 2 a row the
@@ -96,8 +143,8 @@ def run(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt
                 st[t1] |= HAS
 {dispatch}
         st[row] = s | DONE
-        if not (s & KEEP) and hdr[b + H_NUMEL] != 1 and bslot[row] >= 0:
-            bigs[bslot[row]] = g1[0:0].copy()  # this gradient is consumed: free it now
+        if hdr[b + H_NUMEL] != 1 and bslot[row] >= 0:
+            bigs[bslot[row]] = g1[0:0].copy()  # consumed: free it now (a sink's data stays in `out`)
     if not retain:
         for row in range(hi, -1, -1):
             if st[row] & DONE:

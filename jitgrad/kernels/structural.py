@@ -17,9 +17,8 @@ from numba.extending import intrinsic
 
 HW = 9
 H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)
-# per-row state bits: RECV takes gradient, EXEC may run, HAS got gradient, KEEP buffer is read
-# by Python afterwards (leaves, retain_grad, grad() inputs), DONE ran
-RECV, EXEC, HAS, KEEP, DONE = 1, 2, 4, 8, 16
+# per-row state bits: RECV takes gradient, EXEC may run, HAS got gradient, DONE ran
+RECV, EXEC, HAS, DONE = 1, 2, 4, 16
 
 jit = njit(cache=True, nogil=True)
 jit_inline = njit(cache=True, nogil=True)
@@ -97,17 +96,21 @@ def target_buffer(tgt, n, g1, bslot, bigs):
 
 
 @jit_inline
-def adopt_or_add(tgt, arr, g1, bslot, bigs):
-    """Add a freshly computed contribution for row `tgt`: the first one becomes the
-    buffer itself (no zero fill, no extra pass); later ones are added."""
+def dot_into(tgt, fresh, x, y, g1, bslot, bigs):
+    """Contribute the matrix product x @ y to row `tgt`'s gradient. The first contribution
+    is written straight into place (into the output array for a leaf, or as the buffer
+    itself): no zero fill and no extra pass over a weight-sized gradient."""
     s = bslot[tgt]
     if s < 0:
         bslot[tgt] = len(bigs)
-        bigs.append(arr)
+        bigs.append(np.dot(x, y).reshape(x.shape[0] * y.shape[1]))
+    elif fresh:
+        np.dot(x, y, bigs[s].reshape((x.shape[0], y.shape[1])))
     else:
+        r = np.dot(x, y).reshape(x.shape[0] * y.shape[1])
         b = bigs[s]
-        for i in range(arr.size):
-            b[i] += arr[i]
+        for i in range(r.size):
+            b[i] += r[i]
 
 
 @jit_inline
@@ -343,6 +346,9 @@ def k_matmul(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     b = row * HW
     g = gradient(row, hdr, g1, bslot, bigs)
     e0 = hdr[b + H_E0]
+    # fresh: nothing has contributed to the target yet (read before edge_target marks it)
+    fresh_a = edges[3 * e0] >= 0 and not (st[edges[3 * e0]] & HAS)
+    fresh_b = edges[3 * e0 + 3] >= 0 and not (st[edges[3 * e0 + 3]] & HAS)
     ta = edge_target(edges, e0, st)
     tb = edge_target(edges, e0 + 1, st)
     pa = edges[3 * e0 + 2]
@@ -355,12 +361,11 @@ def k_matmul(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     bo = hdr[b + H_NUMEL] // (n * m) if n * m else 0
     mapa, mapb = _batch_maps(xs, pa, pb, bo)
     if bo == 1 and a.size > 1 and bm.size > 1:
-        # plain 2-D case: each product is a new array that becomes (or adds to) the buffer
         g2 = g.reshape((n, m))
         if ta >= 0:
-            adopt_or_add(ta, np.dot(g2, bm.reshape((k, m)).T).reshape(n * k), g1, bslot, bigs)
+            dot_into(ta, fresh_a, g2, bm.reshape((k, m)).T, g1, bslot, bigs)
         if tb >= 0:
-            adopt_or_add(tb, np.dot(a.reshape((n, k)).T, g2).reshape(k * m), g1, bslot, bigs)
+            dot_into(tb, fresh_b and ta != tb, a.reshape((n, k)).T, g2, g1, bslot, bigs)
         return
     if ta >= 0:
         da = target_buffer(ta, a.size, g1, bslot, bigs)

@@ -331,6 +331,11 @@ def _dims(x, dim):
     nd = x._data.ndim
     if dim is None:
         return tuple(range(nd))
+    if nd == 0:
+        # PyTorch accepts dim 0 / -1 on a 0-d tensor; there is nothing to reduce
+        for d in (dim if isinstance(dim, (tuple, list)) else (dim,)):
+            _wrap_dim(d, 0)
+        return ()
     if isinstance(dim, (tuple, list)):
         ds = tuple(sorted(_wrap_dim(d, nd) for d in dim))
         if len(set(ds)) != len(ds):
