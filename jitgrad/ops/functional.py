@@ -196,6 +196,8 @@ def pow(a, b):  # noqa: A001
 
 def _unary(spec, npfn):
     def op(x):
+        if not isinstance(x, Tensor):
+            return npfn(x)  # a number, e.g. inside a gradient formula such as log(p0)
         if x._data.dtype.kind != "f" and spec is not D.NEG and spec is not D.ABS:
             x = _as_float(x)
         out = npfn(x._data)
