@@ -2,11 +2,17 @@
 import functools
 import threading
 
-_state = threading.local()
+class _State(threading.local):
+    # class attributes are each thread's defaults; `_state.enabled` is read once per op
+    enabled = True
+    inference = False
+
+
+_state = _State()
 
 
 def is_grad_enabled():
-    return getattr(_state, "enabled", True)
+    return _state.enabled
 
 
 def _set(flag):
@@ -14,7 +20,7 @@ def _set(flag):
 
 
 def is_inference_mode_enabled():
-    return getattr(_state, "inference", False)
+    return _state.inference
 
 
 class _DecoratorContextManager:

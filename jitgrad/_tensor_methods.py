@@ -7,9 +7,15 @@ def _r(fn):
     return lambda self, other: fn(other, self)
 
 
+def _direct(spec, npfn):
+    """a (op) b without the functional wrapper: operators are the hottest call sites."""
+    binary = F._binary
+    return lambda self, other: binary(spec, npfn, self, other)
+
+
 _METHODS = {
-    "__add__": F.add, "__radd__": _r(F.add), "__sub__": F.sub, "__rsub__": lambda s, o: F.rsub(s, o),
-    "__mul__": F.mul, "__rmul__": _r(F.mul), "__truediv__": F.div, "__rtruediv__": _r(F.div),
+    "__add__": _direct(F.D.ADD, F.np.add), "__radd__": _direct(F.D.ADD, F.np.add), "__sub__": F.sub, "__rsub__": lambda s, o: F.rsub(s, o),
+    "__mul__": _direct(F.D.MUL, F.np.multiply), "__rmul__": _direct(F.D.MUL, F.np.multiply), "__truediv__": F.div, "__rtruediv__": _r(F.div),
     "__pow__": F.pow, "__rpow__": _r(F.pow), "__neg__": F.neg, "__matmul__": F.matmul,
     "__rmatmul__": _r(F.matmul), "__abs__": F.abs, "__getitem__": F.getitem,
     "__eq__": F.eq, "__ne__": F.ne, "__lt__": F.lt, "__le__": F.le, "__gt__": F.gt, "__ge__": F.ge,

@@ -1,6 +1,6 @@
 """What a Python rule needs to know about its node, read back from the tape row."""
 from ..ops import functional as F
-from ._tape import H_E0, H_FP, H_IP, H_KP, H_SHP, HW
+from ._tape import H_E0, H_FP, H_IP, H_SHP, HW
 
 
 class RowInfo:
@@ -29,7 +29,7 @@ class RowInfo:
         return tuple(self.tape.fp[p:p + n])
 
     def saved(self, k, shape):
-        return self.tape.saved_value(self.tape.hdr[self.base + H_KP] + k, shape)
+        return self.tape.saved_value_of_row(self.row, k, shape)
 
     def input(self, j, data):
         """Saved input j as a Tensor whose grad_fn is the input's, so that under

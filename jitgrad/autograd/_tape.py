@@ -30,6 +30,8 @@ import threading
 
 import numpy as np
 
+from .graph import SPECS as _SPECS  # opcode -> OpSpec, filled by ops/spec.py
+
 HW = 9  # header width
 H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)
 DT_F64, DT_F32, DT_OTHER = 0, 1, 2
@@ -129,8 +131,19 @@ class Tape:
             self.v64.append(value)
         return k
 
+    def saved_value_of_row(self, row, k, shape):
+        """Saved value k of `row` as numpy data, for the Python engine."""
+        b = row * HW
+        kp = self.hdr[b + H_KP]
+        dt = self.hdr[b + H_DT]
+        if self.hdr[b + H_NUMEL] == 1 and dt != DT_OTHER and _SPECS[self.hdr[b + H_OP]].kind == "ew":
+            # a one-element elementwise row keeps its values directly in v64/v32 (record_ew)
+            typ, col = (np.float64, self.v64) if dt == DT_F64 else (np.float32, self.v32)
+            return typ(col[kp + k]).reshape(shape) if shape else typ(col[kp + k])
+        return self.saved_value(kp + k, shape)
+
     def saved_value(self, k, shape):
-        """Saved value k as numpy data, for the Python engine."""
+        """Saved value in slot k as numpy data, for the Python engine."""
         ref, n, where = self.slots[3 * k], self.slots[3 * k + 1], self.slots[3 * k + 2]
         if ref < 0:
             v = self.v64[-ref - 1] if where == 0 else self.v32[-ref - 1]
@@ -157,17 +170,21 @@ class Tape:
         return row
 
 
-_local = threading.local()
+class _Local(threading.local):
+    tape = None  # each thread records onto its own tape
+
+
+_local = _Local()
 
 
 def current_tape():
-    t = getattr(_local, "tape", None)
+    t = _local.tape
     if t is None or t.closed:
         t = _local.tape = Tape()
     return t
 
 
 def close_current_tape():
-    t = getattr(_local, "tape", None)
+    t = _local.tape
     if t is not None:
         t.closed = True

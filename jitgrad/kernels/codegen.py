@@ -118,8 +118,8 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, 
         bop = OP_BASE[op]
         if OP_IS_EW[op] and hdr[b + H_NUMEL] == 1:
             # One-element rows (scalar graphs) run inline: plain loads and stores on the
-            # flat arena g1, no array views, no calls. One-element saved values of the
-            # graph's dtype are always stored inline in v (tape.save).
+            # flat arena g1, no array views, no calls. Their saved values sit in v at
+            # v[kp], v[kp + 1], ... (ops/record.py, record_ew).
             grad = g1[row]
             e0 = hdr[b + H_E0]
             kp = hdr[b + H_KP]
@@ -209,7 +209,7 @@ def _scalar_branch(spec, kw):
     for k in range(spec.nparams):
         lines.append(f"{ind}p{k} = fp[fpp + {k}]")
     for k, name in enumerate(spec.saves):
-        lines.append(f"{ind}{name} = v[-slots[3 * (kp + {k})] - 1]")
+        lines.append(f"{ind}{name} = v[kp + {k}]")
     for j, formula in enumerate(spec.grads):
         lines.append(f"{ind}c{j} = {formula}")
     return "\n".join(lines)

@@ -12,7 +12,10 @@ import numpy as np
 from .. import _dtype, _grad_mode
 from .._tensor import Tensor, _wrap_dim
 from . import derivatives as D
-from .record import record, record_binary, record_unary
+from .record import record, record_ew
+
+_gm_state = _grad_mode._state
+_new = object.__new__
 
 _f64 = np.dtype(np.float64)
 
@@ -36,10 +39,10 @@ def _linked(data, tape, row, nr=0):
 
 
 def _needs(*ts):
-    if not _grad_mode.is_grad_enabled():
+    if not _gm_state.enabled:
         return False
     for t in ts:
-        if type(t) is Tensor and t.requires_grad or isinstance(t, Tensor) and t.requires_grad:
+        if t._requires_grad:
             return True
     return False
 
@@ -84,8 +87,12 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
     Python float standing for a constant, or None for a unary op)."""
     if not isinstance(out, _ARRAYLIKE):
         out = np.asarray(out)
-    res = Tensor._make(out)
-    if not _grad_mode.is_grad_enabled():
+    res = _new(Tensor)
+    res._data = out
+    res._requires_grad = False
+    res._tape = None
+    res._x = None
+    if not _gm_state.enabled:
         return res
     if not a._requires_grad and (b is None or type(b) is float or not b._requires_grad):
         return res
@@ -99,10 +106,7 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
             saved.append(out)
         else:
             saved.append(aux._data.astype(out.dtype))
-    fp = (p0, p1)[:spec.nparams]
-    if b is None:
-        return record_unary(spec, res, a, saved, fp)
-    return record_binary(spec, res, a, b, saved, fp)
+    return record_ew(spec, res, a, b, saved, (p0, p1)[:spec.nparams] if spec.nparams else ())
 
 
 def _binary(spec, npfn, a, b):

@@ -11,7 +11,8 @@ import weakref
 import numpy as np
 
 from .. import _grad_mode
-from ..autograd._tape import DT_F32, DT_F64, DT_OTHER, current_tape, pack_edge, pack_edge2
+from ..autograd._tape import (DT_F32, DT_F64, DT_OTHER, MAX_ROWS, _local, current_tape, pack_edge, pack_edge2,
+                              pack_row)
 from ..autograd.graph import SINK_OPS, AccumulateGrad
 from .spec import OpSpec
 
@@ -63,8 +64,7 @@ def _edge_row(tape, t):
 
 def _link(tape, row, result):
     if _anomaly[0]:
-        import traceback
-        tape.tracebacks[row] = traceback.format_stack()[:-3]
+        _trace(tape, row)
     result._requires_grad = True
     result._tape = tape
     result._row = row
@@ -82,57 +82,76 @@ def _save_all(tape, saved, dt):
     return kp
 
 
-def record_binary(spec, result, a, b, saved, fparams):
-    """Elementwise op of Tensor a and b (a Tensor, or a Python float standing for a constant)."""
-    tape = current_tape()
+def record_ew(spec, result, a, b, saved, fparams):
+    """Elementwise op on Tensor a and b: a Tensor, a Python float standing for a
+    constant, or None (unary). The hot path of every scalar graph, hence written out."""
+    tape = _local.tape
+    if tape is None or tape.closed:
+        tape = current_tape()
     d = result._data
     dt = _DT.get(d.dtype, DT_OTHER)
     shp = 0 if d.ndim == 0 else tape.shape(d.shape)
     ad = a._data
     if a._requires_grad:
-        ea = (_edge_row(tape, a), a.output_nr, shp if ad.shape == d.shape else tape.shape(ad.shape))
+        src = a._tape
+        ra = a._row if src is tape else _edge_row(tape, a)
         if ad.dtype != d.dtype:
             dt = DT_OTHER  # the compiled path keeps one dtype per graph; mixed ones run in Python
+        nra = a._output_nr if src is not None else 0
     else:
-        ea = (-1, 0, shp if ad.shape == d.shape else tape.shape(ad.shape))
-    if type(b) is float:
-        eb = (-1, 0, 0)
+        ra, nra = -1, 0
+    ea = (ra, nra, shp if ad.shape == d.shape else tape.shape(ad.shape))
+    if b is None:
+        nin, eb = 1, ()
+    elif type(b) is float:
+        nin, eb = 2, (-1, 0, 0)
     else:
+        nin = 2
         bd = b._data
-        eb = (_edge_row(tape, b) if b._requires_grad else -1, b.output_nr,
-              shp if bd.shape == d.shape else tape.shape(bd.shape))
-        if b._requires_grad and bd.dtype != d.dtype:
-            dt = DT_OTHER
-    kp = _save_all(tape, saved, dt)
+        if b._requires_grad:
+            src = b._tape
+            rb = b._row if src is tape else _edge_row(tape, b)
+            eb = (rb, b._output_nr if src is not None else 0, shp if bd.shape == d.shape else tape.shape(bd.shape))
+            if bd.dtype != d.dtype:
+                dt = DT_OTHER
+        else:
+            eb = (-1, 0, shp if bd.shape == d.shape else tape.shape(bd.shape))
+    if d.size == 1 and dt != DT_OTHER:
+        # one-element row: its saved values go straight into the value column and kp
+        # indexes that column (no slot entries); see tape.saved_value
+        col = tape.v64 if dt == DT_F64 else tape.v32
+        kp = len(col)
+        for x in saved:
+            col.append(x if type(x) is float else x.item())
+    else:
+        kp = _save_all(tape, saved, dt)
     fp = len(tape.fp)
     if fparams:
         tape.fp.extend(fparams)
-    row = tape.add_row(spec.op, dt, 2, d.size, shp, fp, kp, 0)
-    tape.edges.frombytes(pack_edge2(*ea, *eb))
-    return _link(tape, row, result)
+    row = tape.nrows
+    tape.hdr.frombytes(pack_row(spec.op, dt, nin, len(tape.edges) // 3, d.size, shp, fp, kp, 0))
+    tape.edges.frombytes(pack_edge2(*ea, *eb) if eb else pack_edge(*ea))
+    tape.nrows = row + 1
+    if row + 1 >= MAX_ROWS:
+        tape.closed = True
+    if _anomaly[0]:
+        _trace(tape, row)
+    result._requires_grad = True
+    result._tape = tape
+    result._row = row
+    result._output_nr = 0
+    return result
 
 
-def record_unary(spec, result, a, saved, fparams):
-    tape = current_tape()
-    d = result._data
-    dt = _DT.get(d.dtype, DT_OTHER)
-    if a._data.dtype != d.dtype:
-        dt = DT_OTHER
-    shp = 0 if d.ndim == 0 else tape.shape(d.shape)
-    er = _edge_row(tape, a)
-    kp = _save_all(tape, saved, dt)
-    fp = len(tape.fp)
-    if fparams:
-        tape.fp.extend(fparams)
-    row = tape.add_row(spec.op, dt, 1, d.size, shp, fp, kp, 0)
-    tape.edges.frombytes(pack_edge(er, a.output_nr, shp if a._data.shape == d.shape else tape.shape(a._data.shape)))
-    return _link(tape, row, result)
+def _trace(tape, row):
+    import traceback
+    tape.tracebacks[row] = traceback.format_stack()[:-3]
 
 
 def record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     """Append `spec`'s row for output `result` (a Tensor) computed from `inputs`.
 
-    inputs:  Tensors, or ndarrays standing for constants (no edge, but a shape)
+    inputs:  Tensors
     saved:   data the kernel and the rule read, in the order of spec.saves
     fparams, iparams: the op's float and int parameters (see each kernel for its layout)
     """
@@ -141,15 +160,15 @@ def record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     dt = _DT.get(d.dtype, DT_OTHER)
     edges = []
     for t in inputs:
-        if getattr(t, "requires_grad", False):
+        if t._requires_grad:
             edges.append(_edge_row(tape, t))
-            edges.append(t.output_nr)
+            edges.append(t._output_nr if t._tape is not None else 0)
             if t._data.dtype != d.dtype:
                 dt = DT_OTHER
         else:
             edges.append(-1)
             edges.append(0)
-        edges.append(tape.shape(tuple(np.shape(t._data if hasattr(t, "_data") else t))))
+        edges.append(tape.shape(t._data.shape))
     kp = _save_all(tape, saved, dt)
     fp = len(tape.fp)
     if fparams:
