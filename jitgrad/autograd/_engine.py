@@ -41,35 +41,40 @@ def _make_grads(outputs, grad_outputs, is_grads_batched=False):
     return out
 
 
-def _root_node(t, i):
+def _root_node(t, i, hold):
     if not t.requires_grad:
         raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-    return _node_of(t)
+    return _node_of(t, hold)
 
 
-def _node_of(t):
+def _node_of(t, hold):
+    """t's grad_fn, or its AccumulateGrad for a leaf. A leaf's sink row may have to be made
+    in the current tape; `hold` keeps that tape alive for the call (sinks hold it weakly)."""
     if t._tape is not None:
         return node_for(t._tape, t._row)
     ref = t._acc
     acc = ref() if ref is not None else None
-    if acc is None:
-        _leaf_row(_tape.current_tape(), t)
+    if acc is None or acc._tape is None:
+        tape = _tape.current_tape()
+        hold.append(tape)
+        _leaf_row(tape, t)
         acc = t._acc()
     return acc
 
 
-def _input_node(t, i):
+def _input_node(t, i, hold):
     if not t.requires_grad:
         raise RuntimeError("One of the differentiated Tensors does not require grad")
-    return _node_of(t)
+    return _node_of(t, hold)
 
 
 def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
-    roots = [_root_node(t, i) for i, t in enumerate(outputs)]
+    hold = []
+    roots = [_root_node(t, i, hold) for i, t in enumerate(outputs)]
     grads = _make_grads(outputs, grad_outputs)
     if retain_graph is None:
         retain_graph = create_graph
-    in_nodes = None if inputs is None else [_input_node(t, i) for i, t in enumerate(inputs)]
+    in_nodes = None if inputs is None else [_input_node(t, i, hold) for i, t in enumerate(inputs)]
     out = _compiled.FALLBACK
     if not create_graph:
         out = _compiled.run(roots, grads, in_nodes, bool(retain_graph))
@@ -108,7 +113,7 @@ def _accumulate_array(t, a):
 
 
 def _close(roots):
-    cur = getattr(_tape._local, "tape", None)
+    cur = _tape.live_tape()
     if any(r._tape is cur for r in roots):
         _tape.close_current_tape()
 

@@ -27,6 +27,7 @@ import array
 import itertools
 import struct
 import threading
+import weakref
 
 import numpy as np
 
@@ -38,6 +39,10 @@ DT_F64, DT_F32, DT_OTHER = 0, 1, 2
 
 MAX_ROWS = 1 << 20          # close a tape past this many rows...
 MAX_KEEP_BYTES = 256 << 20  # ...or past this many bytes of saved arrays
+# An op none of whose inputs come from the current tape starts a new graph. If the tape
+# already holds this many bytes of saved arrays, the op starts a new tape instead, so that
+# consecutive forwards (an evaluation loop without no_grad) do not pin each other's arrays.
+SPLIT_BYTES = 1 << 20
 
 _tape_ids = itertools.count()
 # array.frombytes(struct.pack(...)) appends several ints ~3x faster than array.extend(tuple)
@@ -171,20 +176,40 @@ class Tape:
 
 
 class _Local(threading.local):
-    tape = None  # each thread records onto its own tape
+    # Each thread records onto its own tape, held weakly: a tape lives exactly as long as
+    # a tensor or node of its graph does, so a forward pass nobody backpropagates through
+    # (evaluation without no_grad) is freed as soon as its outputs are dropped.
+    ref = None
 
 
 _local = _Local()
 
 
+def live_tape():
+    """The thread's current tape, or None."""
+    ref = _local.ref
+    return None if ref is None else ref()
+
+
 def current_tape():
-    t = _local.tape
+    ref = _local.ref
+    t = None if ref is None else ref()
     if t is None or t.closed:
-        t = _local.tape = Tape()
+        t = Tape()
+        _local.ref = weakref.ref(t)
+    return t
+
+
+def tape_for(a, b=None):
+    """The tape an op on inputs a (and b, a tensor or not) records onto (see SPLIT_BYTES)."""
+    t = current_tape()
+    if t.keep_bytes > SPLIT_BYTES and a._tape is not t and getattr(b, "_tape", None) is not t:
+        t.closed = True
+        t = current_tape()
     return t
 
 
 def close_current_tape():
-    t = _local.tape
+    t = live_tape()
     if t is not None:
         t.closed = True

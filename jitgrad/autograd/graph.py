@@ -65,7 +65,14 @@ class AccumulateGrad(Node):
     """The sink for a leaf: its row in the lowered graph collects the leaf's gradient.
     Unlike other nodes it is created eagerly (once per leaf and tape) and cached on the leaf,
     so that it is the same object wherever the leaf is reached."""
-    __slots__ = ("variable", "_metadata")
+    __slots__ = ("variable", "_metadata", "_tape_ref")
+
+    @property
+    def _tape(self):
+        # weak: the tape holds this node (tape.leaves), a strong reference back would make
+        # a cycle that only the garbage collector could free
+        ref = self._tape_ref
+        return None if ref is None else ref()
 
     @property
     def metadata(self):

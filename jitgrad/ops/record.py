@@ -11,8 +11,8 @@ import weakref
 import numpy as np
 
 from .. import _grad_mode
-from ..autograd._tape import (DT_F32, DT_F64, DT_OTHER, MAX_ROWS, _local, current_tape, pack_edge, pack_edge2,
-                              pack_row)
+from ..autograd._tape import (DT_F32, DT_F64, DT_OTHER, MAX_ROWS, SPLIT_BYTES, current_tape, pack_edge, pack_edge2,
+                              pack_row, tape_for)
 from ..autograd.graph import SINK_OPS, AccumulateGrad
 from .spec import OpSpec
 
@@ -30,13 +30,14 @@ def _leaf_row(tape, t):
     if acc is None:
         acc = _new(AccumulateGrad)
         acc.variable = t
-        acc._tape = None
+        acc._tape_ref = None
         acc._row = -1
+        acc._next = ()
         t._acc = weakref.ref(acc)
     if acc._tape is not tape:
         d = t._data
         acc._row = tape.add_row(OP_ACC, _DT.get(d.dtype, DT_OTHER), 0, d.size, tape.shape(d.shape), 0, 0, 0)
-        acc._tape = tape
+        acc._tape_ref = weakref.ref(tape)
         tape.leaves[acc._row] = acc
     return acc._row
 
@@ -85,9 +86,7 @@ def _save_all(tape, saved, dt):
 def record_ew(spec, result, a, b, saved, fparams):
     """Elementwise op on Tensor a and b: a Tensor, a Python float standing for a
     constant, or None (unary). The hot path of every scalar graph, hence written out."""
-    tape = _local.tape
-    if tape is None or tape.closed:
-        tape = current_tape()
+    tape = tape_for(a, b)
     d = result._data
     dt = _DT.get(d.dtype, DT_OTHER)
     shp = 0 if d.ndim == 0 else tape.shape(d.shape)
@@ -156,6 +155,8 @@ def record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     fparams, iparams: the op's float and int parameters (see each kernel for its layout)
     """
     tape = current_tape()
+    if tape.keep_bytes > SPLIT_BYTES and all(t._tape is not tape for t in inputs):
+        tape = tape_for(inputs[0])
     d = result._data
     dt = _DT.get(d.dtype, DT_OTHER)
     edges = []
