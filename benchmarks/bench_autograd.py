@@ -1,7 +1,7 @@
 """asv benchmarks for jitgrad's autograd engine.
 
-Workloads (the same ones as ``side_by_side.py``, written directly against
-jitgrad here):
+The workloads are those of ``side_by_side.py`` (defined there once, against a module
+parameter ``T``), run here with ``T = jitgrad``:
 
 * ScalarChain*: a chain of 1e5 nodes on a 0-d float64 tensor
   (N//2 multiplications and N//2 additions).
@@ -17,19 +17,10 @@ freshly built graph.
 """
 import functools
 
-import numpy as np
-
 import jitgrad
 
-CHAIN_N = 100_000
-WIDE_N = 20_000
-
-# name: (batch, layer sizes, dtype name, loss)
-MLP_CONFIGS = {
-    "small": (16, (32, 32, 32, 1), "float64", "mse"),
-    "mnist": (64, (784, 512, 512, 10), "float32", "nll"),
-    "large": (256, (2048, 2048, 2048, 10), "float32", "nll"),
-}
+from .side_by_side import (CHAIN_N, MLP_CONFIGS, WIDE_N, chain_forward, mlp_arrays, mlp_inputs, mlp_step,
+                           wide_forward, wide_leaves)
 
 _warmed = False
 
@@ -42,82 +33,36 @@ def _warmup():
     x = jitgrad.tensor(1.0, dtype=jitgrad.float64, requires_grad=True)
     _chain(x, 10).backward()
     _wide_loss(_wide_leaves(10)).backward()
-    for config in MLP_CONFIGS:
-        batch, sizes, dtype, loss = MLP_CONFIGS[config]
-        small = (4, (sizes[0], 8, 8, sizes[-1]), dtype, loss)
-        _mlp_step(*_mlp_tensors(small))
+    for batch, sizes, dtype, loss in MLP_CONFIGS.values():
+        _mlp_step(*_mlp_tensors((4, (sizes[0], 8, 8, sizes[-1]), dtype, loss)))
     _warmed = True
 
 
-# ---------------------------------------------------------------- workloads
-
 def _chain(x, n):
-    y = x
-    for _ in range(n // 2):
-        y = y * 1.0001
-        y = y + 0.0001
-    return y
+    return chain_forward(jitgrad, x, n)
 
 
 def _wide_leaves(n):
-    vals = np.random.default_rng(0).standard_normal(n)
-    return [jitgrad.tensor(float(v), dtype=jitgrad.float64, requires_grad=True)
-            for v in vals]
+    return wide_leaves(jitgrad, n)
 
 
 def _wide_loss(leaves):
-    outs = [((x * 2.0).sin() + 1.0) for x in leaves]
-    return jitgrad.stack(outs).sum()
+    return wide_forward(jitgrad, leaves)
 
 
 @functools.lru_cache(maxsize=None)
 def _mlp_arrays(batch, sizes, dtype, loss):
     """numpy inputs for an MLP, generated once per process."""
-    rng = np.random.default_rng(0)
-    params = []
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-        w = (rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(dtype)
-        b = np.zeros(n_out, dtype=dtype)
-        params.append((w, b))
-    x = rng.standard_normal((batch, sizes[0])).astype(dtype)
-    if loss == "mse":
-        target = rng.standard_normal((batch, sizes[-1])).astype(dtype)
-    else:
-        target = rng.integers(0, sizes[-1], size=batch).astype(np.int64)
-    return params, x, target
+    return mlp_arrays(batch, sizes, dtype, loss)
 
 
 def _mlp_tensors(config):
     batch, sizes, dtype, loss = config
-    params_np, x_np, target_np = _mlp_arrays(batch, sizes, dtype, loss)
-    dt = getattr(jitgrad, dtype)
-    params = [(jitgrad.tensor(w, dtype=dt, requires_grad=True),
-               jitgrad.tensor(b, dtype=dt, requires_grad=True))
-              for w, b in params_np]
-    x = jitgrad.tensor(x_np, dtype=dt)
-    if loss == "mse":
-        target = jitgrad.tensor(target_np, dtype=dt)
-    else:
-        target = jitgrad.tensor(target_np)
-    return params, x, target, loss
+    return mlp_inputs(jitgrad, _mlp_arrays(batch, sizes, dtype, loss), dtype, loss)
 
 
 def _mlp_step(params, x, target, loss):
-    for w, b in params:
-        w.grad = None
-        b.grad = None
-    h = x
-    for w, b in params[:-1]:
-        h = jitgrad.relu(h @ w + b)
-    w, b = params[-1]
-    out = h @ w + b
-    if loss == "mse":
-        value = ((out - target) ** 2).mean()
-    else:
-        logp = jitgrad.log_softmax(out, dim=1)
-        value = -logp[jitgrad.arange(out.shape[0]), target].mean()
-    value.backward()
-    return value
+    return mlp_step(jitgrad, params, x, target, loss)
 
 
 # --------------------------------------------------------------- benchmarks

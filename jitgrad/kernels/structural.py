@@ -126,6 +126,21 @@ def edge_target(edges, e, st):
 
 
 @jit_inline
+def one_input(row, hdr, edges, xs, g1, bslot, bigs, st):
+    """The common start of a one-input kernel: (header base, the row's gradient, the
+    input's target row or -1, the input's shape pointer, the input's buffer)."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    pin = edges[3 * e0 + 2]
+    d = g
+    if t >= 0:
+        d = target_buffer(t, shape_numel(xs, pin), g1, bslot, bigs)
+    return b, g, t, pin, d
+
+
+@jit_inline
 def shape_numel(xs, p):
     n = 1
     for k in range(xs[p]):
@@ -211,15 +226,10 @@ def bidx(mode, m, mp, i):
 @jit
 def k_sum(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     """sum / mean: broadcast the gradient back over the reduced dims (mean scales by fp)."""
-    b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
-    e0 = hdr[b + H_E0]
-    t = edge_target(edges, e0, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
-    pin = edges[3 * e0 + 2]
-    n = shape_numel(xs, pin)
-    d = target_buffer(t, n, g1, bslot, bigs)
+    n = d.size
     scale = fp[hdr[b + H_FP]]
     mode, m, mp = bcast_plan(xs, pin, hdr[b + H_IP])
     for i in range(n):
@@ -228,14 +238,9 @@ def k_sum(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 @jit
 def k_expand(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
-    e0 = hdr[b + H_E0]
-    t = edge_target(edges, e0, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
-    pin = edges[3 * e0 + 2]
-    d = target_buffer(t, shape_numel(xs, pin), g1, bslot, bigs)
     mode, m, mp = bcast_plan(xs, hdr[b + H_SHP], pin)
     for i in range(hdr[b + H_NUMEL]):
         d[bidx(mode, m, mp, i)] += g[i]
@@ -244,18 +249,13 @@ def k_expand(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 @jit
 def k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     """amax/amin/max()/min(): the gradient is shared evenly among the tied extrema."""
-    b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
-    e0 = hdr[b + H_E0]
-    t = edge_target(edges, e0, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
-    pin = edges[3 * e0 + 2]
-    n = shape_numel(xs, pin)
+    n = d.size
     kp = hdr[b + H_KP]
     x = saved(slots, v, kp)
     r = saved(slots, v, kp + 1)
-    d = target_buffer(t, n, g1, bslot, bigs)
     mode, m, mp = bcast_plan(xs, pin, hdr[b + H_IP])
     cnt = np.zeros(r.size, np.float64)
     for i in range(n):
@@ -270,18 +270,13 @@ def k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 @jit
 def k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
-    e0 = hdr[b + H_E0]
-    t = edge_target(edges, e0, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
-    pin = edges[3 * e0 + 2]
-    n = shape_numel(xs, pin)
+    n = d.size
     kp = hdr[b + H_KP]
     x = saved(slots, v, kp)
     r = saved(slots, v, kp + 1)
-    d = target_buffer(t, n, g1, bslot, bigs)
     mode, m, mp = bcast_plan(xs, pin, hdr[b + H_IP])
     zeros = np.zeros(r.size, np.int64)
     nonzero_prod = np.ones(r.size, np.float64)
@@ -302,28 +297,20 @@ def k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 @jit
 def k_scatter(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     """Indexing and max(dim): out[j] = x.flat[idx[j]], so x's gradient gathers back."""
-    b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
-    e0 = hdr[b + H_E0]
-    t = edge_target(edges, e0, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
-    idx = saved_index(slots, hdr[b + H_KP], np.zeros(0, np.int64))
-    d = target_buffer(t, shape_numel(xs, edges[3 * e0 + 2]), g1, bslot, bigs)
+    idx = saved_index(slots, hdr[b + H_KP], xs[0:0])
     for j in range(idx.size):
         d[idx[j]] += g[j]
 
 
 @jit
 def k_index_put(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
-    e0 = hdr[b + H_E0]
-    t = edge_target(edges, e0, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
-    idx = saved_index(slots, hdr[b + H_KP], np.zeros(0, np.int64))
-    d = target_buffer(t, idx.size, g1, bslot, bigs)
+    idx = saved_index(slots, hdr[b + H_KP], xs[0:0])
     for j in range(idx.size):
         d[j] += g[idx[j]]
 
@@ -422,15 +409,10 @@ def _batch_maps(xs, pa, pb, bo):
 
 @jit
 def k_trace(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
-    e0 = hdr[b + H_E0]
-    t = edge_target(edges, e0, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
-    p = edges[3 * e0 + 2]
-    rows, cols = xs[p + 1], xs[p + 2]
-    d = target_buffer(t, rows * cols, g1, bslot, bigs)
+    rows, cols = xs[pin + 1], xs[pin + 2]
     for i in range(min(rows, cols)):
         d[i * cols + i] += g[0]
 
@@ -439,25 +421,18 @@ def k_trace(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 @jit
 def k_view(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     """reshape/view/squeeze/unsqueeze: C-order data is unchanged, only the shape differs."""
-    b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
-    t = edge_target(edges, hdr[b + H_E0], st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
-    d = target_buffer(t, g.size, g1, bslot, bigs)
     for i in range(g.size):
         d[i] += g[i]
 
 
 @jit
 def k_permute(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
-    e0 = hdr[b + H_E0]
-    t = edge_target(edges, e0, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
-    pin = edges[3 * e0 + 2]
     nd = xs[pin]
     ip = hdr[b + H_IP]
     instr = np.ones(nd, np.int64)
@@ -468,7 +443,6 @@ def k_permute(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     for k in range(nd):
         ostr[k] = instr[xs[ip + 1 + k]]
         oshape[k] = xs[pin + 1 + xs[ip + 1 + k]]
-    d = target_buffer(t, g.size, g1, bslot, bigs)
     idx = np.zeros(nd, np.int64)
     cur = 0
     for i in range(g.size):
@@ -505,49 +479,34 @@ def k_cat(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 # --- normalisation ---------------------------------------------------------------------------------
 @jit
-def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
-    e0 = hdr[b + H_E0]
-    t = edge_target(edges, e0, st)
+def _softmax_backward(row, hdr, edges, xs, slots, v, g1, bslot, bigs, st, log):
+    """softmax: d = y * (g - sum(g * y)); log_softmax: d = g - exp(y) * sum(g), per group."""
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
     ip = hdr[b + H_IP]
     outer, n, inner = xs[ip + 1], xs[ip + 2], xs[ip + 3]
     y = saved(slots, v, hdr[b + H_KP])
-    d = target_buffer(t, g.size, g1, bslot, bigs)
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
             s = 0.0
             for j in range(n):
-                s += g[base + j * inner] * y[base + j * inner]
+                q = base + j * inner
+                s += g[q] if log else g[q] * y[q]
             for j in range(n):
                 q = base + j * inner
-                d[q] += y[q] * (g[q] - s)
+                d[q] += g[q] - np.exp(y[q]) * s if log else y[q] * (g[q] - s)
+
+
+@jit
+def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    _softmax_backward(row, hdr, edges, xs, slots, v, g1, bslot, bigs, st, False)
 
 
 @jit
 def k_log_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
-    e0 = hdr[b + H_E0]
-    t = edge_target(edges, e0, st)
-    if t < 0:
-        return
-    ip = hdr[b + H_IP]
-    outer, n, inner = xs[ip + 1], xs[ip + 2], xs[ip + 3]
-    y = saved(slots, v, hdr[b + H_KP])
-    d = target_buffer(t, g.size, g1, bslot, bigs)
-    for o in range(outer):
-        for i in range(inner):
-            base = o * n * inner + i
-            s = 0.0
-            for j in range(n):
-                s += g[base + j * inner]
-            for j in range(n):
-                q = base + j * inner
-                d[q] += g[q] - np.exp(y[q]) * s
+    _softmax_backward(row, hdr, edges, xs, slots, v, g1, bslot, bigs, st, True)
 
 
 # which kernel runs each structural primitive (by spec name); aliases share their base's

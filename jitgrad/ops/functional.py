@@ -803,47 +803,39 @@ def _join(spec, tensors, dim, out, stacked):
 
 # --- normalisation ----------------------------------------------------------------------------
 def _softmax_np(d, dim):
-    m = d.max(axis=dim, keepdims=True)
-    e = np.exp(d - m)
-    return e / e.sum(axis=dim, keepdims=True), m, e
+    e = np.exp(d - d.max(axis=dim, keepdims=True))
+    return e / e.sum(axis=dim, keepdims=True)
 
 
 def _groups(shape, dim):
     return [int(np.prod(shape[:dim], dtype=np.int64)), shape[dim], int(np.prod(shape[dim + 1:], dtype=np.int64))]
 
 
-def softmax(x, dim, dtype=None):
+def _normalise(spec, x, dim, dtype, forward):
+    """softmax / log_softmax along `dim`: forward(d, dim) computes the values."""
     if dtype is not None:
         x = to_dtype(x, dtype)
     x = _as_float(x)
     d = x._data
     dim = _wrap_dim(dim, d.ndim)
-    if d.ndim == 0:
-        out = np.ones_like(d)
-    else:
-        out = _softmax_np(d, dim)[0]
+    out = forward(d, dim) if d.ndim else forward(d.reshape(1), 0).reshape(())
     res = _wrap(out)
     if not _needs(x):
         return res
-    return record(D.SOFTMAX, res, (x,), (out,), (), _groups(d.shape or (1,), dim) + [dim])
+    return record(spec, res, (x,), (out,), (), _groups(d.shape or (1,), dim) + [dim])
+
+
+def _log_softmax_np(d, dim):
+    s = d - d.max(axis=dim, keepdims=True)
+    return s - np.log(np.exp(s).sum(axis=dim, keepdims=True))
+
+
+def softmax(x, dim, dtype=None):
+    return _normalise(D.SOFTMAX, x, dim, dtype, _softmax_np)
 
 
 def log_softmax(x, dim, dtype=None):
-    if dtype is not None:
-        x = to_dtype(x, dtype)
-    x = _as_float(x)
-    d = x._data
-    dim = _wrap_dim(dim, d.ndim)
-    if d.ndim == 0:
-        out = np.zeros_like(d)
-    else:
-        m = d.max(axis=dim, keepdims=True)
-        s = d - m
-        out = s - np.log(np.exp(s).sum(axis=dim, keepdims=True))
-    res = _wrap(out)
-    if not _needs(x):
-        return res
-    return record(D.LOG_SOFTMAX, res, (x,), (out,), (), _groups(d.shape or (1,), dim) + [dim])
+    return _normalise(D.LOG_SOFTMAX, x, dim, dtype, _log_softmax_np)
 
 
 def _size_str(shape):

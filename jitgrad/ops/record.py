@@ -133,13 +133,7 @@ def record_ew(spec, result, a, b, saved, fparams):
     tape.nrows = row + 1
     if row + 1 >= MAX_ROWS:
         tape.closed = True
-    if _anomaly[0]:
-        _trace(tape, row)
-    result._requires_grad = True
-    result._tape = tape
-    result._row = row
-    result._output_nr = 0
-    return result
+    return _link(tape, row, result)
 
 
 def _trace(tape, row):
