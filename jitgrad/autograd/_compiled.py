@@ -129,7 +129,9 @@ def run(roots, grads, in_nodes, retain):
                 if want is None:
                     leaves.append((acc.variable, r.value(lrow)))
                 elif id(acc) in want:
-                    captured[id(acc)] = r.value(lrow)
+                    # a leaf used in several tapes has a sink row in each: the parts add up
+                    prev = captured.get(id(acc))
+                    captured[id(acc)] = r.value(lrow) if prev is None else prev + r.value(lrow)
         for erow, (ft, frow) in t.ext.items():
             if st[erow] & HAS:
                 runs[ft.id].seed(frow, r.value(erow))

@@ -1,12 +1,12 @@
 """The backward driver: validates the call like PyTorch, then runs the graph.
 
 `backward` and `grad` normalise their arguments, build the root gradients, and pick an
-executor: the compiled scheduler (kernels/scheduler) for ordinary calls, the Python
-engine (_pyengine) for create_graph=True and for graphs the compiled path does not take.
+executor: the compiled scheduler (_compiled, running the module kernels/codegen.py
+generates) for ordinary calls, the Python engine (_pyengine) for create_graph=True and
+for graphs the compiled path does not take.
 """
 import numpy as np
 
-from .. import _grad_mode
 from .._tensor import Tensor
 from ..ops import functional as F
 from . import _compiled, _pyengine, _tape
@@ -22,7 +22,7 @@ def _as_tuple(x):
     return tuple(x)
 
 
-def _make_grads(outputs, grad_outputs, is_grads_batched=False):
+def _make_grads(outputs, grad_outputs):
     out = []
     for i, (t, g) in enumerate(zip(outputs, grad_outputs)):
         if g is None:
@@ -87,11 +87,12 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
     else:
         arrays, leaves, retained = out
         captured = {k: F._wrap(a) for k, a in arrays.items()}
+        # the arrays are slices of the scheduler's fresh output array: ours to hand out
         for t, a in leaves:
-            _accumulate_array(t, a)
+            _pyengine.accumulate_grad(t, F._wrap(a), False, owned=True)
         if accumulate:
             for t, a in retained:
-                _accumulate_array(t, a)
+                _pyengine.accumulate_grad(t, F._wrap(a), False, owned=True)
         if not retain_graph:
             _close(roots)
     if accumulate and inputs is not None:
@@ -99,17 +100,8 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
         for t, n in zip(inputs, in_nodes):
             g = captured.get(id(n))
             if g is not None:
-                _pyengine._accumulate(t, g, create_graph)
+                _pyengine.accumulate_grad(t, g, create_graph)
     return captured, in_nodes
-
-
-def _accumulate_array(t, a):
-    if t._grad is None:
-        t._grad = F._wrap(a)  # a slice of the scheduler's fresh output array: ours to hand out
-    elif t._grad.requires_grad:
-        t._grad = t._grad + F._wrap(a)
-    else:
-        t._grad._data += a
 
 
 def _close(roots):
@@ -152,7 +144,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if allow_unused is None:
         allow_unused = materialize_grads
     outputs = _as_tuple(outputs)
-    single = isinstance(inputs, Tensor)
     inputs = _as_tuple(inputs)
     grad_outputs = _as_tuple(grad_outputs) or (None,) * len(outputs)
     if len(grad_outputs) != len(outputs):
@@ -160,12 +151,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                            f"{len(outputs)} outputs")
     captured, in_nodes = _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate=False)
     result = []
-    for t, n in zip(inputs, in_nodes):
+    for i, (t, n) in enumerate(zip(inputs, in_nodes)):
         g = captured.get(id(n))
         if g is None:
             if not allow_unused:
-                raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
-                                   "Set allow_unused=True if this is the desired behavior.")
+                raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have been used in the "
+                                   "graph. Set allow_unused=True if this is the desired behavior.")
             if materialize_grads:
                 g = F._wrap(np.zeros_like(t._data))
         elif not create_graph and g.requires_grad:

@@ -33,10 +33,9 @@ def _freed_error():
 def apply_rule(node, grad):
     """Input gradients of `node` for output gradient `grad` (Tensors; elementwise ones at
     the output's shape, the caller reduces them)."""
-    tape = node._tape
-    if tape.is_freed(node._row):
-        raise _freed_error()
     spec = node._spec
+    if spec.saves and node._tape.is_freed(node._row):
+        raise _freed_error()
     ri = RowInfo(node)
     if spec.kind != "ew":
         return spec.rule(grad, ri)
@@ -98,13 +97,13 @@ def run(roots, grads, inputs, create_graph, accumulate):
                 captured[nid] = grad
             if isinstance(node, AccumulateGrad):
                 if accumulate and inputs is None:  # with inputs, the caller accumulates captures
-                    _accumulate(node.variable, grad, create_graph)
+                    accumulate_grad(node.variable, grad, create_graph)
                 continue
             if needed is not None and not any(i is not None and id(i) in needed for i in inputs_of[nid]):
                 continue
             retained = node._tape.retained.get(node._row)
             if retained is not None and retained() is not None and accumulate:
-                _accumulate(retained(), grad, create_graph)
+                accumulate_grad(retained(), grad, create_graph)
             for j, (inp, g) in enumerate(zip(inputs_of[nid], apply_rule(node, grad))):
                 if inp is None or g is None:
                     continue
@@ -126,11 +125,12 @@ def input_shape(node, j):
     return tuple(tape.xs[p + 1:p + 1 + tape.xs[p]])
 
 
-def _accumulate(t, grad, create_graph):
+def accumulate_grad(t, grad, create_graph, owned=False):
+    """AccumulateGrad: add `grad` into t.grad (owned: grad's data is ours to keep as is)."""
     if grad.dtype.np != t._data.dtype:
         grad = F.to_dtype(grad, t.dtype)
     if t._grad is None:
-        t._grad = grad if create_graph else F._wrap(grad._data.copy())
+        t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
     elif create_graph or t._grad.requires_grad:
         t._grad = t._grad + grad
     else:

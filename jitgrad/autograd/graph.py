@@ -92,6 +92,11 @@ class AccumulateGrad(Node):
     def next_functions(self):
         return ()
 
+    def _sequence_nr(self):
+        # a sink has no outputs: it runs after everything that feeds it (the leaf's latest
+        # tape, which _tape names, may be newer than the graph being run)
+        return -1
+
 
 def node_for(tape, row):
     """The Node of `row` in `tape` (None for row -1)."""
