@@ -221,10 +221,15 @@ def _ew_branch(spec, kw):
     lines = [f"    {kw} op == {spec.op}:"]
     # (condition, index expression for input 0 and for input 1); mode 2 is "the small
     # input is a suffix of the output" (a bias): a nested loop keeps the inner one simple
-    cases = [("if mode0 == 0 and mode1 == 0", "i", "i")]
-    if len(spec.grads) > 1:
-        cases += [("elif mode0 == 0 and mode1 == 2", "i", "c"), ("elif mode0 == 2 and mode1 == 0", "c", "i")]
-    cases.append(("else", "i0", "i1"))
+    if len(spec.grads) == 1:
+        # a unary op's input has the output's shape: one plain loop (no index maps to
+        # compile, which keeps the first-run compile of this function down)
+        cases = [("if True", "i", "i")]
+    else:
+        # same shapes; `x + bias` (the right operand a suffix of the output); any other
+        # broadcast through the index maps (each variant is code the first run compiles)
+        cases = [("if mode0 == 0 and mode1 == 0", "i", "i"), ("elif mode0 == 0 and mode1 == 2", "i", "c"),
+                 ("else", "i0", "i1")]
     for cond, i0, i1 in cases:
         ind = " " * 12
         lines.append(f"        {cond}:")
@@ -289,6 +294,9 @@ def generate():
     return src
 
 
+_DEPENDENCIES = ("structural.py", "blas.py", "pointers.py")
+
+
 def cache_dir():
     d = os.environ.get("JITGRAD_CACHE_DIR")
     if not d:
@@ -300,8 +308,11 @@ def cache_dir():
 
 def load():
     src = generate()
-    with open(structural.__file__, "rb") as f:
-        key = hashlib.sha256(src.encode() + f.read()).hexdigest()[:16]
+    h = hashlib.sha256(src.encode())
+    for dep in _DEPENDENCIES:  # the hand-written kernels the generated module calls
+        with open(os.path.join(os.path.dirname(__file__), dep), "rb") as f:
+            h.update(f.read())
+    key = h.hexdigest()[:16]
     name = f"jitgrad_backward_{key}"
     if name in sys.modules:
         return sys.modules[name]

@@ -12,8 +12,10 @@ Conventions (the generated scheduler calls every node kernel the same way):
 Every kernel also runs as plain Python under NUMBA_DISABLE_JIT=1.
 """
 import numpy as np
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
+
+from .blas import gemm
+from .pointers import view
 
 HW = 9
 H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)
@@ -25,21 +27,6 @@ jit_inline = njit(cache=True, nogil=True)
 
 
 # --- reading saved values by address -------------------------------------------------------
-@intrinsic
-def _as_ptr(typingctx, addr, like):
-    ptrty = types.CPointer(like.dtype)
-
-    def codegen(context, builder, sig, args):
-        return builder.inttoptr(args[0], context.get_value_type(ptrty))
-    return ptrty(addr, like), codegen
-
-
-def _carray_py(addr, n, like):  # NUMBA_DISABLE_JIT fallback: the same memory through ctypes
-    import ctypes
-    buf = (ctypes.c_char * int(n * like.itemsize)).from_address(int(addr))
-    return np.frombuffer(buf, dtype=like.dtype, count=n)
-
-
 @jit_inline
 def saved(slots, v, k):
     """Saved value k as a 1-D array of the graph's dtype."""
@@ -47,27 +34,12 @@ def saved(slots, v, k):
     if ref < 0:
         j = -ref - 1
         return v[j:j + 1]
-    return _view(ref, slots[3 * k + 1], v)
+    return view(ref, slots[3 * k + 1], v)
 
 
 @jit_inline
 def saved_index(slots, k, like_i64):
-    return _view(slots[3 * k], slots[3 * k + 1], like_i64)
-
-
-try:
-    from numba import carray as _nb_carray
-    from numba.core.config import DISABLE_JIT as _NOJIT
-except ImportError:  # pragma: no cover
-    _NOJIT = False
-
-if _NOJIT:
-    def _view(addr, n, like):
-        return _carray_py(addr, n, like)
-else:
-    @jit_inline
-    def _view(addr, n, like):
-        return _nb_carray(_as_ptr(addr, like), (n,))
+    return view(slots[3 * k], slots[3 * k + 1], like_i64)
 
 
 # --- gradient buffers ------------------------------------------------------------------------
@@ -96,21 +68,17 @@ def target_buffer(tgt, n, g1, bslot, bigs):
 
 
 @jit_inline
-def dot_into(tgt, fresh, x, y, g1, bslot, bigs):
-    """Contribute the matrix product x @ y to row `tgt`'s gradient. The first contribution
-    is written straight into place (into the output array for a leaf, or as the buffer
-    itself): no zero fill and no extra pass over a weight-sized gradient."""
+def dot_into(tgt, fresh, x, tx, y, ty, rows, cols, g1, bslot, bigs):
+    """Contribute op(x) @ op(y) (rows x cols) to row `tgt`'s gradient with one gemm:
+    written straight into place when nothing has contributed yet (into the output array
+    for a leaf, or into a new buffer), added by the BLAS call (beta = 1) otherwise."""
     s = bslot[tgt]
     if s < 0:
         bslot[tgt] = len(bigs)
-        bigs.append(np.dot(x, y).reshape(x.shape[0] * y.shape[1]))
-    elif fresh:
-        np.dot(x, y, bigs[s].reshape((x.shape[0], y.shape[1])))
+        bigs.append(np.empty(rows * cols, g1.dtype))
+        gemm(x, tx, y, ty, bigs[-1].reshape((rows, cols)), 0.0)
     else:
-        r = np.dot(x, y).reshape(x.shape[0] * y.shape[1])
-        b = bigs[s]
-        for i in range(r.size):
-            b[i] += r[i]
+        gemm(x, tx, y, ty, bigs[s].reshape((rows, cols)), 0.0 if fresh else 1.0)
 
 
 @jit_inline
@@ -348,28 +316,26 @@ def k_matmul(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     bo = hdr[b + H_NUMEL] // (n * m) if n * m else 0
     mapa, mapb = _batch_maps(xs, pa, pb, bo)
     if bo == 1 and a.size > 1 and bm.size > 1:
+        # dA (n x k) = G @ B^T, dB (k x m) = A^T @ G
         g2 = g.reshape((n, m))
         if ta >= 0:
-            dot_into(ta, fresh_a, g2, bm.reshape((k, m)).T, g1, bslot, bigs)
+            dot_into(ta, fresh_a, g2, False, bm.reshape((k, m)), True, n, k, g1, bslot, bigs)
         if tb >= 0:
-            dot_into(tb, fresh_b and ta != tb, a.reshape((n, k)).T, g2, g1, bslot, bigs)
+            dot_into(tb, fresh_b and ta != tb, a.reshape((n, k)), True, g2, False, k, m, g1, bslot, bigs)
         return
+    # batched, broadcast batch dims, or a 1-D operand: accumulate batch by batch
     if ta >= 0:
         da = target_buffer(ta, a.size, g1, bslot, bigs)
         for i in range(bo):
-            gi = g[i * n * m:(i + 1) * n * m].reshape((n, m))
-            bi = bm[mapb[i] * k * m:(mapb[i] + 1) * k * m].reshape((k, m))
-            r = np.dot(gi, bi.T)
-            o = mapa[i] * n * k
-            da[o:o + n * k] += r.reshape(n * k)
+            gemm(g[i * n * m:(i + 1) * n * m].reshape((n, m)), False,
+                 bm[mapb[i] * k * m:(mapb[i] + 1) * k * m].reshape((k, m)), True,
+                 da[mapa[i] * n * k:(mapa[i] + 1) * n * k].reshape((n, k)), 1.0)
     if tb >= 0:
         db = target_buffer(tb, bm.size, g1, bslot, bigs)
         for i in range(bo):
-            gi = g[i * n * m:(i + 1) * n * m].reshape((n, m))
-            ai = a[mapa[i] * n * k:(mapa[i] + 1) * n * k].reshape((n, k))
-            r = np.dot(ai.T, gi)
-            o = mapb[i] * k * m
-            db[o:o + k * m] += r.reshape(k * m)
+            gemm(a[mapa[i] * n * k:(mapa[i] + 1) * n * k].reshape((n, k)), True,
+                 g[i * n * m:(i + 1) * n * m].reshape((n, m)), False,
+                 db[mapb[i] * k * m:(mapb[i] + 1) * k * m].reshape((k, m)), 1.0)
 
 
 @jit
