@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import jitgrad
-from conftest import assert_close, to_np
+from conftest import assert_close
 
 torch = pytest.importorskip("torch")
 

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import jitgrad
-from conftest import assert_close, to_np
 
 torch = pytest.importorskip("torch")
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..kernels import codegen
 from ..kernels.structural import DONE, EXEC, HAS, RECV, mark_need
-from ._tape import DT_F32, DT_F64, H_NUMEL, H_SHP, HW
+from ._tape import DT_F32, DT_F64, H_SHP, HW
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 FREED = object()     # returned when a row's saved values were already freed

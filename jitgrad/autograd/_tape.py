@@ -14,14 +14,20 @@ A tape is a set of append-only `array.array` columns (amortised O(1) appends, an
   slots  3 ints per saved value: address of its data, or -(index+1) into v64/v32 for an
          inline copy of a one-element value; its numel; and where Python finds it again:
          its index in `keep`, or for inline values 0 (v64) / 1 (v32)
-  v64/v32 inline copies of one-element saved values, per dtype
+  v64/v32 inline copies of one-element saved values, per dtype. A one-element
+         elementwise row skips `slots`: its first-saved pointer indexes v directly.
+  freed  per row, set once its saved values are released (grown at backward time)
 
 Arrays the kernels read by address are held in `keep` until the graph is freed. Nothing
 else is kept per node: the Python engine rebuilds what it needs from these columns.
 Rows are numbered in creation order, so descending row order is a topological order.
-A tape is closed (a new one started) after a backward that frees the graph, or when it
-grows past a size cap, so memory held by graphs nobody backpropagates through is bounded.
-Edges into an older tape go through an EXT row; the engine hands those gradients on.
+
+Lifetime: tensors and nodes hold their tape; the thread holds its current tape only
+weakly, so a graph is freed by reference counting as soon as nothing refers to it. A
+tape is closed (the next op starts a new one) after a backward that frees the graph, past
+a size cap, or when a new graph starts on a tape already holding saved arrays
+(SPLIT_BYTES). Edges into an older tape go through an EXT row; the engine hands those
+gradients on.
 """
 import array
 import itertools
@@ -50,14 +56,6 @@ pack_row = struct.Struct(f"{HW}q").pack
 pack_edge = struct.Struct("3q").pack
 pack_edge2 = struct.Struct("6q").pack
 pack_slot = struct.Struct("3q").pack
-
-
-def _dt_code(npd):
-    if npd == np.float64:
-        return DT_F64
-    if npd == np.float32:
-        return DT_F32
-    return DT_OTHER
 
 
 class Tape:
@@ -149,7 +147,7 @@ class Tape:
 
     def saved_value(self, k, shape):
         """Saved value in slot k as numpy data, for the Python engine."""
-        ref, n, where = self.slots[3 * k], self.slots[3 * k + 1], self.slots[3 * k + 2]
+        ref, where = self.slots[3 * k], self.slots[3 * k + 2]
         if ref < 0:
             v = self.v64[-ref - 1] if where == 0 else self.v32[-ref - 1]
             return (np.float64 if where == 0 else np.float32)(v).reshape(shape) if shape else \

@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 from jitgrad.kernels.structural import *  # noqa
 from jitgrad.kernels.structural import (HW, H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP,
-    RECV, EXEC, HAS, DONE, jit, jit_inline, gradient, target_buffer, edge_target, shape_numel,
+    RECV, EXEC, HAS, DONE, jit, gradient, target_buffer, edge_target, shape_numel,
     bcast_plan, bidx, saved)
 
 OP_ACC = {op_acc}
@@ -35,7 +35,7 @@ OP_NPARAMS = np.array({nparams}, dtype=np.int64)
 OP_BASE = np.array({base}, dtype=np.int64)
 
 
-@jit_inline
+@jit
 def where(c, a, b):
     return a if c else b
 
@@ -271,17 +271,17 @@ def generate():
             ew_ops.append(spec.op)
             continue
         elif spec.kind == "struct":
-            fn = structural.KERNELS.get(spec.name)
-            if fn is None:
+            call = structural.KERNELS.get(spec.name)
+            if call is None:
                 continue  # no compiled kernel: the Python engine runs it (e.g. dtype casts)
         else:
             continue
         if spec.base != spec.op:
             continue  # an alias: runs its base's kernel
         dispatch.append(f"        elif bop == {spec.op}:\n"
-                        f"            {fn}(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)")
-    dispatch.insert(0, f"        elif OP_IS_EW[op]:\n"
-                       f"            ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)")
+                        f"            {call}")
+    dispatch.insert(0, "        elif OP_IS_EW[op]:\n"
+                       "            ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)")
     dispatch.append("        else:\n            return 2, row")
     acc = next(s.op for s in BY_OP if s.name == "_acc")
     ext = next(s.op for s in BY_OP if s.name == "_ext")

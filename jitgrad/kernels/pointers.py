@@ -24,6 +24,6 @@ if DISABLE_JIT:
         buf = (ctypes.c_char * int(n * like.itemsize)).from_address(int(addr))
         return np.frombuffer(buf, dtype=like.dtype, count=int(n))
 else:
-    @njit(cache=True, nogil=True)
+    @njit(cache=True, nogil=True, error_model="numpy")
     def view(addr, n, like):
         return carray(as_ptr(addr, like), (n,))

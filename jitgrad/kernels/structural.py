@@ -22,12 +22,12 @@ H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)
 # per-row state bits: RECV takes gradient, EXEC may run, HAS got gradient, DONE ran
 RECV, EXEC, HAS, DONE = 1, 2, 4, 16
 
-jit = njit(cache=True, nogil=True)
-jit_inline = njit(cache=True, nogil=True)
+# error_model="numpy": float division by zero gives inf/nan as in PyTorch (no raising path)
+jit = njit(cache=True, nogil=True, error_model="numpy")
 
 
 # --- reading saved values by address -------------------------------------------------------
-@jit_inline
+@jit
 def saved(slots, v, k):
     """Saved value k as a 1-D array of the graph's dtype."""
     ref = slots[3 * k]
@@ -37,13 +37,13 @@ def saved(slots, v, k):
     return view(ref, slots[3 * k + 1], v)
 
 
-@jit_inline
+@jit
 def saved_index(slots, k, like_i64):
     return view(slots[3 * k], slots[3 * k + 1], like_i64)
 
 
 # --- gradient buffers ------------------------------------------------------------------------
-@jit_inline
+@jit
 def gradient(row, hdr, g1, bslot, bigs):
     """The (complete) gradient of row's output, flat."""
     if hdr[row * HW + H_NUMEL] == 1:
@@ -54,7 +54,7 @@ def gradient(row, hdr, g1, bslot, bigs):
     return bigs[s]
 
 
-@jit_inline
+@jit
 def target_buffer(tgt, n, g1, bslot, bigs):
     """Where contributions for row `tgt`'s output accumulate (created zeroed on first use)."""
     if n == 1:
@@ -67,7 +67,7 @@ def target_buffer(tgt, n, g1, bslot, bigs):
     return bigs[s]
 
 
-@jit_inline
+@jit
 def dot_into(tgt, fresh, x, tx, y, ty, rows, cols, g1, bslot, bigs):
     """Contribute op(x) @ op(y) (rows x cols) to row `tgt`'s gradient with one gemm:
     written straight into place when nothing has contributed yet (into the output array
@@ -81,7 +81,7 @@ def dot_into(tgt, fresh, x, tx, y, ty, rows, cols, g1, bslot, bigs):
         gemm(x, tx, y, ty, bigs[s].reshape((rows, cols)), 0.0 if fresh else 1.0)
 
 
-@jit_inline
+@jit
 def edge_target(edges, e, st):
     """Target row of edge e, or -1 when it gets no gradient (no grad, or not needed);
     marks the target as reached, since the caller is about to contribute to it."""
@@ -93,7 +93,7 @@ def edge_target(edges, e, st):
     return t
 
 
-@jit_inline
+@jit
 def one_input(row, hdr, edges, xs, g1, bslot, bigs, st):
     """The common start of a one-input kernel: (header base, the row's gradient, the
     input's target row or -1, the input's shape pointer, the input's buffer)."""
@@ -108,7 +108,7 @@ def one_input(row, hdr, edges, xs, g1, bslot, bigs, st):
     return b, g, t, pin, d
 
 
-@jit_inline
+@jit
 def shape_numel(xs, p):
     n = 1
     for k in range(xs[p]):
@@ -177,7 +177,7 @@ def bcast_plan(xs, pbig, psmall):
     return 4, 0, m
 
 
-@jit_inline
+@jit
 def bidx(mode, m, mp, i):
     if mode == 0:
         return i
@@ -445,7 +445,7 @@ def k_cat(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 # --- normalisation ---------------------------------------------------------------------------------
 @jit
-def _softmax_backward(row, hdr, edges, xs, slots, v, g1, bslot, bigs, st, log):
+def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, log):
     """softmax: d = y * (g - sum(g * y)); log_softmax: d = g - exp(y) * sum(g), per group."""
     b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
@@ -465,22 +465,15 @@ def _softmax_backward(row, hdr, edges, xs, slots, v, g1, bslot, bigs, st, log):
                 d[q] += g[q] - np.exp(y[q]) * s if log else y[q] * (g[q] - s)
 
 
-@jit
-def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    _softmax_backward(row, hdr, edges, xs, slots, v, g1, bslot, bigs, st, False)
-
-
-@jit
-def k_log_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    _softmax_backward(row, hdr, edges, xs, slots, v, g1, bslot, bigs, st, True)
-
-
-# which kernel runs each structural primitive (by spec name); aliases share their base's
-KERNELS = {
+# the call that runs each structural primitive (by spec name), given the standard kernel
+# arguments ARGS; aliases share their base's
+ARGS = "row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st"
+KERNELS = {name: f"{fn}({ARGS})" for name, fn in {
     "sum": "k_sum", "amax": "k_amax", "max_dim": "k_scatter", "index_put": "k_index_put", "prod": "k_prod",
     "matmul": "k_matmul", "trace": "k_trace", "permute": "k_permute", "view": "k_view", "expand": "k_expand",
-    "cat": "k_cat", "softmax": "k_softmax", "log_softmax": "k_log_softmax",
-}
+    "cat": "k_cat"}.items()}
+KERNELS["softmax"] = f"k_softmax({ARGS}, False)"
+KERNELS["log_softmax"] = f"k_softmax({ARGS}, True)"
 
 
 @jit

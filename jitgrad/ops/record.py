@@ -10,7 +10,6 @@ import weakref
 
 import numpy as np
 
-from .. import _grad_mode
 from ..autograd._tape import (DT_F32, DT_F64, DT_OTHER, MAX_ROWS, SPLIT_BYTES, current_tape, pack_edge, pack_edge2,
                               pack_row, tape_for)
 from ..autograd.graph import SINK_OPS, AccumulateGrad
