@@ -53,6 +53,7 @@ def main(argv=None):
     loss = (w @ x).tanh().sum() + (x ** 2).mean()
     print("loss =", loss)
     print_chain(loss)
+    print("(backward: the first run in a fresh environment compiles the engine first, 20-40 s)")
     loss.backward()
     print("x.grad =", x.grad)
     print("w.grad =", w.grad)
@@ -60,7 +61,7 @@ def main(argv=None):
     print(f"\n== backward speed: scalar chain of {args.nodes:,} nodes ==")
     t0 = time.perf_counter()
     _chain(jitgrad, 1000)  # loads (or compiles, the first time) the float64 engine
-    print(f"engine ready in {time.perf_counter() - t0:.2f} s (first run in an environment compiles it)")
+    print(f"float64 engine ready in {time.perf_counter() - t0:.2f} s")
     fwd, bwd, g = _chain(jitgrad, args.nodes)
     print(f"jitgrad: forward {fwd * 1e3:8.1f} ms   backward {bwd * 1e3:7.2f} ms "
           f"({bwd / args.nodes * 1e9:.0f} ns/node)   dx = {g:.6f}")
