@@ -163,10 +163,7 @@ def div(a, b, rounding_mode=None):
             return _binary(D.DIV, fn, a, b)
     if not isinstance(a, Tensor):
         return mul(reciprocal(b), a)  # PyTorch: 2 / x is reciprocal then MulBackward0
-    if isinstance(b, Tensor) or a._data.dtype.kind == "f":
-        r = _binary(D.DIV, np.true_divide, _as_float(a), _as_float(b) if isinstance(b, Tensor) else b)
-        return r
-    return _binary(D.DIV, np.true_divide, _as_float(a), b)
+    return _binary(D.DIV, np.true_divide, _as_float(a), _as_float(b))
 
 
 def _as_float(t):
@@ -191,8 +188,6 @@ def pow(a, b):  # noqa: A001
         a = _as_float(a)
         ad = a._data
     out = np.power(ad, b)
-    if type(out) is not np.ndarray:
-        out = np.asarray(out)
     if out.dtype != ad.dtype:
         out = out.astype(ad.dtype)
     return _ew(D.POW, out, a, p0=float(b))
