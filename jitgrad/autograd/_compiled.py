@@ -51,15 +51,19 @@ class _TapeRun:
         tape.grow_freed()
         rows = np.fromiter(self.seeds, np.int64, len(self.seeds))
         vals = [np.asarray(a, self.npd).reshape(-1) for a in self.seeds.values()]
-        offs = np.zeros(len(vals) + 1, np.int64)
-        np.cumsum([a.size for a in vals], out=offs[1:])
+        if len(vals) == 1:  # the usual single root
+            offs = np.array((0, vals[0].size), np.int64)
+            vals = vals[0]
+        else:
+            offs = np.zeros(len(vals) + 1, np.int64)
+            np.cumsum([a.size for a in vals], out=offs[1:])
+            vals = np.concatenate(vals)
         sink_rows = np.fromiter(sinks, np.int64, len(sinks))
         v = tape.v64 if self.npd == np.float64 else tape.v32
         status, row, self.out, self.offs = scheduler().backward(
             _view(tape.hdr, np.int64, HW), _view(tape.edges, np.int64, 3), _view(tape.xs, np.int64, 1),
             _view(tape.fp, np.float64, 1), _view(tape.slots, np.int64, 3), _view(v, self.npd, 1),
-            self.st, np.frombuffer(tape.freed, np.int8), rows, offs,
-            np.concatenate(vals) if vals else np.zeros(0, self.npd), sink_rows, int(rows.max()), retain,
+            self.st, np.frombuffer(tape.freed, np.int8), rows, offs, vals, sink_rows, int(rows.max()), retain,
             _DT[self.npd])
         self.where = {r: i for i, r in enumerate(sinks)}
         return status

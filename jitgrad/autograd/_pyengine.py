@@ -127,11 +127,12 @@ def input_shape(node, j):
 
 def accumulate_grad(t, grad, create_graph, owned=False):
     """AccumulateGrad: add `grad` into t.grad (owned: grad's data is ours to keep as is)."""
-    if grad.dtype.np != t._data.dtype:
+    if grad._data.dtype != t._data.dtype:
         grad = F.to_dtype(grad, t.dtype)
-    if t._grad is None:
+    old = t._grad
+    if old is None:
         t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
-    elif create_graph or t._grad.requires_grad:
-        t._grad = t._grad + grad
+    elif create_graph or old._requires_grad:
+        t._grad = old + grad
     else:
-        t._grad._data += grad._data
+        old._data += grad._data
