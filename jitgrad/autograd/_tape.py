@@ -30,6 +30,7 @@ a size cap, or when a new graph starts on a tape already holding saved arrays
 gradients on.
 """
 import array
+import ctypes
 import itertools
 import struct
 import threading
@@ -56,6 +57,15 @@ pack_row = struct.Struct(f"{HW}q").pack
 pack_edge = struct.Struct("3q").pack
 pack_edge2 = struct.Struct("6q").pack
 pack_slot = struct.Struct("3q").pack
+
+
+def _address(arr):
+    """Address of a contiguous array's data: 3x cheaper than arr.ctypes.data, which builds
+    a helper object per call; read-only arrays need that slower path."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(arr))
+    except (TypeError, ValueError):
+        return arr.ctypes.data
 
 
 class Tape:
@@ -116,7 +126,7 @@ class Tape:
         else:
             if not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr)
-            self.slots.frombytes(pack_slot(arr.ctypes.data, n, len(self.keep)))
+            self.slots.frombytes(pack_slot(_address(arr), n, len(self.keep)))
             self.keep.append(arr)
             self.keep_bytes += arr.nbytes
             if self.keep_bytes >= MAX_KEEP_BYTES:
