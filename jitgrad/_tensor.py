@@ -326,11 +326,48 @@ class Tensor:
         return self
 
 
-def _check_inplace(t):
-    if t.requires_grad and t._tape is None and _grad_mode.is_grad_enabled():
+def _check_inplace(t, other=None):
+    """In-place ops write the data directly when nothing needs recording (no_grad, or no
+    operand requiring grad). Recording an in-place op in a graph is not built yet."""
+    if not _grad_mode.is_grad_enabled():
+        return
+    if t.requires_grad and t._tape is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    if t.requires_grad and _grad_mode.is_grad_enabled():
+    if t.requires_grad or getattr(other, "requires_grad", False):
         raise NotImplementedError("differentiable in-place ops on tensors in a graph are not supported yet")
+
+
+def _inplace(npfn):
+    def op(self, other, *args, **kwargs):
+        _check_inplace(self, other)
+        d = self._array()
+        d[...] = npfn(d, other._data if isinstance(other, Tensor) else other, *args, **kwargs)
+        self._bump()
+        return self
+    return op
+
+
+def _iop(name, npfn):
+    """a op= b: in place when nothing needs recording; otherwise out of place, which gives
+    the gradient (and grad_fn name) that PyTorch's rebased in-place op gives."""
+    inplace = _inplace(npfn)
+
+    def op(self, other):
+        if _grad_mode.is_grad_enabled() and (self.requires_grad or getattr(other, "requires_grad", False)):
+            return getattr(self, name)(other)
+        return inplace(self, other)
+    return op
+
+
+Tensor.add_ = _inplace(lambda d, o, alpha=1: d + o * alpha)
+Tensor.sub_ = _inplace(lambda d, o, alpha=1: d - o * alpha)
+Tensor.mul_ = _inplace(np.multiply)
+Tensor.div_ = _inplace(np.true_divide)
+Tensor.clamp_ = lambda self, min=None, max=None: _inplace(lambda d, _o: np.clip(d, min, max))(self, None)
+Tensor.__iadd__ = _iop("__add__", np.add)
+Tensor.__isub__ = _iop("__sub__", np.subtract)
+Tensor.__imul__ = _iop("__mul__", np.multiply)
+Tensor.__itruediv__ = _iop("__truediv__", np.true_divide)
 
 
 def _init_from(t, arr):

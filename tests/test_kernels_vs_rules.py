@@ -80,11 +80,12 @@ CASES = {
     "softmax": (lambda: (t(3, 4, sign=True),), lambda a: a.softmax(1)),
     "log_softmax": (lambda: (t(3, 4, sign=True),), lambda a: a.log_softmax(0)),
 }
-NOT_COMPILED = {"to_copy", "unsafe_view", "_acc", "_ext"}  # casts run in Python; sinks are not ops
+NOT_COMPILED = {"to_copy", "unsafe_view"}  # casts run in Python; unsafe_view is not produced yet
 
 
 def test_every_primitive_has_a_case():
-    missing = set(REGISTRY) - set(CASES) - NOT_COMPILED
+    primitives = {name for name, spec in REGISTRY.items() if spec.kind != "sink"}  # sinks are not ops
+    missing = primitives - set(CASES) - NOT_COMPILED
     assert not missing, f"add a kernel-vs-rule case for: {sorted(missing)}"
 
 

@@ -13,7 +13,9 @@ import numpy as np
 
 from ..kernels import codegen
 from ..kernels.structural import DONE, EXEC, HAS, RECV, mark_need
-from ._tape import DT_F32, DT_F64, H_SHP, HW
+from ..ops import functional as F
+from .graph import AccumulateGrad
+from ._tape import DT_F32, DT_F64, H_E0, H_SHP, HW
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 FREED = object()     # returned when a row's saved values were already freed
@@ -59,14 +61,61 @@ class _TapeRun:
             np.cumsum([a.size for a in vals], out=offs[1:])
             vals = np.concatenate(vals)
         sink_rows = np.fromiter(sinks, np.int64, len(sinks))
-        v = tape.v64 if self.npd == np.float64 else tape.v32
-        status, row, self.out, self.offs = scheduler().backward(
-            _view(tape.hdr, np.int64, HW), _view(tape.edges, np.int64, 3), _view(tape.xs, np.int64, 1),
-            _view(tape.fp, np.float64, 1), _view(tape.slots, np.int64, 3), _view(v, self.npd, 1),
-            self.st, np.frombuffer(tape.freed, np.int8), rows, offs, vals, sink_rows, int(rows.max()), retain,
-            _DT[self.npd])
         self.where = {r: i for i, r in enumerate(sinks)}
+        sched = scheduler()
+        hi = int(rows.max())
+        if not tape.py_nodes:  # the whole tape in one compiled call
+            status, row, self.out, self.offs = sched.backward(*self._columns(), self.st, np.frombuffer(
+                tape.freed, np.int8), rows, offs, vals, sink_rows, hi, retain, _DT[self.npd])
+            return status
+        # nodes run in Python: the sweep hands each back (status 3) and resumes after it
+        hdr = self._columns()[0]
+        g1, bslot, bigs, self.out, self.offs = sched.start(hdr, self.st, rows, offs, vals, sink_rows,
+                                                            self._columns()[5])
+        del hdr
+        while True:
+            status, row = sched.sweep(*self._columns(), g1, self.st, bslot, bigs, np.frombuffer(tape.freed, np.int8),
+                                      hi, retain, _DT[self.npd])
+            if status != 3:
+                break
+            self._run_python_node(row, g1, bslot, bigs, retain)
+            hi = row - 1
+        sched.finish(_view(tape.hdr, np.int64, HW), g1, sink_rows, self.offs, self.out)
         return status
+
+    def _columns(self):
+        """Fresh numpy views of the tape's columns (none may outlive a call: see module doc)."""
+        tape = self.tape
+        v = tape.v64 if self.npd == np.float64 else tape.v32
+        return (_view(tape.hdr, np.int64, HW), _view(tape.edges, np.int64, 3), _view(tape.xs, np.int64, 1),
+                _view(tape.fp, np.float64, 1), _view(tape.slots, np.int64, 3), _view(v, self.npd, 1))
+
+    def _run_python_node(self, row, g1, bslot, bigs, retain):
+        """Run a custom Function's backward: its outputs' gradients in, its inputs' out."""
+        tape = self.tape
+        node = tape.py_nodes[row]
+        if node._released:
+            from ._pyengine import _freed_error
+            raise _freed_error()
+        sched = scheduler()
+        st = self.st
+        grads = []
+        for k, (shape, _) in enumerate(node._out_meta):
+            r = row + k
+            has = st[r] & HAS
+            grads.append(F._wrap(sched.grad_of(r, _view(tape.hdr, np.int64, HW), g1, bslot, bigs).reshape(shape))
+                         if has else None)
+            st[r] |= DONE
+        result = node.run_backward(grads, False)
+        e0 = tape.hdr[row * HW + H_E0]
+        for j, g in enumerate(result):
+            t = tape.edges[3 * (e0 + j)]
+            if g is None or t < 0 or not st[t] & RECV:
+                continue
+            sched.contribute(t, np.ascontiguousarray(g._data, dtype=self.npd).reshape(-1),
+                             _view(tape.hdr, np.int64, HW), g1, bslot, bigs, st)
+        if not retain:
+            node._release()
 
     def value(self, row):
         """Gradient of sink `row`, at its shape (a view into the shared output array)."""
@@ -77,7 +126,7 @@ class _TapeRun:
 
 def _tapes_from(roots):
     seen = {}
-    stack = [r._tape for r in roots]
+    stack = [r.tape for r in roots]
     while stack:
         t = stack.pop()
         if t.id in seen:
@@ -87,31 +136,33 @@ def _tapes_from(roots):
     return sorted(seen.values(), key=lambda t: t.id)
 
 
-def run(roots, grads, in_nodes, retain):
-    """Returns ({id(input node): grad array}, [(leaf tensor, grad array)], [(retaining tensor,
-    grad array)]), or FALLBACK / FREED. With in_nodes, leaves are captured, not accumulated."""
+def run(roots, grads, targets, retain):
+    """roots, targets: autograd._engine.Target of the outputs and of the requested inputs.
+    Returns ({target key: grad array}, [(leaf tensor, grad array)], [(retaining tensor,
+    grad array)]), or FALLBACK / FREED. With targets, leaves are captured, not accumulated."""
     npd = grads[0]._data.dtype
     if npd not in _DT or any(g._data.dtype != npd for g in grads):
         return FALLBACK
     tapes = _tapes_from(roots)
     runs = {t.id: _TapeRun(t, npd) for t in tapes}
-    want = None if in_nodes is None else {id(n) for n in in_nodes}
+    want = None if targets is None else {tg.key for tg in targets}
+    inner = [] if targets is None else [tg for tg in targets if not isinstance(tg.node, AccumulateGrad)]
     if want is not None:
         for t in tapes:  # oldest first: EXT rows read their foreign tape's decision
             r = runs[t.id]
             r.st[:] = 0
-            for node in in_nodes:
-                if node._tape is t:
-                    r.st[node._row] |= RECV
+            for tg in inner:
+                if tg.tape is t:
+                    r.st[tg.row] |= RECV
             for row, acc in t.leaves.items():
-                if id(acc) in want:
+                if (id(acc), 0) in want:
                     r.st[row] |= RECV
             for row, (ft, frow) in t.ext.items():
                 if runs[ft.id].st[frow] & RECV:
                     r.st[row] |= RECV
             mark_need(_view(t.hdr, np.int64, HW), _view(t.edges, np.int64, 3), t.nrows, r.st)
-    for node, g in zip(roots, grads):
-        runs[node._tape.id].seed(node._row, g._data)
+    for tg, g in zip(roots, grads):
+        runs[tg.tape.id].seed(tg.row, g._data)
     captured = {}
     leaves = []
     retained = []
@@ -119,7 +170,7 @@ def run(roots, grads, in_nodes, retain):
         r = runs[t.id]
         if not r.seeds:
             continue
-        inputs_here = [node._row for node in in_nodes if node._tape is t] if want is not None else []
+        inputs_here = [tg.row for tg in inner if tg.tape is t]
         # each row once: a leaf can also be a requested input
         sinks = list(dict.fromkeys([*t.leaves, *t.ext, *t.retained, *inputs_here]))
         status = r.run(sinks, retain)
@@ -132,10 +183,10 @@ def run(roots, grads, in_nodes, retain):
             if st[lrow] & HAS:
                 if want is None:
                     leaves.append((acc.variable, r.value(lrow)))
-                elif id(acc) in want:
+                elif (id(acc), 0) in want:
                     # a leaf used in several tapes has a sink row in each: the parts add up
-                    prev = captured.get(id(acc))
-                    captured[id(acc)] = r.value(lrow) if prev is None else prev + r.value(lrow)
+                    prev = captured.get((id(acc), 0))
+                    captured[id(acc), 0] = r.value(lrow) if prev is None else prev + r.value(lrow)
         for erow, (ft, frow) in t.ext.items():
             if st[erow] & HAS:
                 runs[ft.id].seed(frow, r.value(erow))
@@ -143,10 +194,9 @@ def run(roots, grads, in_nodes, retain):
             tensor = ref()
             if tensor is not None and st[rrow] & HAS:
                 retained.append((tensor, r.value(rrow)))
-        if want is not None:
-            for node in in_nodes:
-                if node._tape is t and st[node._row] & HAS:
-                    captured[id(node)] = r.value(node._row)
+        for tg in inner:
+            if tg.tape is t and st[tg.row] & HAS:
+                captured[tg.key] = r.value(tg.row)
         if not retain:
             _release(t, r)
     return captured, leaves, retained

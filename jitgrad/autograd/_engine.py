@@ -5,12 +5,15 @@ executor: the compiled scheduler (_compiled, running the module kernels/codegen.
 generates) for ordinary calls, the Python engine (_pyengine) for create_graph=True and
 for graphs the compiled path does not take.
 """
+from collections import namedtuple
+
 import numpy as np
 
 from .._tensor import Tensor
 from ..ops import functional as F
 from . import _compiled, _pyengine, _tape
 from ..ops.record import _leaf_row
+from .function import FunctionNode
 from .graph import AccumulateGrad, node_for
 
 
@@ -41,17 +44,26 @@ def _make_grads(outputs, grad_outputs):
     return out
 
 
-def _root_node(t, i, hold):
+class Target(namedtuple("Target", "node tape row nr")):
+    """Where a tensor's gradient lives: its node, and the row holding gradient `nr` of
+    that node's outputs (a multi-output node's output k has its own row)."""
+
+    @property
+    def key(self):
+        return (id(self.node), self.nr)
+
+
+def _root_target(t, i, hold):
     if not t.requires_grad:
         raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-    return _node_of(t, hold)
+    return _target(t, hold)
 
 
-def _node_of(t, hold):
+def _target(t, hold):
     """t's grad_fn, or its AccumulateGrad for a leaf. A leaf's sink row may have to be made
     in the current tape; `hold` keeps that tape alive for the call (sinks hold it weakly)."""
     if t._tape is not None:
-        return node_for(t._tape, t._row)
+        return Target(node_for(t._tape, t._row), t._tape, t._row, t._output_nr)
     ref = t._acc
     acc = ref() if ref is not None else None
     if acc is None or acc._tape is None:
@@ -59,31 +71,31 @@ def _node_of(t, hold):
         hold.append(tape)
         _leaf_row(tape, t)
         acc = t._acc()
-    return acc
+    return Target(acc, acc._tape, acc._row, 0)
 
 
-def _input_node(t, i, hold):
+def _input_target(t, i, hold):
     if not t.requires_grad:
         raise RuntimeError("One of the differentiated Tensors does not require grad")
-    return _node_of(t, hold)
+    return _target(t, hold)
 
 
 def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
     hold = []
-    roots = [_root_node(t, i, hold) for i, t in enumerate(outputs)]
+    roots = [_root_target(t, i, hold) for i, t in enumerate(outputs)]
     grads = _make_grads(outputs, grad_outputs)
     if retain_graph is None:
         retain_graph = create_graph
-    in_nodes = None if inputs is None else [_input_node(t, i, hold) for i, t in enumerate(inputs)]
+    targets = None if inputs is None else [_input_target(t, i, hold) for i, t in enumerate(inputs)]
     out = _compiled.FALLBACK
     if not create_graph:
-        out = _compiled.run(roots, grads, in_nodes, bool(retain_graph))
+        out = _compiled.run(roots, grads, targets, bool(retain_graph))
         if out is _compiled.FREED:
             raise _pyengine._freed_error()
     if out is _compiled.FALLBACK:
-        captured = _pyengine.run(roots, grads, in_nodes, create_graph, accumulate)
+        captured = _pyengine.run(roots, grads, targets, create_graph, accumulate)
         if not retain_graph:
-            _free(roots)
+            _free([r.node for r in roots])
     else:
         arrays, leaves, retained = out
         captured = {k: F._wrap(a) for k, a in arrays.items()}
@@ -94,14 +106,14 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
             for t, a in retained:
                 _pyengine.accumulate_grad(t, F._wrap(a), False, owned=True)
         if not retain_graph:
-            _close(roots)
+            _close([r.node for r in roots])
     if accumulate and inputs is not None:
         # backward(inputs=...): the engines captured the inputs' gradients; accumulate them
-        for t, n in zip(inputs, in_nodes):
-            g = captured.get(id(n))
+        for t, tg in zip(inputs, targets):
+            g = captured.get(tg.key)
             if g is not None:
                 _pyengine.accumulate_grad(t, g, create_graph)
-    return captured, in_nodes
+    return captured, targets
 
 
 def _close(roots):
@@ -121,6 +133,8 @@ def _free(roots):
         seen.add(id(n))
         n._tape.grow_freed()
         n._tape.freed[n._row] = 1
+        if isinstance(n, FunctionNode):
+            n._release()
         stack.extend(n._inputs)
     _close(roots)
 
@@ -149,10 +163,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if len(grad_outputs) != len(outputs):
         raise RuntimeError(f"grad requires one grad_output per output: got {len(grad_outputs)} grad_outputs and "
                            f"{len(outputs)} outputs")
-    captured, in_nodes = _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate=False)
+    captured, targets = _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate=False)
     result = []
-    for i, (t, n) in enumerate(zip(inputs, in_nodes)):
-        g = captured.get(id(n))
+    for i, (t, tg) in enumerate(zip(inputs, targets)):
+        g = captured.get(tg.key)
         if g is None:
             if not allow_unused:
                 raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have been used in the "

@@ -13,6 +13,7 @@ from ..ops import functional as F
 from ..ops.spec import FUNCS
 from ._tape import H_E0, HW
 from ._rowinfo import RowInfo
+from .function import FunctionNode
 from .graph import AccumulateGrad
 
 _NS = {name: getattr(F, name) for name in FUNCS}
@@ -58,14 +59,14 @@ def apply_rule(node, grad):
     return tuple(out)
 
 
-def run(roots, grads, inputs, create_graph, accumulate):
-    """roots: grad_fn nodes; grads: their output gradients (Tensors).
-    inputs: nodes whose gradient is captured (None: every leaf is accumulated).
-    Returns {node: grad} for captured input nodes."""
+def run(roots, grads, targets, create_graph, accumulate):
+    """roots, targets: autograd._engine.Target of the outputs and of the requested inputs
+    (None: every leaf is accumulated); grads: the outputs' gradients (Tensors).
+    Returns {target key: grad} for the requested inputs."""
     # Reachability, and which nodes lie on a path to a requested input.
     nodes = {}
     inputs_of = {}  # materialised once: nodes are views made on demand
-    stack = list(roots)
+    stack = [r.node for r in roots]
     order = []
     while stack:
         n = stack.pop()
@@ -76,27 +77,32 @@ def run(roots, grads, inputs, create_graph, accumulate):
         inputs_of[id(n)] = n._inputs
         stack.extend(inputs_of[id(n)])
     needed = None
-    if inputs is not None:
-        want = {id(n) for n in inputs}
-        needed = set(want)
+    want = set() if targets is None else {tg.key for tg in targets}
+    if targets is not None:
+        needed = {tg.key[0] for tg in targets}
         for n in sorted(order, key=_seq):
             if any(i is not None and id(i) in needed for i in inputs_of[id(n)]):
                 needed.add(id(n))
-    buffers = {}
+    buffers = {}  # (id(node), output nr) -> gradient
     for r, g in zip(roots, grads):
-        buffers[id(r)] = buffers[id(r)] + g if id(r) in buffers else g
-    heap = [(-_seq(r), id(r), r) for r in {id(r): r for r in roots}.values()]
+        _add(buffers, r.key, g)
+    heap = [(-_seq(r.node), id(r.node), r.node) for r in {id(r.node): r for r in roots}.values()]
     heapq.heapify(heap)
-    queued = {id(r) for r in roots}
+    queued = {id(r.node) for r in roots}
     captured = {}
     with _grad_mode.set_grad_enabled(create_graph):
         while heap:
             _, nid, node = heapq.heappop(heap)
-            grad = buffers.pop(nid)
-            if inputs is not None and nid in want:
-                captured[nid] = grad
+            if isinstance(node, FunctionNode):
+                outs = [buffers.pop((nid, k), None) for k in range(len(node._out_meta))]
+            else:
+                outs = [buffers.pop((nid, 0))]
+            grad = outs[0]
+            for k, g in enumerate(outs):
+                if (nid, k) in want and g is not None:
+                    captured[nid, k] = g
             if isinstance(node, AccumulateGrad):
-                if accumulate and inputs is None:  # with inputs, the caller accumulates captures
+                if accumulate and targets is None:  # with inputs, the caller accumulates captures
                     accumulate_grad(node.variable, grad, create_graph)
                 continue
             if needed is not None and not any(i is not None and id(i) in needed for i in inputs_of[nid]):
@@ -104,19 +110,29 @@ def run(roots, grads, inputs, create_graph, accumulate):
             retained = node._tape.retained.get(node._row)
             if retained is not None and retained() is not None and accumulate:
                 accumulate_grad(retained(), grad, create_graph)
-            for j, (inp, g) in enumerate(zip(inputs_of[nid], apply_rule(node, grad))):
+            if isinstance(node, FunctionNode):
+                if node._released:
+                    raise _freed_error()
+                results = node.run_backward(outs, create_graph)
+            else:
+                results = apply_rule(node, grad)
+            for j, ((inp, nr), g) in enumerate(zip(node.next_functions, results)):
                 if inp is None or g is None:
                     continue
-                if node._spec.kind == "ew":
+                if not isinstance(node, FunctionNode) and node._spec.kind == "ew":
                     g = F.sum_to(g, input_shape(node, j))  # broadcasting is undone here, once
                 if needed is not None and id(inp) not in needed:
                     continue
                 iid = id(inp)
-                buffers[iid] = buffers[iid] + g if iid in buffers else g
+                _add(buffers, (iid, nr), g)
                 if iid not in queued:
                     queued.add(iid)
                     heapq.heappush(heap, (-_seq(inp), iid, inp))
     return captured
+
+
+def _add(buffers, key, g):
+    buffers[key] = buffers[key] + g if key in buffers else g
 
 
 def input_shape(node, j):

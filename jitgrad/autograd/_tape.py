@@ -71,7 +71,7 @@ def _address(arr):
 class Tape:
     __slots__ = ("id", "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "keep", "keep_bytes",
                  "nrows", "shape_ptr", "leaves", "ext", "ext_rows", "retained", "freed", "closed",
-                 "nodes", "tracebacks", "metadata", "__weakref__")
+                 "nodes", "tracebacks", "metadata", "py_nodes", "__weakref__")
 
     def __init__(self):
         self.id = next(_tape_ids)
@@ -95,6 +95,7 @@ class Tape:
         self.ext_rows = {}    # (foreign tape id, row) -> EXT row here
         self.tracebacks = {}  # row -> forward stack, recorded in anomaly mode
         self.metadata = {}    # row -> its node's `metadata` dict
+        self.py_nodes = {}    # row -> node run in Python (custom Function), see autograd/function.py
 
     # -- recording helpers ---------------------------------------------------------
     def shape(self, shape):

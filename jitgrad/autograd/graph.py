@@ -8,7 +8,7 @@ the cycle collector or for backward to tear down.
 """
 import weakref
 
-_HW, _H_OP, _H_NIN, _H_E0 = 9, 0, 2, 3  # the tape's header layout (autograd/_tape.py)
+_HW, _H_OP, _H_NIN, _H_E0, _H_IP = 9, 0, 2, 3, 8  # the tape's header layout (autograd/_tape.py)
 SPECS = []        # opcode -> OpSpec, filled by ops/spec.py
 SINK_OPS = {}     # "acc"/"ext" -> opcode, filled by ops/record.py
 
@@ -113,6 +113,10 @@ def node_for(tape, row):
     if op == SINK_OPS["ext"]:
         ft, frow = tape.ext[row]
         return node_for(ft, frow)
+    if op == SINK_OPS["pyfn"]:
+        return tape.py_nodes[row]
+    if op == SINK_OPS["out"]:  # output k of a multi-output node: the node's row is k rows up
+        return node_for(tape, row - tape.hdr[row * _HW + _H_IP])
     cls = SPECS[op].cls
     node = object.__new__(cls)
     node._tape = tape

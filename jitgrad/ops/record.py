@@ -17,6 +17,8 @@ from .spec import OpSpec
 
 OP_ACC = SINK_OPS["acc"] = OpSpec("_acc", "AccumulateGrad", "sink").op   # leaf sink row
 OP_EXT = SINK_OPS["ext"] = OpSpec("_ext", "ExternalEdge", "sink").op     # edge into an older tape
+OP_PYFN = SINK_OPS["pyfn"] = OpSpec("_pyfn", "PythonNode", "sink").op   # runs in Python (custom Function)
+OP_OUT = SINK_OPS["out"] = OpSpec("_out", "ExtraOutput", "sink").op     # output k > 0 of a multi-output node
 
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
 _anomaly = [False]  # set by anomaly mode (later issue); read here so recording checks it cheaply

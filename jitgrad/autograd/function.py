@@ -1,0 +1,284 @@
+"""Custom autograd Functions: a node whose backward is Python.
+
+`Function.apply` runs `forward` under no_grad and records one row for the node (opcode
+_pyfn) plus one row per further output (_out, with an edge to the node's row so that
+selective execution sees them). The compiled scheduler hands the node back when the
+sweep reaches it (status 3); autograd/_compiled.py runs `backward` and resumes. With
+create_graph=True the Python engine runs it, recording its ops.
+
+As in PyTorch, the ctx is the node: `y.grad_fn.saved_tensors` and attributes set on ctx
+in forward are the same object's.
+"""
+import functools
+import inspect
+import weakref
+
+import numpy as np
+
+from .. import _grad_mode
+from .._tensor import Tensor
+from ..ops import functional as F
+from ..ops.record import OP_OUT, OP_PYFN, _edge_row
+from ._tape import DT_F32, DT_F64, DT_OTHER, current_tape
+from .graph import Node
+
+
+class FunctionCtx:
+    """What forward and backward share (PyTorch's ctx)."""
+
+    def save_for_backward(self, *tensors):
+        self.to_save = tensors
+
+    @property
+    def saved_tensors(self):
+        if self._released:
+            from ._pyengine import _freed_error
+            raise _freed_error()
+        return tuple(_unpack(self, s) for s in getattr(self, "to_save", ()))
+
+    def mark_dirty(self, *tensors):
+        self.dirty_tensors = tensors
+
+    def mark_non_differentiable(self, *tensors):
+        self.non_differentiable = tensors
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+
+class FunctionNode(FunctionCtx, Node):
+    """The grad_fn of a custom Function's outputs (named <ClassName>Backward). Instances
+    have a __dict__: ctx attributes live there."""
+    _fn = None
+    _tape_ref = None
+
+    @property
+    def _tape(self):
+        # weak: the tape holds this node (tape.py_nodes); a strong reference back would
+        # make a cycle only the garbage collector could free
+        return None if self._tape_ref is None else self._tape_ref()
+
+    @_tape.setter
+    def _tape(self, tape):
+        self._tape_ref = weakref.ref(tape)
+
+    def name(self):
+        return type(self).__name__
+
+    @property
+    def _spec(self):
+        raise AttributeError("a custom Function node has no op spec")
+
+    def run_backward(self, grads_out, create_graph):
+        """Call the user's backward with one gradient per output (Tensors or None);
+        returns one gradient per edge (tensor input), checked like PyTorch."""
+        grads = []
+        for g, (shape, dtype) in zip(grads_out, self._out_meta):
+            if g is None and self.materialize_grads:
+                g = F._wrap(np.zeros(shape, dtype))
+            grads.append(g)
+        with _grad_mode.set_grad_enabled(create_graph):
+            result = self._fn.backward(self, *grads)
+        if not isinstance(result, tuple):
+            result = (result,)
+        n_in = len(self._arg_is_tensor)
+        if len(result) != n_in:
+            if len(result) > n_in and all(r is None for r in result[n_in:]):
+                result = result[:n_in]  # extra trailing Nones are allowed, as in PyTorch
+            else:
+                raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients "
+                                   f"(expected {n_in}, got {len(result)})")
+        out = []
+        k = 0
+        for i, is_tensor in enumerate(self._arg_is_tensor):
+            if not is_tensor:
+                continue
+            g = result[i]
+            shape, dtype = self._in_meta[k]
+            k += 1
+            if g is not None:
+                if not isinstance(g, Tensor):
+                    raise TypeError(f"function {self.name()} returned a gradient different than None at position "
+                                    f"{i + 1}, but the corresponding forward input was not a Variable")
+                if tuple(g._data.shape) != shape:
+                    if not _expandable(shape, g._data.shape):
+                        raise RuntimeError(f"Function {self.name()} returned an invalid gradient at index {i} - got "
+                                           f"{F._size_str(g._data.shape)} but expected shape compatible with "
+                                           f"{F._size_str(shape)}")
+                    g = F.sum_to(g, shape)
+                if g._data.dtype != dtype:
+                    g = F.to_dtype(g, F._dtype.from_numpy_dtype(dtype))
+            out.append(g)
+        return out
+
+    def _release(self):
+        self._released = True
+        self.to_save = ()
+
+
+def _expandable(shape, target):
+    if len(shape) > len(target):
+        return False
+    return all(s == 1 or s == t for s, t in zip(reversed(shape), reversed(target)))
+
+
+class _Saved:
+    """A saved tensor of the node's own tape, kept as PyTorch's SavedVariable keeps one:
+    its data and where its gradient flows, not the Tensor (which holds the tape)."""
+    __slots__ = ("data", "row", "nr")
+
+    def __init__(self, t):
+        self.data, self.row, self.nr = t._data, t._row, t._output_nr
+
+
+def _unpack(ctx, s):
+    """As PyTorch unpacks a SavedVariable: the data, with its grad_fn (in any grad mode)."""
+    if type(s) is not _Saved:
+        return s
+    t = F._wrap(s.data)
+    t._requires_grad = True
+    t._tape, t._row, t._output_nr = ctx._tape, s.row, s.nr
+    return t
+
+
+def once_differentiable(fn):
+    """Marks a backward as not differentiable. Under create_graph its results carry a node
+    that raises if something later backpropagates through them, as in PyTorch."""
+    @functools.wraps(fn)
+    def wrapper(ctx, *args):
+        with _grad_mode.no_grad():
+            outputs = fn(ctx, *args)
+        if not _grad_mode.is_grad_enabled():
+            return outputs
+        if not any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            return outputs
+        single = not isinstance(outputs, tuple)
+        outs = (outputs,) if single else outputs
+        fakes = []
+        for o in outs:
+            if isinstance(o, Tensor):
+                o = o.detach()
+                o._requires_grad = True
+            fakes.append(o)
+        wrapped = _DelayedError.apply(*fakes)
+        return wrapped if single or not isinstance(wrapped, Tensor) else (wrapped,)
+    return wrapper
+
+
+class _FunctionMeta(type):
+    def __init__(cls, name, bases, attrs):
+        super().__init__(name, bases, attrs)
+        cls._backward_cls = type(name + "Backward", (FunctionNode,), {"_fn": cls})
+
+
+class Function(metaclass=_FunctionMeta):
+    """Subclass with static forward(ctx, *args) (or forward(*args) plus setup_context)
+    and backward(ctx, *grads); call with `apply`."""
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("You must implement the forward function for custom autograd.Function.")
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        raise NotImplementedError("setup_context is not implemented.")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("You must implement either the backward or vjp method for your custom "
+                                  "autograd.Function to use it with backward mode AD.")
+
+    vjp = backward
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        ctx = object.__new__(cls._backward_cls)
+        ctx._released = False
+        ctx.materialize_grads = True
+        setup = cls.setup_context is not Function.setup_context
+        if setup:
+            # forward(*inputs) + setup_context: inputs are bound, defaults included
+            bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = bound.args, {}
+        inputs = args + tuple(kwargs.values())  # keyword arguments are inputs too
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in inputs)
+        with _grad_mode.no_grad():
+            if setup:
+                outputs = cls.forward(*args)
+                cls.setup_context(ctx, args, outputs)
+            else:
+                outputs = cls.forward(ctx, *args, **kwargs)
+        if not (_grad_mode.is_grad_enabled() and any(ctx.needs_input_grad)):
+            return outputs
+        return _record(ctx, inputs, outputs)
+
+
+def _record(ctx, args, outputs):
+    """Lower the Function's node and link its outputs to it."""
+    single = not isinstance(outputs, tuple)
+    outs = list((outputs,) if single else outputs)
+    tensors_in = [a for a in args if isinstance(a, Tensor)]
+    dirty = {id(t) for t in getattr(ctx, "dirty_tensors", ())}
+    non_diff = {id(t) for t in getattr(ctx, "non_differentiable", ())}
+    tape = current_tape()
+    edges = []
+    for t in tensors_in:
+        if t.requires_grad:
+            edges += (_edge_row(tape, t), t._output_nr if t._tape is not None else 0, tape.shape(t._data.shape))
+        else:
+            edges += (-1, 0, tape.shape(t._data.shape))
+    # outputs that are inputs: a dirty one is modified in place (its history is rebased);
+    # a clean one gets a new tensor object sharing its data, as PyTorch returns a view
+    for j, o in enumerate(outs):
+        if isinstance(o, Tensor) and any(o is t for t in tensors_in):
+            if id(o) in dirty:
+                if o.requires_grad and o._tape is None:
+                    raise RuntimeError("a leaf Variable that requires grad has been used in an in-place operation.")
+                o._bump()
+            else:
+                outs[j] = F._wrap(o._data)
+    tensor_outs = [(j, o) for j, o in enumerate(outs) if isinstance(o, Tensor)]
+    first = None
+    for k, (j, o) in enumerate(tensor_outs):
+        d = o._data
+        shp = tape.shape(d.shape)
+        if k == 0:
+            first = tape.add_row(OP_PYFN, _dt(d), len(tensors_in), d.size, shp, 0, 0, 0)
+            tape.edges.extend(edges)
+        else:
+            # an extra output: its own buffer, and an edge to the node's row
+            tape.add_row(OP_OUT, _dt(d), 1, d.size, shp, 0, 0, k)
+            tape.edges.extend((first, 0, shp))
+        if id(o) in non_diff:
+            continue
+        o._requires_grad = True
+        o._tape = tape
+        o._row = first + k
+        o._output_nr = k
+    ctx._tape = tape
+    ctx._row = first
+    ctx._next = None
+    if hasattr(ctx, "to_save"):
+        ctx.to_save = tuple(_Saved(t) if isinstance(t, Tensor) and t._tape is tape else t for t in ctx.to_save)
+    ctx._arg_is_tensor = tuple(isinstance(a, Tensor) for a in args)
+    ctx._in_meta = tuple((tuple(t._data.shape), t._data.dtype) for t in tensors_in)
+    ctx._out_meta = tuple((tuple(o._data.shape), o._data.dtype) for _, o in tensor_outs)
+    tape.py_nodes[first] = ctx
+    return outs[0] if single else tuple(outs)
+
+
+def _dt(d):
+    return DT_F64 if d.dtype == np.float64 else DT_F32 if d.dtype == np.float32 else DT_OTHER
+
+
+class _DelayedError(Function):
+    """What once_differentiable puts after its results under create_graph."""
+
+    @staticmethod
+    def forward(ctx, *grads):
+        return grads[0] if len(grads) == 1 else grads
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("trying to differentiate twice a function that was marked with @once_differentiable")
