@@ -17,7 +17,7 @@ class _Version:
 class _Rare:
     """Per-tensor state most tensors never use; allocated on first write so that creating
     the output of an op (the forward hot path) sets only four fields."""
-    __slots__ = ("grad", "acc", "retain", "vc", "node")
+    __slots__ = ("grad", "acc", "retain", "vc", "node", "hooks", "post_hooks")
 
     def __init__(self):
         self.grad = None
@@ -25,6 +25,8 @@ class _Rare:
         self.retain = False
         self.vc = None
         self.node = None  # grad_fn, once made
+        self.hooks = {}   # a leaf's tensor hooks ({0: {id: fn}}, see autograd/hooks.py)
+        self.post_hooks = {}
 
 
 def _rare_property(name):
@@ -179,6 +181,29 @@ class Tensor:
         import weakref
         self._retain = True
         self._tape.retained[self._row] = weakref.ref(self)
+
+    def register_hook(self, hook):
+        """hook(grad) -> Tensor or None, called with this tensor's gradient when it is
+        computed; a returned tensor replaces it. Returns a handle with .remove()."""
+        from .autograd.hooks import add_hook
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self._tape is None:
+            if self._x is None:
+                self._x = _Rare()
+            return add_hook(self._x.hooks, 0, hook)
+        return add_hook(self._tape.tensor_hooks, self._row, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """hook(tensor), called after a leaf's .grad has been updated by backward."""
+        from .autograd.hooks import add_hook
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self._tape is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        if self._x is None:
+            self._x = _Rare()
+        return add_hook(self._x.post_hooks, 0, hook)
 
     def requires_grad_(self, requires_grad=True):
         if not requires_grad and self._tape is not None:

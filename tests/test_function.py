@@ -1348,7 +1348,9 @@ def test_same_tensor_passed_twice_and_output_used_twice():
 
         x = mk(T, [1.0, 2.0], rg=True)
         P2.apply(x, x).sum().backward()
-        out = dict(g_twice=x.grad, nf=[i for _, i in P2.apply(x, x).grad_fn.next_functions])
+        p = P2.apply(x, x)
+        nf = p.grad_fn.next_functions
+        out = dict(g_twice=x.grad, nf_idx=[i for _, i in nf], nf_same=nf[0][0] is nf[1][0])
         z = mk(T, [0.5, -0.5], rg=True)
         e = Counted.apply(z)
         (e * 2 + e.sin() + e).sum().backward()   # one backward call with the summed gradient
@@ -1434,3 +1436,16 @@ def test_backward_of_function_output_without_grad_raises():
 
     j, t = both(run)
     assert t[0] == "RuntimeError"
+
+
+def test_grad_fn_of_a_temporary_output_keeps_its_graph():
+    # torch: a node holds its next nodes, so a grad_fn outlives the tensor it came from
+    def run(T):
+        MyExp, Square = exp_square(T)
+        x = mk(T, [1.0, 2.0], rg=True)
+        fn = Square.apply(MyExp.apply(x)).grad_fn
+        inner = fn.next_functions[0][0]
+        return fn.name(), inner.name(), type(inner.next_functions[0][0]).__name__, \
+            inner.next_functions[0][0].variable is x
+
+    both(run)

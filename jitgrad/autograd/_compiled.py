@@ -12,9 +12,13 @@ is alive, the array.array behind it cannot grow.
 import numpy as np
 
 from ..kernels import codegen
-from ..kernels.structural import DONE, EXEC, HAS, RECV, mark_need
+from .._grad_mode import no_grad
+from ..kernels.structural import DONE, EXEC, HAS, PRE, PYRUN, RECV, mark_need
 from ..ops import functional as F
-from .graph import AccumulateGrad
+from ._pyengine import _freed_error, input_grads
+from .function import FunctionNode
+from .graph import AccumulateGrad, node_for
+from .hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 from ._tape import DT_F32, DT_F64, H_E0, H_SHP, HW
 
 FALLBACK = object()  # returned when the graph needs the Python engine
@@ -64,11 +68,15 @@ class _TapeRun:
         self.where = {r: i for i, r in enumerate(sinks)}
         sched = scheduler()
         hi = int(rows.max())
-        if not tape.py_nodes:  # the whole tape in one compiled call
+        if not tape.needs_python():  # the whole tape in one compiled call
             status, row, self.out, self.offs = sched.backward(*self._columns(), self.st, np.frombuffer(
                 tape.freed, np.int8), rows, offs, vals, sink_rows, hi, retain, _DT[self.npd])
             return status
-        # nodes run in Python: the sweep hands each back (status 3) and resumes after it
+        # rows that need Python: the sweep hands each back and resumes
+        for row in (*tape.tensor_hooks, *tape.node_prehooks):
+            self.st[row] |= PRE
+        for row in tape.node_hooks:
+            self.st[row] |= PYRUN
         hdr = self._columns()[0]
         g1, bslot, bigs, self.out, self.offs = sched.start(hdr, self.st, rows, offs, vals, sink_rows,
                                                             self._columns()[5])
@@ -76,10 +84,14 @@ class _TapeRun:
         while True:
             status, row = sched.sweep(*self._columns(), g1, self.st, bslot, bigs, np.frombuffer(tape.freed, np.int8),
                                       hi, retain, _DT[self.npd])
-            if status != 3:
+            if status == 4:  # hooks before the row, then the row itself
+                self._run_pre_hooks(row, g1, bslot, bigs)
+                hi = row
+            elif status == 3:  # the node runs in Python, then the sweep goes on below it
+                self._run_python_node(row, g1, bslot, bigs, retain)
+                hi = row - 1
+            else:
                 break
-            self._run_python_node(row, g1, bslot, bigs, retain)
-            hi = row - 1
         sched.finish(_view(tape.hdr, np.int64, HW), g1, sink_rows, self.offs, self.out)
         return status
 
@@ -90,38 +102,77 @@ class _TapeRun:
         return (_view(tape.hdr, np.int64, HW), _view(tape.edges, np.int64, 3), _view(tape.xs, np.int64, 1),
                 _view(tape.fp, np.float64, 1), _view(tape.slots, np.int64, 3), _view(v, self.npd, 1))
 
-    def _run_python_node(self, row, g1, bslot, bigs, retain):
-        """Run a custom Function's backward: its outputs' gradients in, its inputs' out."""
-        tape = self.tape
-        node = tape.py_nodes[row]
-        if node._released:
-            from ._pyengine import _freed_error
-            raise _freed_error()
-        sched = scheduler()
-        st = self.st
-        grads = []
-        for k, (shape, _) in enumerate(node._out_meta):
-            r = row + k
-            has = st[r] & HAS
-            grads.append(F._wrap(sched.grad_of(r, _view(tape.hdr, np.int64, HW), g1, bslot, bigs).reshape(shape))
-                         if has else None)
-            st[r] |= DONE
-        result = node.run_backward(grads, False)
-        e0 = tape.hdr[row * HW + H_E0]
-        for j, g in enumerate(result):
-            t = tape.edges[3 * (e0 + j)]
-            if g is None or t < 0 or not st[t] & RECV:
-                continue
-            sched.contribute(t, np.ascontiguousarray(g._data, dtype=self.npd).reshape(-1),
-                             _view(tape.hdr, np.int64, HW), g1, bslot, bigs, st)
-        if not retain:
-            node._release()
-
     def value(self, row):
         """Gradient of sink `row`, at its shape (a view into the shared output array)."""
         i = self.where[row]
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
         return self.out[self.offs[i]:self.offs[i + 1]].reshape(shape)
+
+    def _grad(self, row, g1, bslot, bigs):
+        """Row's gradient as a Tensor at its shape, or None if it got none."""
+        if not self.st[row] & HAS:
+            return None
+        shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
+        return F._wrap(scheduler().grad_of(row, _view(self.tape.hdr, np.int64, HW), g1, bslot, bigs).reshape(shape))
+
+    def _set_grad(self, row, g, g1, bslot, bigs):
+        scheduler().set_grad(row, np.ascontiguousarray(g._data, dtype=self.npd).reshape(-1),
+                             _view(self.tape.hdr, np.int64, HW), g1, bslot, bigs, self.st)
+
+    def _run_pre_hooks(self, row, g1, bslot, bigs):
+        """The hooks of the tensor whose gradient is `row`'s, then (at a node's own row)
+        the node's pre-hooks over all its outputs' gradients."""
+        tape = self.tape
+        hooks = tape.tensor_hooks.get(row)
+        if hooks:
+            g = self._grad(row, g1, bslot, bigs)
+            if g is not None:
+                new = run_tensor_hooks(hooks, g)
+                if new is not g:
+                    self._set_grad(row, new, g1, bslot, bigs)
+        pre = tape.node_prehooks.get(row)
+        if pre:
+            rows = range(row, row + _n_outputs(tape, row))
+            grads = [self._grad(r, g1, bslot, bigs) for r in rows]
+            for r, old, new in zip(rows, grads, run_node_prehooks(pre, grads)):
+                if new is not None and new is not old:
+                    self._set_grad(r, new, g1, bslot, bigs)
+        self.st[row] &= 0xFF ^ PRE
+
+    def _run_python_node(self, row, g1, bslot, bigs, retain):
+        """Run a node in Python: a custom Function's backward, or a node with post-hooks
+        through its Tensor-level rule. Its outputs' gradients in, its inputs' out."""
+        tape = self.tape
+        st = self.st
+        node = node_for(tape, row)
+        rows = range(row, row + _n_outputs(tape, row))
+        grads = [self._grad(r, g1, bslot, bigs) for r in rows]
+        for r in rows:
+            st[r] |= DONE
+        if isinstance(node, FunctionNode):
+            if node._released:
+                raise _freed_error()
+            result = node.run_backward(grads, False)
+            if not retain:
+                node._release()
+        else:
+            with no_grad():
+                result = input_grads(node, grads[0])
+        post = tape.node_hooks.get(row)
+        if post:
+            result = run_node_posthooks(post, result, grads)
+        e0 = tape.hdr[row * HW + H_E0]
+        for j, g in enumerate(result):
+            t = tape.edges[3 * (e0 + j)]
+            if g is None or t < 0 or not st[t] & RECV:
+                continue
+            scheduler().contribute(t, np.ascontiguousarray(g._data, dtype=self.npd).reshape(-1),
+                                   _view(tape.hdr, np.int64, HW), g1, bslot, bigs, st)
+
+
+def _n_outputs(tape, row):
+    node = tape.py_nodes.get(row)
+    return 1 if node is None else len(node._out_meta)
 
 
 def _tapes_from(roots):
@@ -138,7 +189,7 @@ def _tapes_from(roots):
 
 def run(roots, grads, targets, retain):
     """roots, targets: autograd._engine.Target of the outputs and of the requested inputs.
-    Returns ({target key: grad array}, [(leaf tensor, grad array)], [(retaining tensor,
+    Returns ({target key: grad array}, [(AccumulateGrad, grad array)], [(retaining tensor,
     grad array)]), or FALLBACK / FREED. With targets, leaves are captured, not accumulated."""
     npd = grads[0]._data.dtype
     if npd not in _DT or any(g._data.dtype != npd for g in grads):
@@ -182,7 +233,7 @@ def run(roots, grads, targets, retain):
         for lrow, acc in t.leaves.items():
             if st[lrow] & HAS:
                 if want is None:
-                    leaves.append((acc.variable, r.value(lrow)))
+                    leaves.append((acc, r.value(lrow)))
                 elif (id(acc), 0) in want:
                     # a leaf used in several tapes has a sink row in each: the parts add up
                     prev = captured.get((id(acc), 0))

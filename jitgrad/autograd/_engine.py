@@ -99,9 +99,14 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
     else:
         arrays, leaves, retained = out
         captured = {k: F._wrap(a) for k, a in arrays.items()}
+        for tg in targets or ():
+            if isinstance(tg.node, AccumulateGrad) and tg.key in captured:
+                captured[tg.key] = _pyengine.leaf_pre(tg.node, captured[tg.key])
         # the arrays are slices of the scheduler's fresh output array: ours to hand out
-        for t, a in leaves:
-            _pyengine.accumulate_grad(t, F._wrap(a), False, owned=True)
+        for acc, a in leaves:
+            g = _pyengine.leaf_pre(acc, F._wrap(a))
+            _pyengine.accumulate_grad(acc.variable, g, False, owned=True)
+            _pyengine.leaf_post(acc, g)
         if accumulate:
             for t, a in retained:
                 _pyengine.accumulate_grad(t, F._wrap(a), False, owned=True)

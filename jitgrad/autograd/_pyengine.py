@@ -15,6 +15,7 @@ from ._tape import H_E0, HW
 from ._rowinfo import RowInfo
 from .function import FunctionNode
 from .graph import AccumulateGrad
+from .hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 
 _NS = {name: getattr(F, name) for name in FUNCS}
 
@@ -97,14 +98,26 @@ def run(roots, grads, targets, create_graph, accumulate):
                 outs = [buffers.pop((nid, k), None) for k in range(len(node._out_meta))]
             else:
                 outs = [buffers.pop((nid, 0))]
+            if isinstance(node, AccumulateGrad):
+                grad = leaf_pre(node, outs[0])
+                if (nid, 0) in want:
+                    captured[nid, 0] = grad
+                if accumulate and targets is None:  # with inputs, the caller accumulates captures
+                    accumulate_grad(node.variable, grad, create_graph)
+                    leaf_post(node, grad)
+                continue
+            tape, row = node._tape, node._row
+            for k in range(len(outs)):
+                hooks = tape.tensor_hooks.get(row + k)
+                if hooks and outs[k] is not None:
+                    outs[k] = run_tensor_hooks(hooks, outs[k])
+            pre = tape.node_prehooks.get(row)
+            if pre:
+                outs = run_node_prehooks(pre, outs)
             grad = outs[0]
             for k, g in enumerate(outs):
                 if (nid, k) in want and g is not None:
                     captured[nid, k] = g
-            if isinstance(node, AccumulateGrad):
-                if accumulate and targets is None:  # with inputs, the caller accumulates captures
-                    accumulate_grad(node.variable, grad, create_graph)
-                continue
             if needed is not None and not any(i is not None and id(i) in needed for i in inputs_of[nid]):
                 continue
             retained = node._tape.retained.get(node._row)
@@ -115,12 +128,13 @@ def run(roots, grads, targets, create_graph, accumulate):
                     raise _freed_error()
                 results = node.run_backward(outs, create_graph)
             else:
-                results = apply_rule(node, grad)
-            for j, ((inp, nr), g) in enumerate(zip(node.next_functions, results)):
+                results = input_grads(node, grad)
+            post = tape.node_hooks.get(row)
+            if post:
+                results = run_node_posthooks(post, results, outs)
+            for (inp, nr), g in zip(node.next_functions, results):
                 if inp is None or g is None:
                     continue
-                if not isinstance(node, FunctionNode) and node._spec.kind == "ew":
-                    g = F.sum_to(g, input_shape(node, j))  # broadcasting is undone here, once
                 if needed is not None and id(inp) not in needed:
                     continue
                 iid = id(inp)
@@ -131,6 +145,16 @@ def run(roots, grads, targets, create_graph, accumulate):
     return captured
 
 
+def input_grads(node, grad):
+    """A (non-Function) node's gradient for each input, at the input's shape."""
+    results = list(apply_rule(node, grad))
+    if node._spec.kind == "ew":
+        for j, g in enumerate(results):
+            if g is not None:
+                results[j] = F.sum_to(g, input_shape(node, j))  # broadcasting is undone here, once
+    return results
+
+
 def _add(buffers, key, g):
     buffers[key] = buffers[key] + g if key in buffers else g
 
@@ -139,6 +163,29 @@ def input_shape(node, j):
     tape = node._tape
     p = tape.edges[3 * (tape.hdr[node._row * HW + H_E0] + j) + 2]
     return tuple(tape.xs[p + 1:p + 1 + tape.xs[p]])
+
+
+def leaf_pre(acc, grad):
+    """A leaf's gradient after its tensor hooks and its AccumulateGrad's pre-hooks."""
+    x = acc.variable._x
+    if x is not None and x.hooks:
+        grad = run_tensor_hooks(x.hooks[0], grad)
+    pre = getattr(acc, "_prehooks", None)
+    if pre:
+        grad = run_node_prehooks(pre[0], [grad])[0]
+    return grad
+
+
+def leaf_post(acc, grad):
+    """After accumulation: post-accumulate-grad hooks, then AccumulateGrad's post-hooks."""
+    t = acc.variable
+    x = t._x
+    if x is not None and x.post_hooks:
+        for fn in list(x.post_hooks[0].values()):
+            fn(t)
+    post = getattr(acc, "_posthooks", None)
+    if post:
+        run_node_posthooks(post[0], [], [grad])
 
 
 def accumulate_grad(t, grad, create_graph, owned=False):

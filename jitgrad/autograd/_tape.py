@@ -71,7 +71,8 @@ def _address(arr):
 class Tape:
     __slots__ = ("id", "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "keep", "keep_bytes",
                  "nrows", "shape_ptr", "leaves", "ext", "ext_rows", "retained", "freed", "closed",
-                 "nodes", "tracebacks", "metadata", "py_nodes", "__weakref__")
+                 "nodes", "tracebacks", "metadata", "py_nodes", "tensor_hooks", "node_prehooks", "node_hooks",
+                 "__weakref__")
 
     def __init__(self):
         self.id = next(_tape_ids)
@@ -96,6 +97,9 @@ class Tape:
         self.tracebacks = {}  # row -> forward stack, recorded in anomaly mode
         self.metadata = {}    # row -> its node's `metadata` dict
         self.py_nodes = {}    # row -> node run in Python (custom Function), see autograd/function.py
+        self.tensor_hooks = {}   # row -> {id: hook} of the tensor whose gradient is that row's (hooks.py)
+        self.node_prehooks = {}  # node row -> {id: hook}
+        self.node_hooks = {}     # node row -> {id: hook}: post-hooks; the node then runs in Python
 
     # -- recording helpers ---------------------------------------------------------
     def shape(self, shape):
@@ -164,6 +168,10 @@ class Tape:
             return (np.float64 if where == 0 else np.float32)(v).reshape(shape) if shape else \
                 (np.float64 if where == 0 else np.float32)(v)
         return self.keep[where]
+
+    def needs_python(self):
+        """Whether some row must be handed back to Python during the sweep."""
+        return bool(self.py_nodes or self.tensor_hooks or self.node_prehooks or self.node_hooks)
 
     def grow_freed(self):
         if len(self.freed) < self.nrows:

@@ -6,8 +6,10 @@ selective execution sees them). The compiled scheduler hands the node back when 
 sweep reaches it (status 3); autograd/_compiled.py runs `backward` and resumes. With
 create_graph=True the Python engine runs it, recording its ops.
 
-As in PyTorch, the ctx is the node: `y.grad_fn.saved_tensors` and attributes set on ctx
-in forward are the same object's.
+The ctx (state the tape owns: saved tensors, attributes, metadata) is separate from the
+node view `grad_fn` returns, which holds the tape like every node and forwards attribute
+access to the ctx, so `y.grad_fn.saved_tensors` and ctx attributes work as in PyTorch.
+The ctx holds no reference to its tape, so a graph with Functions has no reference cycle.
 """
 import functools
 import inspect
@@ -16,7 +18,7 @@ import weakref
 import numpy as np
 
 from .. import _grad_mode
-from .._tensor import Tensor
+from .._tensor import Tensor, _Version
 from ..ops import functional as F
 from ..ops.record import OP_OUT, OP_PYFN, _edge_row
 from ._tape import DT_F32, DT_F64, DT_OTHER, current_tape
@@ -27,6 +29,10 @@ class FunctionCtx:
     """What forward and backward share (PyTorch's ctx)."""
 
     def save_for_backward(self, *tensors):
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(f"save_for_backward can only save variables, but argument {i} is of type "
+                                f"{type(t).__name__}")
         self.to_save = tensors
 
     @property
@@ -46,34 +52,26 @@ class FunctionCtx:
         self.materialize_grads = bool(value)
 
 
-class FunctionNode(FunctionCtx, Node):
-    """The grad_fn of a custom Function's outputs (named <ClassName>Backward). Instances
-    have a __dict__: ctx attributes live there."""
+class FunctionState(FunctionCtx):
+    """The ctx of one application of a Function (one class per Function, named like its
+    node, <ClassName>Backward). Owned by the tape (tape.py_nodes)."""
     _fn = None
     _tape_ref = None
 
     @property
     def _tape(self):
-        # weak: the tape holds this node (tape.py_nodes); a strong reference back would
-        # make a cycle only the garbage collector could free
         return None if self._tape_ref is None else self._tape_ref()
-
-    @_tape.setter
-    def _tape(self, tape):
-        self._tape_ref = weakref.ref(tape)
-
-    def name(self):
-        return type(self).__name__
-
-    @property
-    def _spec(self):
-        raise AttributeError("a custom Function node has no op spec")
 
     def run_backward(self, grads_out, create_graph):
         """Call the user's backward with one gradient per output (Tensors or None);
         returns one gradient per edge (tensor input), checked like PyTorch."""
         grads = []
-        for g, (shape, dtype) in zip(grads_out, self._out_meta):
+        tensor_grads = iter(zip(grads_out, self._out_meta))
+        for is_tensor in self._out_is_tensor:
+            if not is_tensor:
+                grads.append(None)  # a non-tensor output has no gradient
+                continue
+            g, (shape, dtype) = next(tensor_grads)
             if g is None and self.materialize_grads:
                 g = F._wrap(np.zeros(shape, dtype))
             grads.append(g)
@@ -91,15 +89,17 @@ class FunctionNode(FunctionCtx, Node):
         out = []
         k = 0
         for i, is_tensor in enumerate(self._arg_is_tensor):
-            if not is_tensor:
-                continue
             g = result[i]
+            if not is_tensor:
+                if g is not None:
+                    raise RuntimeError(f"function {self.name()} returned a gradient different than None at "
+                                       f"position {i + 1}, but the corresponding forward input was not a Variable")
+                continue
             shape, dtype = self._in_meta[k]
             k += 1
             if g is not None:
                 if not isinstance(g, Tensor):
-                    raise TypeError(f"function {self.name()} returned a gradient different than None at position "
-                                    f"{i + 1}, but the corresponding forward input was not a Variable")
+                    raise RuntimeError(f"expected Variable or None (got {type(g).__name__})")
                 if tuple(g._data.shape) != shape:
                     if not _expandable(shape, g._data.shape):
                         raise RuntimeError(f"Function {self.name()} returned an invalid gradient at index {i} - got "
@@ -111,9 +111,38 @@ class FunctionNode(FunctionCtx, Node):
             out.append(g)
         return out
 
+    def name(self):
+        return type(self).__name__
+
     def _release(self):
         self._released = True
         self.to_save = ()
+
+
+class FunctionNode(Node):
+    """The node view of a custom Function application (what grad_fn returns). Attribute
+    reads and writes it does not have go to the ctx."""
+    __slots__ = ()
+
+    @property
+    def _state(self):
+        return self._tape.py_nodes[self._row]
+
+    def name(self):
+        return type(self).__name__
+
+    @property
+    def _spec(self):
+        raise AttributeError("a custom Function node has no op spec")
+
+    def __getattr__(self, name):
+        return getattr(self._tape.py_nodes[self._row], name)
+
+    def __setattr__(self, name, value):
+        if name in ("_tape", "_row", "_next"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._state, name, value)
 
 
 def _expandable(shape, target):
@@ -123,18 +152,35 @@ def _expandable(shape, target):
 
 
 class _Saved:
-    """A saved tensor of the node's own tape, kept as PyTorch's SavedVariable keeps one:
-    its data and where its gradient flows, not the Tensor (which holds the tape)."""
-    __slots__ = ("data", "row", "nr")
+    """A saved tensor kept as PyTorch's SavedVariable keeps one: for a tensor of the
+    node's own tape its data and where its gradient flows (not the Tensor, which holds
+    the tape), and the version it had, checked when it is unpacked."""
+    __slots__ = ("tensor", "data", "row", "nr", "vc", "version")
 
-    def __init__(self, t):
-        self.data, self.row, self.nr = t._data, t._row, t._output_nr
+    def __init__(self, t, tape):
+        own = t._tape is tape
+        self.tensor = None if own else t
+        self.data = t._data
+        self.row, self.nr = (t._row, t._output_nr) if own else (-1, 0)
+        if t._vc is None:
+            t._vc = _Version()  # a counter now, so later in-place writes are seen
+        self.vc, self.version = t._vc, t._vc.v
 
 
 def _unpack(ctx, s):
-    """As PyTorch unpacks a SavedVariable: the data, with its grad_fn (in any grad mode)."""
+    """As PyTorch unpacks a SavedVariable: the tensor, with its grad_fn (in any grad mode)."""
     if type(s) is not _Saved:
         return s
+    if s.vc.v != s.version:
+        d = s.data
+        kind = {np.dtype(np.float64): "Double", np.dtype(np.float32): "Float"}.get(d.dtype, "")
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an inplace operation: "
+            f"[torch.{kind}Tensor [{', '.join(str(n) for n in d.shape)}]] is at version {s.vc.v}; expected version "
+            f"{s.version} instead. Hint: enable anomaly detection to find the operation that failed to compute "
+            "its gradient, with torch.autograd.set_detect_anomaly(True).")
+    if s.tensor is not None:
+        return s.tensor
     t = F._wrap(s.data)
     t._requires_grad = True
     t._tape, t._row, t._output_nr = ctx._tape, s.row, s.nr
@@ -168,7 +214,8 @@ def once_differentiable(fn):
 class _FunctionMeta(type):
     def __init__(cls, name, bases, attrs):
         super().__init__(name, bases, attrs)
-        cls._backward_cls = type(name + "Backward", (FunctionNode,), {"_fn": cls})
+        cls._backward_cls = type(name + "Backward", (FunctionState,), {"_fn": cls})
+        cls._node_cls = type(name + "Backward", (FunctionNode,), {"__slots__": ()})
 
 
 class Function(metaclass=_FunctionMeta):
@@ -256,11 +303,11 @@ def _record(ctx, args, outputs):
         o._tape = tape
         o._row = first + k
         o._output_nr = k
-    ctx._tape = tape
+    ctx._tape_ref = weakref.ref(tape)
     ctx._row = first
-    ctx._next = None
+    ctx._out_is_tensor = tuple(isinstance(o, Tensor) for o in outs)
     if hasattr(ctx, "to_save"):
-        ctx.to_save = tuple(_Saved(t) if isinstance(t, Tensor) and t._tape is tape else t for t in ctx.to_save)
+        ctx.to_save = tuple(_Saved(t, tape) if isinstance(t, Tensor) else t for t in ctx.to_save)
     ctx._arg_is_tensor = tuple(isinstance(a, Tensor) for a in args)
     ctx._in_meta = tuple((tuple(t._data.shape), t._data.dtype) for t in tensors_in)
     ctx._out_meta = tuple((tuple(o._data.shape), o._data.dtype) for _, o in tensor_outs)

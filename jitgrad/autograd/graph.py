@@ -51,6 +51,16 @@ class Node:
     def _sequence_nr(self):
         return (self._tape.id << 32) | self._row
 
+    def register_hook(self, fn):
+        """fn(grad_inputs, grad_outputs) -> new grad_inputs or None, after the node runs."""
+        from .hooks import add_hook
+        return add_hook(self._tape.node_hooks, self._row, fn)
+
+    def register_prehook(self, fn):
+        """fn(grad_outputs) -> new grad_outputs or None, before the node runs."""
+        from .hooks import add_hook
+        return add_hook(self._tape.node_prehooks, self._row, fn)
+
     def __repr__(self):
         return f"<{self.name()} object at {hex(id(self))}>"
 
@@ -65,7 +75,20 @@ class AccumulateGrad(Node):
     """The sink for a leaf: its row in the lowered graph collects the leaf's gradient.
     Unlike other nodes it is created eagerly (once per leaf and tape) and cached on the leaf,
     so that it is the same object wherever the leaf is reached."""
-    __slots__ = ("variable", "_metadata", "_tape_ref")
+    __slots__ = ("variable", "_metadata", "_tape_ref", "_prehooks", "_posthooks")
+
+    # an AccumulateGrad outlives tapes: its hooks live on it ({0: {id: fn}}, see hooks.py)
+    def register_hook(self, fn):
+        from .hooks import add_hook
+        if getattr(self, "_posthooks", None) is None:
+            self._posthooks = {}
+        return add_hook(self._posthooks, 0, fn)
+
+    def register_prehook(self, fn):
+        from .hooks import add_hook
+        if getattr(self, "_prehooks", None) is None:
+            self._prehooks = {}
+        return add_hook(self._prehooks, 0, fn)
 
     @property
     def _tape(self):
@@ -114,10 +137,11 @@ def node_for(tape, row):
         ft, frow = tape.ext[row]
         return node_for(ft, frow)
     if op == SINK_OPS["pyfn"]:
-        return tape.py_nodes[row]
+        cls = tape.py_nodes[row]._fn._node_cls  # a view of the Function's ctx
+    else:
+        cls = SPECS[op].cls
     if op == SINK_OPS["out"]:  # output k of a multi-output node: the node's row is k rows up
         return node_for(tape, row - tape.hdr[row * _HW + _H_IP])
-    cls = SPECS[op].cls
     node = object.__new__(cls)
     node._tape = tape
     node._row = row

@@ -24,7 +24,7 @@ from numba import njit
 from numba.typed import List
 from jitgrad.kernels.structural import *  # noqa
 from jitgrad.kernels.structural import (HW, H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP,
-    RECV, EXEC, HAS, FED, DONE, jit, gradient, target_buffer, edge_target, shape_numel,
+    RECV, EXEC, HAS, FED, DONE, PRE, PYRUN, jit, gradient, target_buffer, edge_target, shape_numel,
     bcast_plan, bidx, saved)
 
 OP_ACC = {op_acc}
@@ -102,6 +102,19 @@ def contribute(row, arr, hdr, g1, bslot, bigs, st):
 
 
 @jit
+def set_grad(row, arr, hdr, g1, bslot, bigs, st):
+    """Replace `row`'s gradient (a hook returned a new one)."""
+    st[row] |= HAS
+    if hdr[row * HW + H_NUMEL] == 1:
+        g1[row] = arr[0]
+    elif bslot[row] < 0:
+        bslot[row] = len(bigs)
+        bigs.append(arr.astype(g1.dtype))
+    else:
+        bigs[bslot[row]][:] = arr
+
+
+@jit
 def grad_of(row, hdr, g1, bslot, bigs):
     """A copy of `row`'s complete gradient, for a node run in Python."""
     return gradient(row, hdr, g1, bslot, bigs).copy()
@@ -132,11 +145,15 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, 
     arguments, so a sweep stopped at a row resumes with hi = that row - 1.
     Returns (status, row): 0 done; 1 a row whose saved values were freed; 2 a row the
     compiled path does not run (mixed dtypes): the caller falls back to Python; 3 a node
-    that runs in Python (custom Function): the caller runs it and resumes."""
+    that runs in Python (custom Function, or one with post-hooks): the caller runs it and
+    resumes after it; 4 hooks to run before the row: the caller runs them, clears PRE
+    and resumes at the row."""
     for row in range(hi, -1, -1):
         s = st[row]
         if not (s & EXEC) or not (s & (HAS | FED)):
             continue
+        if s & PRE:
+            return 4, row
         b = row * HW
         op = hdr[b]
         if op == OP_OUT:
@@ -145,7 +162,7 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, 
             continue
         if op == OP_ACC or op == OP_EXT:
             continue
-        if op == OP_PYFN:
+        if op == OP_PYFN or s & PYRUN:
             return 3, row
         if hdr[b + H_DT] != dt:
             return 2, row

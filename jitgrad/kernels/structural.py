@@ -20,8 +20,9 @@ from .pointers import view
 HW = 9
 H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)
 # per-row state bits: RECV takes gradient, EXEC may run, HAS got gradient, FED one of
-# the node's further outputs got gradient (multi-output nodes), DONE ran
-RECV, EXEC, HAS, FED, DONE = 1, 2, 4, 8, 16
+# the node's further outputs got gradient (multi-output nodes), DONE ran, PRE hooks to
+# run in Python before the row, PYRUN the node itself runs in Python (it has post-hooks)
+RECV, EXEC, HAS, FED, DONE, PRE, PYRUN = 1, 2, 4, 8, 16, 32, 64
 
 # error_model="numpy": float division by zero gives inf/nan as in PyTorch (no raising path)
 jit = njit(cache=True, nogil=True, error_model="numpy")

@@ -1,0 +1,72 @@
+"""Hooks: Python the user asked to run during backward.
+
+Hooks on non-leaf tensors and on nodes live in their tape, keyed by row (node objects
+are made on demand and come and go): a tensor's hooks by its own row, a node's pre-hooks
+and post-hooks by the node's row. The compiled sweep stops at such rows (PRE: status 4,
+the hooks see and may replace the complete gradient, then the row runs; a node with
+post-hooks runs in Python, status 3, so its input gradients exist separately). Hooks on
+leaves run where the leaf's gradient is accumulated.
+"""
+import itertools
+
+from .._tensor import Tensor
+
+_ids = itertools.count()
+
+
+class RemovableHandle:
+    """Returned by register_*hook; `remove()` unregisters the hook."""
+
+    def __init__(self, registry, key):
+        self._registry = registry
+        self._key = key
+        self.id = key[1]
+
+    def remove(self):
+        hooks = self._registry.get(self._key[0])
+        if hooks is not None:
+            hooks.pop(self.id, None)
+            if not hooks:
+                del self._registry[self._key[0]]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def add_hook(registry, where, fn):
+    """registry: a dict where -> {hook id: fn} (dicts keep registration order)."""
+    hid = next(_ids)
+    registry.setdefault(where, {})[hid] = fn
+    return RemovableHandle(registry, (where, hid))
+
+
+def run_tensor_hooks(hooks, grad):
+    """Each hook sees the previous one's result; a returned tensor replaces the gradient."""
+    for fn in list(hooks.values()):
+        r = fn(grad)
+        if r is not None:
+            if not isinstance(r, Tensor):
+                raise TypeError(f"expected a Tensor or None from a hook, got {type(r).__name__}")
+            if tuple(r._data.shape) != tuple(grad._data.shape):
+                raise RuntimeError("hook 'hook' has changed the size of value")
+            grad = r
+    return grad
+
+
+def run_node_prehooks(hooks, grads):
+    for fn in list(hooks.values()):
+        r = fn(tuple(grads))
+        if r is not None:
+            grads = list(r if isinstance(r, tuple) else (r,))
+    return grads
+
+
+def run_node_posthooks(hooks, grad_inputs, grad_outputs):
+    for fn in list(hooks.values()):
+        r = fn(tuple(grad_inputs), tuple(grad_outputs))
+        if r is not None:
+            grad_inputs = list(r if isinstance(r, tuple) else (r,))
+    return grad_inputs
