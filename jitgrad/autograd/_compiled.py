@@ -15,11 +15,13 @@ from ..kernels import codegen
 from .._grad_mode import no_grad
 from ..kernels.structural import DONE, EXEC, HAS, PRE, PYRUN, RECV, mark_need
 from ..ops import functional as F
+from ..ops.record import OP_OUT
+from . import _pyengine as pyengine
 from ._pyengine import _freed_error, input_grads
 from .function import FunctionNode
 from .graph import AccumulateGrad, node_for
 from .hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
-from ._tape import DT_F32, DT_F64, H_E0, H_SHP, HW
+from ._tape import DT_F32, DT_F64, H_E0, H_IP, H_SHP, HW
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 FREED = object()     # returned when a row's saved values were already freed
@@ -47,12 +49,13 @@ class _TapeRun:
         self.st = np.full(tape.nrows, RECV | EXEC, np.uint8)
         self.seeds = {}
         self.out = self.where = None
+        self.accumulated = set()  # leaf rows already accumulated during the sweep
 
     def seed(self, row, arr):
         s = self.seeds.get(row)
         self.seeds[row] = arr if s is None else s + arr
 
-    def run(self, sinks, retain):
+    def run(self, sinks, retain, hooked_leaves=()):
         tape = self.tape
         tape.grow_freed()
         rows = np.fromiter(self.seeds, np.int64, len(self.seeds))
@@ -68,30 +71,41 @@ class _TapeRun:
         self.where = {r: i for i, r in enumerate(sinks)}
         sched = scheduler()
         hi = int(rows.max())
-        if not tape.needs_python():  # the whole tape in one compiled call
+        if not tape.needs_python() and not hooked_leaves:  # the whole tape in one compiled call
             status, row, self.out, self.offs = sched.backward(*self._columns(), self.st, np.frombuffer(
                 tape.freed, np.int8), rows, offs, vals, sink_rows, hi, retain, _DT[self.npd])
             return status
         # rows that need Python: the sweep hands each back and resumes
         for row in (*tape.tensor_hooks, *tape.node_prehooks):
             self.st[row] |= PRE
+            if tape.hdr[row * HW] == OP_OUT:  # its node's row runs it if this output gets nothing
+                self.st[row - tape.hdr[row * HW + H_IP]] |= PRE
         for row in tape.node_hooks:
             self.st[row] |= PYRUN
-        hdr = self._columns()[0]
-        g1, bslot, bigs, self.out, self.offs = sched.start(hdr, self.st, rows, offs, vals, sink_rows,
-                                                            self._columns()[5])
-        del hdr
+        cols = self._columns()
+        g1, bslot, bigs, self.out, self.offs = sched.start(cols[0], self.st, rows, offs, vals, sink_rows, cols[5])
+        self.pend = np.zeros(0, np.int64)
+        if hooked_leaves:  # leaves with hooks run when they become ready, as in PyTorch
+            hooked = np.zeros(tape.nrows, np.uint8)
+            hooked[list(hooked_leaves)] = 1
+            self.pend = sched.count_pending(cols[0], cols[1], self.st, hi, hooked)
+        del cols
         while True:
             status, row = sched.sweep(*self._columns(), g1, self.st, bslot, bigs, np.frombuffer(tape.freed, np.int8),
-                                      hi, retain, _DT[self.npd])
-            if status == 4:  # hooks before the row, then the row itself
-                self._run_pre_hooks(row, g1, bslot, bigs)
-                hi = row
-            elif status == 3:  # the node runs in Python, then the sweep goes on below it
-                self._run_python_node(row, g1, bslot, bigs, retain)
-                hi = row - 1
-            else:
-                break
+                                      hi, retain, _DT[self.npd], self.pend)
+            with no_grad():  # Python in a backward without create_graph records nothing
+                if status == 4:  # hooks before the row, then the row itself
+                    self._run_pre_hooks(row, g1, bslot, bigs)
+                    hi = row
+                    continue
+                if status == 3:  # the node runs in Python, then the sweep goes on below it
+                    self._run_python_node(row, g1, bslot, bigs, retain)
+                    self._leaves_ready_after(row, g1, bslot, bigs, decrement=True)
+                elif status == 5:  # the row made leaves with hooks ready
+                    self._leaves_ready_after(row, g1, bslot, bigs, decrement=False)
+                else:
+                    break
+            hi = row - 1
         sched.finish(_view(tape.hdr, np.int64, HW), g1, sink_rows, self.offs, self.out)
         return status
 
@@ -123,13 +137,16 @@ class _TapeRun:
         """The hooks of the tensor whose gradient is `row`'s, then (at a node's own row)
         the node's pre-hooks over all its outputs' gradients."""
         tape = self.tape
-        hooks = tape.tensor_hooks.get(row)
-        if hooks:
-            g = self._grad(row, g1, bslot, bigs)
-            if g is not None:
+        # the tensor hooks of this row's output; at a multi-output node's row also those of
+        # its outputs that got no gradient (their rows never stop the sweep): with None
+        n_out = 1 if tape.hdr[row * HW] == OP_OUT else _n_outputs(tape, row)
+        for r in range(row, row + n_out):
+            hooks = tape.tensor_hooks.get(r)
+            if hooks and (r == row or not self.st[r] & HAS):
+                g = self._grad(r, g1, bslot, bigs)
                 new = run_tensor_hooks(hooks, g)
-                if new is not g:
-                    self._set_grad(row, new, g1, bslot, bigs)
+                if new is not g and new is not None:
+                    self._set_grad(r, new, g1, bslot, bigs)
         pre = tape.node_prehooks.get(row)
         if pre:
             rows = range(row, row + _n_outputs(tape, row))
@@ -138,6 +155,26 @@ class _TapeRun:
                 if new is not None and new is not old:
                     self._set_grad(r, new, g1, bslot, bigs)
         self.st[row] &= 0xFF ^ PRE
+
+    def _leaves_ready_after(self, row, g1, bslot, bigs, decrement):
+        """Accumulate (with their hooks) the leaves that `row` was the last to feed."""
+        tape, pend = self.tape, self.pend
+        e0 = tape.hdr[row * HW + H_E0]
+        for j in range(tape.hdr[row * HW + 2]):
+            t = tape.edges[3 * (e0 + j)]
+            if t < 0 or not pend.size or (not decrement and pend[t] != 0) or t in self.accumulated:
+                continue
+            if decrement:
+                if pend[t] <= 0:
+                    continue
+                pend[t] -= 1
+                if pend[t]:
+                    continue
+            acc = tape.leaves[t]
+            g = pyengine.leaf_pre(acc, self._grad(t, g1, bslot, bigs))
+            pyengine.accumulate_grad(acc.variable, g, False, owned=True)
+            pyengine.leaf_post(acc, g)
+            self.accumulated.add(t)
 
     def _run_python_node(self, row, g1, bslot, bigs, retain):
         """Run a node in Python: a custom Function's backward, or a node with post-hooks
@@ -224,14 +261,15 @@ def run(roots, grads, targets, retain):
         inputs_here = [tg.row for tg in inner if tg.tape is t]
         # each row once: a leaf can also be a requested input
         sinks = list(dict.fromkeys([*t.leaves, *t.ext, *t.retained, *inputs_here]))
-        status = r.run(sinks, retain)
+        hooked = [row for row, acc in t.leaves.items() if pyengine.leaf_has_hooks(acc)] if want is None else ()
+        status = r.run(sinks, retain, hooked)
         if status == 1:
             return FREED
         if status == 2:
             return FALLBACK
         st = r.st
         for lrow, acc in t.leaves.items():
-            if st[lrow] & HAS:
+            if st[lrow] & HAS and lrow not in r.accumulated:
                 if want is None:
                     leaves.append((acc, r.value(lrow)))
                 elif (id(acc), 0) in want:

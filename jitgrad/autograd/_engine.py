@@ -5,10 +5,13 @@ executor: the compiled scheduler (_compiled, running the module kernels/codegen.
 generates) for ordinary calls, the Python engine (_pyengine) for create_graph=True and
 for graphs the compiled path does not take.
 """
+import itertools
+import threading
 from collections import namedtuple
 
 import numpy as np
 
+from .._grad_mode import no_grad
 from .._tensor import Tensor
 from ..ops import functional as F
 from . import _compiled, _pyengine, _tape
@@ -80,7 +83,37 @@ def _input_target(t, i, hold):
     return _target(t, hold)
 
 
+class _CallState(threading.local):
+    call = 0          # numbers this thread's backward calls (multi-grad hooks key on it)
+    callbacks = None  # run at the end of the current call (queue_callback)
+
+
+_calls = _CallState()
+_call_ids = itertools.count(1)
+
+
+def current_call():
+    return _calls.call
+
+
+def queue_callback(fn):
+    """Run fn when the current backward call has finished (PyTorch's queue_callback)."""
+    _calls.callbacks.append(fn)
+
+
 def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
+    outer = (_calls.call, _calls.callbacks)
+    _calls.call, _calls.callbacks = next(_call_ids), []
+    try:
+        result = _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate)
+        for fn in _calls.callbacks:
+            fn()
+        return result
+    finally:
+        _calls.call, _calls.callbacks = outer
+
+
+def _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
     hold = []
     roots = [_root_target(t, i, hold) for i, t in enumerate(outputs)]
     grads = _make_grads(outputs, grad_outputs)
@@ -101,12 +134,15 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
         captured = {k: F._wrap(a) for k, a in arrays.items()}
         for tg in targets or ():
             if isinstance(tg.node, AccumulateGrad) and tg.key in captured:
-                captured[tg.key] = _pyengine.leaf_pre(tg.node, captured[tg.key])
-        # the arrays are slices of the scheduler's fresh output array: ours to hand out
-        for acc, a in leaves:
-            g = _pyengine.leaf_pre(acc, F._wrap(a))
-            _pyengine.accumulate_grad(acc.variable, g, False, owned=True)
-            _pyengine.leaf_post(acc, g)
+                with no_grad():
+                    captured[tg.key] = _pyengine.leaf_pre(tg.node, captured[tg.key])
+        # the arrays are slices of the scheduler's fresh output array: ours to hand out;
+        # hooks run as in any backward without create_graph: with grad mode off
+        with no_grad():
+            for acc, a in leaves:
+                g = _pyengine.leaf_pre(acc, F._wrap(a))
+                _pyengine.accumulate_grad(acc.variable, g, False, owned=True)
+                _pyengine.leaf_post(acc, g)
         if accumulate:
             for t, a in retained:
                 _pyengine.accumulate_grad(t, F._wrap(a), False, owned=True)

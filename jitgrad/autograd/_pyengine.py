@@ -109,7 +109,7 @@ def run(roots, grads, targets, create_graph, accumulate):
             tape, row = node._tape, node._row
             for k in range(len(outs)):
                 hooks = tape.tensor_hooks.get(row + k)
-                if hooks and outs[k] is not None:
+                if hooks and (outs[k] is not None or len(outs) > 1):  # multi-output: None too
                     outs[k] = run_tensor_hooks(hooks, outs[k])
             pre = tape.node_prehooks.get(row)
             if pre:
@@ -165,6 +165,12 @@ def input_shape(node, j):
     return tuple(tape.xs[p + 1:p + 1 + tape.xs[p]])
 
 
+def leaf_has_hooks(acc):
+    x = acc.variable._x
+    return bool((x is not None and (x.hooks or x.post_hooks)) or getattr(acc, "_prehooks", None)
+                or getattr(acc, "_posthooks", None))
+
+
 def leaf_pre(acc, grad):
     """A leaf's gradient after its tensor hooks and its AccumulateGrad's pre-hooks."""
     x = acc.variable._x
@@ -182,7 +188,8 @@ def leaf_post(acc, grad):
     x = t._x
     if x is not None and x.post_hooks:
         for fn in list(x.post_hooks[0].values()):
-            fn(t)
+            if fn(t) is not None:
+                raise RuntimeError("Tensor post accumulate grad hooks should return None.")
     post = getattr(acc, "_posthooks", None)
     if post:
         run_node_posthooks(post[0], [], [grad])

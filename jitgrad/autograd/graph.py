@@ -148,3 +148,8 @@ def node_for(tape, row):
     node._next = None
     tape.nodes[row] = weakref.ref(node)
     return node
+
+
+def register_multi_grad_hook(tensors, fn, *, mode="all"):
+    from .hooks import register_multi_grad_hook as register
+    return register(tensors, fn, mode=mode)

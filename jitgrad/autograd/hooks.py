@@ -43,15 +43,23 @@ def add_hook(registry, where, fn):
     return RemovableHandle(registry, (where, hid))
 
 
+_TYPE_NAMES = {"float64": "torch.DoubleTensor", "float32": "torch.FloatTensor", "int64": "torch.LongTensor"}
+
+
 def run_tensor_hooks(hooks, grad):
-    """Each hook sees the previous one's result; a returned tensor replaces the gradient."""
+    """Each hook sees the previous one's result; a returned tensor replaces the gradient.
+    A hook on an output that got no gradient (a multi-output node's) receives None."""
     for fn in list(hooks.values()):
         r = fn(grad)
         if r is not None:
+            name = getattr(fn, "__name__", "hook")
             if not isinstance(r, Tensor):
                 raise TypeError(f"expected a Tensor or None from a hook, got {type(r).__name__}")
-            if tuple(r._data.shape) != tuple(grad._data.shape):
-                raise RuntimeError("hook 'hook' has changed the size of value")
+            if grad is not None and r._data.dtype != grad._data.dtype:
+                raise RuntimeError(f"hook '{name}' has changed the type of value (was "
+                                   f"{_TYPE_NAMES.get(grad._data.dtype.name)} got {_TYPE_NAMES.get(r._data.dtype.name)})")
+            if grad is not None and tuple(r._data.shape) != tuple(grad._data.shape):
+                raise RuntimeError(f"hook '{name}' has changed the size of value")
             grad = r
     return grad
 
@@ -70,3 +78,41 @@ def run_node_posthooks(hooks, grad_inputs, grad_outputs):
         if r is not None:
             grad_inputs = list(r if isinstance(r, tuple) else (r,))
     return grad_inputs
+
+
+class _MultiHandle:
+    def __init__(self, handles):
+        self.handles = handles
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def register_multi_grad_hook(tensors, fn, *, mode="all"):
+    """mode "all": fn(grads) once per backward call, after the gradients of the given
+    tensors are computed (None for those the call does not reach); mode "any": fn(grad)
+    with the first of them computed in each call."""
+    from . import _engine
+    if mode not in ("all", "any"):
+        raise ValueError(f"Expects mode to be one of ('all', 'any') but got {mode}")
+    tensors = tuple(tensors)
+    state = {"call": None, "grads": None}
+
+    def make(i):
+        def hook(grad):
+            call = _engine.current_call()
+            if mode == "any":
+                if state["call"] != call:
+                    state["call"] = call
+                    fn(grad)
+                return None
+            if state["call"] != call:
+                state["call"] = call
+                grads = state["grads"] = [None] * len(tensors)
+                _engine.queue_callback(lambda: fn(grads))
+            state["grads"][i] = grad
+            return None
+        return hook
+
+    return _MultiHandle([t.register_hook(make(i)) for i, t in enumerate(tensors) if t.requires_grad])

@@ -133,13 +133,13 @@ def backward(hdr, edges, xs, fp, slots, v, st, freed, seed_rows, seed_offs, seed
     """The whole backward of a tape in one call, for tapes with no node that needs
     Python. Returns (status, row, out, offsets)."""
     g1, bslot, bigs, out, offs = start(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v)
-    status, row = sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt)
+    status, row = sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt, xs[0:0])
     finish(hdr, g1, sinks, offs, out)
     return status, row, out, offs
 
 
 @jit
-def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt):
+def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt, pend):
     """Sweep rows from `hi` down (a topological order: a row is created after every
     row it feeds from), executing each row that received gradient. All state is in the
     arguments, so a sweep stopped at a row resumes with hi = that row - 1.
@@ -147,7 +147,8 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, 
     compiled path does not run (mixed dtypes): the caller falls back to Python; 3 a node
     that runs in Python (custom Function, or one with post-hooks): the caller runs it and
     resumes after it; 4 hooks to run before the row: the caller runs them, clears PRE
-    and resumes at the row."""
+    and resumes at the row; 5 the row ran and made a leaf with hooks ready (pend, see
+    count_pending): the caller runs that leaf and resumes after the row."""
     for row in range(hi, -1, -1):
         s = st[row]
         if not (s & EXEC) or not (s & (HAS | FED)):
@@ -198,6 +199,16 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, 
         st[row] = s | DONE
         if hdr[b + H_NUMEL] != 1 and bslot[row] >= 0:
             bigs[bslot[row]] = g1[0:0].copy()  # consumed: free it now (a sink's data stays in `out`)
+        if pend.size:
+            ready = False
+            e0 = hdr[b + H_E0]
+            for j in range(hdr[b + H_NIN]):
+                t = edges[3 * (e0 + j)]
+                if t >= 0 and pend[t] > 0:
+                    pend[t] -= 1
+                    ready = ready or pend[t] == 0
+            if ready:
+                return 5, row
     if not retain:
         for row in range(hi, -1, -1):
             if st[row] & DONE:

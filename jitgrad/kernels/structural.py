@@ -491,3 +491,28 @@ def mark_need(hdr, edges, n, st):
             if t >= 0 and (st[t] & RECV):
                 st[row] |= RECV | EXEC
                 break
+
+
+@jit
+def count_pending(hdr, edges, st, hi, hooked):
+    """For leaf rows with hooks (hooked[row] = 1): how many edges into them come from rows
+    this backward will run; the sweep then reports when each becomes ready, so its hooks
+    run when PyTorch's would. Rows are reached as the sweep reaches them: from the seeded
+    rows down, through edges into rows that take gradient."""
+    n = st.size
+    reach = np.zeros(n, np.uint8)
+    pend = np.zeros(n, np.int64)
+    for row in range(hi, -1, -1):
+        if st[row] & HAS:
+            reach[row] = 1
+        if not reach[row] or not (st[row] & EXEC):
+            continue
+        b = row * HW
+        e0 = hdr[b + H_E0]
+        for j in range(hdr[b + H_NIN]):
+            t = edges[3 * (e0 + j)]
+            if t >= 0 and (st[t] & RECV):
+                reach[t] = 1
+                if hooked[t]:
+                    pend[t] += 1
+    return pend
