@@ -191,7 +191,7 @@ class Tensor:
         if self._tape is None:
             if self._x is None:
                 self._x = _Rare()
-            return add_hook(self._x.hooks, 0, hook)
+            return add_hook(self._x.hooks, 0, hook, on_leaf=True)
         return add_hook(self._tape.tensor_hooks, self._row, hook)
 
     def register_post_accumulate_grad_hook(self, hook):
@@ -203,7 +203,7 @@ class Tensor:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
         if self._x is None:
             self._x = _Rare()
-        return add_hook(self._x.post_hooks, 0, hook)
+        return add_hook(self._x.post_hooks, 0, hook, on_leaf=True)
 
     def requires_grad_(self, requires_grad=True):
         if not requires_grad and self._tape is not None:

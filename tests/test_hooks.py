@@ -1009,3 +1009,74 @@ def test_multi_grad_hook_mode_any():
         return dict(calls=calls, a=a.grad, b=b.grad)
 
     both(run)
+
+
+# ----------------------------------------------------------------------------- 14. executors, errors of node hooks
+
+def test_hooks_with_mixed_dtypes():
+    def run(T):
+        seen = []
+        x = mk(T, [0.5, -1.0], "float32", rg=True)
+        w = mk(T, [2.0, 3.0], "float64", rg=True)
+        a = x * 2                    # float32
+        b = a * w                    # promoted to float64
+        a.register_hook(lambda g: (seen.append(("a", gdesc(g)[:3])), g * 3)[1])
+        b.register_hook(lambda g: (seen.append(("b", gdesc(g)[:3])), g + 1)[1])
+        x.register_hook(lambda g: (seen.append(("x", gdesc(g)[:3])), None)[1])
+        b.grad_fn.register_hook(lambda gi, go: seen.append(("post_b", [d[:3] for d in gtuple(gi)[1]])))
+        (b * b).sum().backward()
+        return dict(seen=seen, x=x.grad, w=w.grad)
+
+    both(run, "float32")
+
+
+def test_hooks_on_long_chain():
+    def run(T):
+        calls = []
+        x = mk(T, [0.3, -0.2, 0.1], rg=True)
+        h = x
+        for i in range(40):
+            h = (h * 1.05).sin() if i % 2 else h * 0.9 + 0.01
+            if i % 7 == 3:
+                h.register_hook(lambda g, i=i: (calls.append(i), g * 1.5)[1])
+            if i % 11 == 5:
+                h.grad_fn.register_prehook(lambda go, i=i: calls.append(("pre", i)))
+        h.sum().backward()
+        return dict(calls=calls, x=x.grad)
+
+    both(run)
+
+
+def test_node_post_hook_replacing_none_gradient_raises():
+    def run(T):
+        x = mk(T, [1.0, 2.0], rg=True)
+        c = mk(T, [3.0, 4.0])
+        y = x * c
+        y.grad_fn.register_hook(lambda gi, go: (gi[0], gi[0]))
+        return dict(err=err(capture(y.sum().backward)), grad_none=x.grad is None)
+
+    j, t = both(run)
+    assert t["err"][0] == "RuntimeError"
+
+
+def test_node_prehook_returning_wrong_number_of_values_raises():
+    def run(T):
+        x = mk(T, [1.0, 2.0], rg=True)
+        y = x * 2
+        y.grad_fn.register_prehook(lambda go: (go[0], go[0]))
+        return dict(err=err(capture(y.sum().backward)), grad_none=x.grad is None)
+
+    j, t = both(run)
+    assert t["err"][0] == "RuntimeError"
+
+
+def test_node_post_hook_with_create_graph():
+    def run(T):
+        x = mk(T, [0.5, -1.5], rg=True)
+        y = x ** 3
+        y.grad_fn.register_hook(lambda gi, go: (gi[0] * x,))
+        (g,) = T.autograd.grad(y.sum(), x, create_graph=True)
+        (gg,) = T.autograd.grad(g.sum(), x)
+        return dict(g=g, gg=gg)
+
+    both(run)

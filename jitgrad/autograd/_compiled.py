@@ -20,7 +20,7 @@ from . import _pyengine as pyengine
 from ._pyengine import _freed_error, input_grads
 from .function import FunctionNode
 from .graph import AccumulateGrad, node_for
-from .hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
+from .hooks import leaf_hooks, run_node_posthooks, run_node_prehooks, run_tensor_hooks
 from ._tape import DT_F32, DT_F64, H_E0, H_IP, H_SHP, HW
 
 FALLBACK = object()  # returned when the graph needs the Python engine
@@ -261,7 +261,8 @@ def run(roots, grads, targets, retain):
         inputs_here = [tg.row for tg in inner if tg.tape is t]
         # each row once: a leaf can also be a requested input
         sinks = list(dict.fromkeys([*t.leaves, *t.ext, *t.retained, *inputs_here]))
-        hooked = [row for row, acc in t.leaves.items() if pyengine.leaf_has_hooks(acc)] if want is None else ()
+        hooked = ([row for row, acc in t.leaves.items() if pyengine.leaf_has_hooks(acc)]
+                  if want is None and leaf_hooks[0] else ())
         status = r.run(sinks, retain, hooked)
         if status == 1:
             return FREED

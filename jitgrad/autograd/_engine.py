@@ -18,6 +18,7 @@ from . import _compiled, _pyengine, _tape
 from ..ops.record import _leaf_row
 from .function import FunctionNode
 from .graph import AccumulateGrad, node_for
+from .hooks import leaf_hooks
 
 
 def _as_tuple(x):
@@ -132,17 +133,19 @@ def _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumul
     else:
         arrays, leaves, retained = out
         captured = {k: F._wrap(a) for k, a in arrays.items()}
-        for tg in targets or ():
-            if isinstance(tg.node, AccumulateGrad) and tg.key in captured:
-                with no_grad():
-                    captured[tg.key] = _pyengine.leaf_pre(tg.node, captured[tg.key])
-        # the arrays are slices of the scheduler's fresh output array: ours to hand out;
-        # hooks run as in any backward without create_graph: with grad mode off
-        with no_grad():
+        # the arrays are slices of the scheduler's fresh output array: ours to hand out
+        if not leaf_hooks[0]:
             for acc, a in leaves:
-                g = _pyengine.leaf_pre(acc, F._wrap(a))
-                _pyengine.accumulate_grad(acc.variable, g, False, owned=True)
-                _pyengine.leaf_post(acc, g)
+                _pyengine.accumulate_grad(acc.variable, F._wrap(a), False, owned=True)
+        else:
+            with no_grad():  # hooks run as in any backward without create_graph
+                for tg in targets or ():
+                    if isinstance(tg.node, AccumulateGrad) and tg.key in captured:
+                        captured[tg.key] = _pyengine.leaf_pre(tg.node, captured[tg.key])
+                for acc, a in leaves:
+                    g = _pyengine.leaf_pre(acc, F._wrap(a))
+                    _pyengine.accumulate_grad(acc.variable, g, False, owned=True)
+                    _pyengine.leaf_post(acc, g)
         if accumulate:
             for t, a in retained:
                 _pyengine.accumulate_grad(t, F._wrap(a), False, owned=True)

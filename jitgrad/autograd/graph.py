@@ -82,13 +82,13 @@ class AccumulateGrad(Node):
         from .hooks import add_hook
         if getattr(self, "_posthooks", None) is None:
             self._posthooks = {}
-        return add_hook(self._posthooks, 0, fn)
+        return add_hook(self._posthooks, 0, fn, on_leaf=True)
 
     def register_prehook(self, fn):
         from .hooks import add_hook
         if getattr(self, "_prehooks", None) is None:
             self._prehooks = {}
-        return add_hook(self._prehooks, 0, fn)
+        return add_hook(self._prehooks, 0, fn, on_leaf=True)
 
     @property
     def _tape(self):

@@ -12,20 +12,26 @@ import itertools
 from .._tensor import Tensor
 
 _ids = itertools.count()
+# how many hooks on leaves (tensor, post-accumulate, AccumulateGrad) exist: while none do,
+# backward skips every per-leaf hook check
+leaf_hooks = [0]
 
 
 class RemovableHandle:
     """Returned by register_*hook; `remove()` unregisters the hook."""
 
-    def __init__(self, registry, key):
+    def __init__(self, registry, key, on_leaf=False):
         self._registry = registry
         self._key = key
+        self._on_leaf = on_leaf
         self.id = key[1]
 
     def remove(self):
         hooks = self._registry.get(self._key[0])
-        if hooks is not None:
-            hooks.pop(self.id, None)
+        if hooks is not None and self.id in hooks:
+            del hooks[self.id]
+            if self._on_leaf:
+                leaf_hooks[0] -= 1
             if not hooks:
                 del self._registry[self._key[0]]
 
@@ -36,11 +42,13 @@ class RemovableHandle:
         self.remove()
 
 
-def add_hook(registry, where, fn):
+def add_hook(registry, where, fn, on_leaf=False):
     """registry: a dict where -> {hook id: fn} (dicts keep registration order)."""
     hid = next(_ids)
     registry.setdefault(where, {})[hid] = fn
-    return RemovableHandle(registry, (where, hid))
+    if on_leaf:
+        leaf_hooks[0] += 1
+    return RemovableHandle(registry, (where, hid), on_leaf)
 
 
 _TYPE_NAMES = {"float64": "torch.DoubleTensor", "float32": "torch.FloatTensor", "int64": "torch.LongTensor"}
