@@ -21,7 +21,7 @@ from ._pyengine import _freed_error, input_grads
 from .function import FunctionNode
 from .graph import AccumulateGrad, node_for
 from .hooks import leaf_hooks, run_node_posthooks, run_node_prehooks, run_tensor_hooks
-from ._tape import DT_F32, DT_F64, H_E0, H_IP, H_SHP, HW
+from ._tape import DT_F32, DT_F64, DT_OTHER, H_E0, H_IP, H_SHP, HW
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 FREED = object()     # returned when a row's saved values were already freed
@@ -249,6 +249,10 @@ def run(roots, grads, targets, retain):
                 if runs[ft.id].st[frow] & RECV:
                     r.st[row] |= RECV
             mark_need(_view(t.hdr, np.int64, HW), _view(t.edges, np.int64, 3), t.nrows, r.st)
+    for t in tapes:
+        if (t.needs_python() or leaf_hooks[0]) and _mixed(t):
+            # decided before any hook runs: a run abandoned halfway would run hooks twice
+            return FALLBACK
     for tg, g in zip(roots, grads):
         runs[tg.tape.id].seed(tg.row, g._data)
     captured = {}
@@ -290,6 +294,12 @@ def run(roots, grads, targets, retain):
         if not retain:
             _release(t, r)
     return captured, leaves, retained
+
+
+def _mixed(tape):
+    """Whether the tape holds a row the compiled path does not run (mixed dtypes)."""
+    dts = np.frombuffer(tape.hdr, np.int64)[1::HW]
+    return bool((dts == DT_OTHER).any())
 
 
 def _release(tape, r):

@@ -8,16 +8,19 @@ fine here because its cost is dominated by the Tensor ops it records.
 """
 import heapq
 
+import numpy as np
+
 from .. import _grad_mode
 from ..ops import functional as F
 from ..ops.spec import FUNCS
-from ._tape import H_E0, HW
 from ._rowinfo import RowInfo
+from ._tape import DT_F32, DT_F64, H_DT, H_E0, HW
 from .function import FunctionNode
 from .graph import AccumulateGrad
 from .hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 
 _NS = {name: getattr(F, name) for name in FUNCS}
+_FLOAT_OF_DT = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}
 
 
 def _seq(node):
@@ -146,12 +149,20 @@ def run(roots, grads, targets, create_graph, accumulate):
 
 
 def input_grads(node, grad):
-    """A (non-Function) node's gradient for each input, at the input's shape."""
+    """A (non-Function) node's gradient for each input, at the input's shape and dtype."""
     results = list(apply_rule(node, grad))
-    if node._spec.kind == "ew":
-        for j, g in enumerate(results):
-            if g is not None:
-                results[j] = F.sum_to(g, input_shape(node, j))  # broadcasting is undone here, once
+    tape = node._tape
+    e0 = tape.hdr[node._row * HW + H_E0]
+    for j, g in enumerate(results):
+        if g is None:
+            continue
+        if node._spec.kind == "ew":
+            g = F.sum_to(g, input_shape(node, j))  # broadcasting is undone here, once
+        t = tape.edges[3 * (e0 + j)]
+        want = _FLOAT_OF_DT.get(tape.hdr[t * HW + H_DT]) if t >= 0 else None
+        if want is not None and g._data.dtype != want:
+            g = F.to_dtype(g, F._dtype.from_numpy_dtype(want))  # mixed dtypes: back to the input's
+        results[j] = g
     return results
 
 

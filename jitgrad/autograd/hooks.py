@@ -72,11 +72,19 @@ def run_tensor_hooks(hooks, grad):
     return grad
 
 
+def _replacement(fn, r, old):
+    new = list(r if isinstance(r, (tuple, list)) else (r,))
+    if len(new) != len(old):
+        raise RuntimeError(f"hook '{getattr(fn, '__name__', 'hook')}' has returned an incorrect number of values "
+                           f"(got {len(new)}, but expected {len(old)})")
+    return new
+
+
 def run_node_prehooks(hooks, grads):
     for fn in list(hooks.values()):
         r = fn(tuple(grads))
         if r is not None:
-            grads = list(r if isinstance(r, tuple) else (r,))
+            grads = _replacement(fn, r, grads)
     return grads
 
 
@@ -84,7 +92,11 @@ def run_node_posthooks(hooks, grad_inputs, grad_outputs):
     for fn in list(hooks.values()):
         r = fn(tuple(grad_inputs), tuple(grad_outputs))
         if r is not None:
-            grad_inputs = list(r if isinstance(r, tuple) else (r,))
+            new = _replacement(fn, r, grad_inputs)
+            for a, b in zip(grad_inputs, new):
+                if a is None and b is not None:
+                    raise RuntimeError("can't replace a None gradient with a non-None value")
+            grad_inputs = new
     return grad_inputs
 
 
