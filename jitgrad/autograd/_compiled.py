@@ -21,7 +21,7 @@ from ._pyengine import _freed_error, input_grads
 from .function import FunctionNode
 from .graph import AccumulateGrad, node_for
 from .hooks import leaf_hooks, run_node_posthooks, run_node_prehooks, run_tensor_hooks
-from ._tape import DT_F32, DT_F64, DT_OTHER, H_E0, H_IP, H_SHP, HW
+from ._tape import DT_F32, DT_F64, DT_OTHER, H_E0, H_IP, H_SHP, HW, close_current_tape, live_tape
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 FREED = object()     # returned when a row's saved values were already freed
@@ -82,6 +82,10 @@ class _TapeRun:
                 self.st[row - tape.hdr[row * HW + H_IP]] |= PRE
         for row in tape.node_hooks:
             self.st[row] |= PYRUN
+        if live_tape() is tape:
+            # Python run during the sweep may record ops (a checkpoint recomputes its
+            # forward): they must go to a new tape, not grow the one being swept
+            close_current_tape()
         cols = self._columns()
         g1, bslot, bigs, self.out, self.offs = sched.start(cols[0], self.st, rows, offs, vals, sink_rows, cols[5])
         self.pend = np.zeros(0, np.int64)

@@ -17,6 +17,7 @@ from ..ops import functional as F
 from . import _compiled, _pyengine, _tape
 from ..ops.record import _leaf_row
 from .function import FunctionNode
+from ..ops.record import _anomaly
 from .graph import AccumulateGrad, node_for
 from .hooks import leaf_hooks
 
@@ -122,7 +123,7 @@ def _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumul
         retain_graph = create_graph
     targets = None if inputs is None else [_input_target(t, i, hold) for i, t in enumerate(inputs)]
     out = _compiled.FALLBACK
-    if not create_graph:
+    if not create_graph and not _anomaly[0]:  # anomaly mode: the Python engine checks each node
         out = _compiled.run(roots, grads, targets, bool(retain_graph))
         if out is _compiled.FREED:
             raise _pyengine._freed_error()

@@ -17,6 +17,8 @@ from ._rowinfo import RowInfo
 from ._tape import DT_F32, DT_F64, H_DT, H_E0, HW
 from .function import FunctionNode
 from .graph import AccumulateGrad
+from ..ops.record import _anomaly
+from .anomaly_mode import check_outputs
 from .hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 
 _NS = {name: getattr(F, name) for name in FUNCS}
@@ -135,6 +137,8 @@ def run(roots, grads, targets, create_graph, accumulate):
             post = tape.node_hooks.get(row)
             if post:
                 results = run_node_posthooks(post, results, outs)
+            if _anomaly[0]:
+                check_outputs(node, results)
             for (inp, nr), g in zip(node.next_functions, results):
                 if inp is None or g is None:
                     continue

@@ -71,7 +71,7 @@ def _address(arr):
 class Tape:
     __slots__ = ("id", "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "keep", "keep_bytes",
                  "nrows", "shape_ptr", "leaves", "ext", "ext_rows", "retained", "freed", "closed",
-                 "nodes", "tracebacks", "metadata", "py_nodes", "tensor_hooks", "node_prehooks", "node_hooks",
+                 "nodes", "metadata", "py_nodes", "tensor_hooks", "node_prehooks", "node_hooks",
                  "__weakref__")
 
     def __init__(self):
@@ -94,7 +94,6 @@ class Tape:
         self.closed = False
         self.nodes = {}       # row -> weakref of its materialised Node (autograd/graph.py)
         self.ext_rows = {}    # (foreign tape id, row) -> EXT row here
-        self.tracebacks = {}  # row -> forward stack, recorded in anomaly mode
         self.metadata = {}    # row -> its node's `metadata` dict
         self.py_nodes = {}    # row -> node run in Python (custom Function), see autograd/function.py
         self.tensor_hooks = {}   # row -> {id: hook} of the tensor whose gradient is that row's (hooks.py)

@@ -6,6 +6,7 @@ appends to the tape's columns, and no Node object is made (autograd/graph.py mak
 on demand). The input tensors themselves are not kept: a saved input is kept as data
 (inline or by address), and its grad_fn is recovered from the row's edge.
 """
+import os
 import weakref
 
 import numpy as np
@@ -137,9 +138,15 @@ def record_ew(spec, result, a, b, saved, fparams):
     return _link(tape, row, result)
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _trace(tape, row):
+    """Anomaly mode: where in the user's forward this node was made (kept in the node's
+    metadata, as PyTorch keeps it); jitgrad's own frames are left out."""
     import traceback
-    tape.tracebacks[row] = traceback.format_stack()[:-3]
+    frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_PACKAGE)]
+    tape.metadata.setdefault(row, {})["traceback_"] = traceback.format_list(frames)
 
 
 def record(spec, result, inputs, saved=(), fparams=(), iparams=None):
