@@ -49,7 +49,16 @@ class RowInfo:
         return F._linked(data, tape, t, tape.edges[e + 1])
 
     def saved_input(self, k, j):
+        packed = self.tape.packed.get(self.row)
+        if packed is not None:  # saved_tensors_hooks: the tensor unpack returns, as it is
+            unpack, values = packed
+            return unpack(values[k])
         return self.input(j, self.saved(k, self.in_shape(j)))
 
-    def result(self, k):
-        return F._linked(self.saved(k, self.out_shape()), self.tape, self.row)
+    def result(self, k, always_linked=False):
+        data = self.saved(k, self.out_shape())
+        if always_linked:
+            t = F._wrap(data)
+            t._requires_grad, t._tape, t._row, t._output_nr = True, self.tape, self.row, 0
+            return t
+        return F._linked(data, self.tape, self.row)

@@ -71,7 +71,7 @@ def _address(arr):
 class Tape:
     __slots__ = ("id", "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "keep", "keep_bytes",
                  "nrows", "shape_ptr", "leaves", "ext", "ext_rows", "retained", "freed", "closed",
-                 "nodes", "metadata", "py_nodes", "tensor_hooks", "node_prehooks", "node_hooks",
+                 "nodes", "metadata", "py_nodes", "packed", "tensor_hooks", "node_prehooks", "node_hooks",
                  "__weakref__")
 
     def __init__(self):
@@ -96,6 +96,7 @@ class Tape:
         self.ext_rows = {}    # (foreign tape id, row) -> EXT row here
         self.metadata = {}    # row -> its node's `metadata` dict
         self.py_nodes = {}    # row -> node run in Python (custom Function), see autograd/function.py
+        self.packed = {}      # row -> (unpack hook, packed saved values): saved_tensors_hooks
         self.tensor_hooks = {}   # row -> {id: hook} of the tensor whose gradient is that row's (hooks.py)
         self.node_prehooks = {}  # node row -> {id: hook}
         self.node_hooks = {}     # node row -> {id: hook}: post-hooks; the node then runs in Python
@@ -150,6 +151,10 @@ class Tape:
 
     def saved_value_of_row(self, row, k, shape):
         """Saved value k of `row` as numpy data, for the Python engine."""
+        packed = self.packed.get(row)
+        if packed is not None:  # recorded under saved_tensors_hooks
+            unpack, values = packed
+            return unpack(values[k])._data
         b = row * HW
         kp = self.hdr[b + H_KP]
         dt = self.hdr[b + H_DT]

@@ -20,7 +20,7 @@ import numpy as np
 from .. import _grad_mode
 from .._tensor import Tensor, _Version
 from ..ops import functional as F
-from ..ops.record import OP_OUT, OP_PYFN, _edge_row
+from ..ops.record import OP_OUT, OP_PYFN, _edge_row, pack_saved
 from ._tape import DT_F32, DT_F64, DT_OTHER, current_tape
 from .graph import Node
 
@@ -167,8 +167,18 @@ class _Saved:
         self.vc, self.version = t._vc, t._vc.v
 
 
+class _Packed:
+    """A saved tensor kept as saved_tensors_hooks' pack returned it."""
+    __slots__ = ("unpack", "value")
+
+    def __init__(self, unpack, value):
+        self.unpack, self.value = unpack, value
+
+
 def _unpack(ctx, s):
     """As PyTorch unpacks a SavedVariable: the tensor, with its grad_fn (in any grad mode)."""
+    if type(s) is _Packed:
+        return s.unpack(s.value)
     if type(s) is not _Saved:
         return s
     if s.vc.v != s.version:
@@ -307,12 +317,19 @@ def _record(ctx, args, outputs):
     ctx._row = first
     ctx._out_is_tensor = tuple(isinstance(o, Tensor) for o in outs)
     if hasattr(ctx, "to_save"):
-        ctx.to_save = tuple(_Saved(t, tape) if isinstance(t, Tensor) else t for t in ctx.to_save)
+        ctx.to_save = tuple(_save(t, tape) for t in ctx.to_save)
     ctx._arg_is_tensor = tuple(isinstance(a, Tensor) for a in args)
     ctx._in_meta = tuple((tuple(t._data.shape), t._data.dtype) for t in tensors_in)
     ctx._out_meta = tuple((tuple(o._data.shape), o._data.dtype) for _, o in tensor_outs)
     tape.py_nodes[first] = ctx
     return outs[0] if single else tuple(outs)
+
+
+def _save(t, tape):
+    if not isinstance(t, Tensor):
+        return t
+    packed = pack_saved(t)
+    return _Saved(t, tape) if packed is None else _Packed(*packed)
 
 
 def _dt(d):

@@ -51,6 +51,25 @@ class Node:
     def _sequence_nr(self):
         return (self._tape.id << 32) | self._row
 
+    def __getattr__(self, name):
+        # the saved values, as PyTorch exposes them: _saved_self, _saved_other, _saved_result
+        if name.startswith("_saved_"):
+            from ._rowinfo import RowInfo
+            key = name[len("_saved_"):]
+            saves = getattr(self._spec, "saves", ())
+            if key in saves:
+                if self._tape.is_freed(self._row):
+                    from ._pyengine import _freed_error
+                    raise _freed_error()
+                k = saves.index(key)
+                ri = RowInfo(self)
+                if key in ("self", "other"):
+                    return ri.saved_input(k, 0 if key == "self" else 1)
+                if key == "result":
+                    return ri.result(k, always_linked=True)
+                return ri.saved(k, ri.out_shape())
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
     def register_hook(self, fn):
         """fn(grad_inputs, grad_outputs) -> new grad_inputs or None, after the node runs."""
         from .hooks import add_hook
@@ -153,3 +172,22 @@ def node_for(tape, row):
 def register_multi_grad_hook(tensors, fn, *, mode="all"):
     from .hooks import register_multi_grad_hook as register
     return register(tensors, fn, mode=mode)
+
+
+class saved_tensors_hooks:
+    """Within this context, every tensor an op saves for backward is passed to
+    pack_hook(tensor), which returns what is kept; backward calls unpack_hook(kept) to get
+    a tensor back. Graphs recorded this way run on the Python engine, which unpacks."""
+
+    def __init__(self, pack_hook, unpack_hook):
+        self.pack_hook = pack_hook
+        self.unpack_hook = unpack_hook
+
+    def __enter__(self):
+        from ..ops import record
+        record.push_saved_hooks(self.pack_hook, self.unpack_hook)
+        return self
+
+    def __exit__(self, *exc):
+        from ..ops import record
+        record.pop_saved_hooks()

@@ -12,7 +12,7 @@ import numpy as np
 from .. import _dtype, _grad_mode
 from .._tensor import Tensor, _wrap_dim
 from . import derivatives as D
-from .record import record, record_ew
+from .record import _packing, _saved_hooks, record, record_ew
 
 _gm_state = _grad_mode._state
 _new = object.__new__
@@ -106,6 +106,11 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
             saved.append(out)
         else:
             saved.append(aux._data.astype(out.dtype))
+    if _packing[0] and _saved_hooks.stack:  # saved_tensors_hooks: pack the tensors, save nothing
+        packed = [a if n == "self" else b if n == "other" else res if n == "result" else aux
+                  for n in spec.saves if not (n == "other" and type(b) is float)]
+        if len(packed) == len(spec.saves):
+            return record_ew(spec, res, a, b, (), (p0, p1)[:spec.nparams] if spec.nparams else (), packed)
     return record_ew(spec, res, a, b, saved, (p0, p1)[:spec.nparams] if spec.nparams else ())
 
 

@@ -7,12 +7,13 @@ on demand). The input tensors themselves are not kept: a saved input is kept as 
 (inline or by address), and its grad_fn is recovered from the row's edge.
 """
 import os
+import threading
 import weakref
 
 import numpy as np
 
 from ..autograd._tape import (DT_F32, DT_F64, DT_OTHER, MAX_ROWS, SPLIT_BYTES, current_tape, pack_edge, pack_edge2,
-                              pack_row, tape_for)
+                              pack_row, tape_for, HW)
 from ..autograd.graph import SINK_OPS, AccumulateGrad
 from .spec import OpSpec
 
@@ -22,7 +23,33 @@ OP_PYFN = SINK_OPS["pyfn"] = OpSpec("_pyfn", "PythonNode", "sink").op   # runs i
 OP_OUT = SINK_OPS["out"] = OpSpec("_out", "ExtraOutput", "sink").op     # output k > 0 of a multi-output node
 
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
-_anomaly = [False]  # set by anomaly mode (later issue); read here so recording checks it cheaply
+_anomaly = [False]  # set by anomaly mode; read here so recording checks it cheaply
+
+
+class _SavedHooks(threading.local):
+    stack = ()  # (pack, unpack) pairs of the active saved_tensors_hooks contexts
+
+
+_saved_hooks = _SavedHooks()
+_packing = [0]  # how many saved_tensors_hooks contexts are active in any thread
+
+
+def push_saved_hooks(pack, unpack):
+    _saved_hooks.stack = _saved_hooks.stack + ((pack, unpack),)
+    _packing[0] += 1
+
+
+def pop_saved_hooks():
+    _saved_hooks.stack = _saved_hooks.stack[:-1]
+    _packing[0] -= 1
+
+
+def _pack_row(tape, row, tensors):
+    """Under saved_tensors_hooks: keep pack(tensor) for each saved value instead of the
+    value, and mark the row for the Python engine (which unpacks it)."""
+    pack, unpack = _saved_hooks.stack[-1]
+    tape.packed[row] = (unpack, [pack(t) for t in tensors])
+    tape.hdr[row * HW + 1] = DT_OTHER
 _new = object.__new__
 
 
@@ -85,9 +112,10 @@ def _save_all(tape, saved, dt):
     return kp
 
 
-def record_ew(spec, result, a, b, saved, fparams):
+def record_ew(spec, result, a, b, saved, fparams, packed=None):
     """Elementwise op on Tensor a and b: a Tensor, a Python float standing for a
-    constant, or None (unary). The hot path of every scalar graph, hence written out."""
+    constant, or None (unary). The hot path of every scalar graph, hence written out.
+    packed: the tensors to pack instead of saving (saved_tensors_hooks)."""
     tape = tape_for(a, b)
     d = result._data
     dt = _DT.get(d.dtype, DT_OTHER)
@@ -135,7 +163,10 @@ def record_ew(spec, result, a, b, saved, fparams):
     tape.nrows = row + 1
     if row + 1 >= MAX_ROWS:
         tape.closed = True
-    return _link(tape, row, result)
+    _link(tape, row, result)
+    if packed is not None:  # after linking: a packed output carries its grad_fn, as in PyTorch
+        _pack_row(tape, row, packed)
+    return result
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -150,6 +181,33 @@ def _trace(tape, row):
 
 
 def record(spec, result, inputs, saved=(), fparams=(), iparams=None):
+    if _packing[0] and _saved_hooks.stack:
+        return _record_packed(spec, result, inputs, saved, fparams, iparams)
+    return _record(spec, result, inputs, saved, fparams, iparams)
+
+
+def _record_packed(spec, result, inputs, saved, fparams, iparams):
+    from .functional import _wrap
+    tensors = []
+    for name, arr in zip(spec.saves, saved):
+        # the tensor PyTorch would pack: the input itself for self / other
+        t = inputs[0] if name == "self" else inputs[1] if name == "other" else None
+        tensors.append(t if t is not None and t._data is arr else (result if arr is result._data else _wrap(arr)))
+    out = _record(spec, result, inputs, (), fparams, iparams)
+    _pack_row(out._tape, out._row, tensors)
+    return out
+
+
+def pack_saved(t):
+    """For a custom Function's save_for_backward: (unpack, pack(t)) under
+    saved_tensors_hooks, or None."""
+    if _packing[0] and _saved_hooks.stack:
+        pack, unpack = _saved_hooks.stack[-1]
+        return unpack, pack(t)
+    return None
+
+
+def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     """Append `spec`'s row for output `result` (a Tensor) computed from `inputs`.
 
     inputs:  Tensors
