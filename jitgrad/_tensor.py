@@ -25,8 +25,8 @@ class _Rare:
         self.retain = False
         self.vc = None
         self.node = None  # grad_fn, once made
-        self.hooks = {}   # a leaf's tensor hooks ({0: {id: fn}}, see autograd/hooks.py)
-        self.post_hooks = {}
+        self.hooks = None       # a leaf's tensor hooks ({0: {id: fn}}, see autograd/hooks.py)
+        self.post_hooks = None
 
 
 def _rare_property(name):
@@ -191,6 +191,8 @@ class Tensor:
         if self._tape is None:
             if self._x is None:
                 self._x = _Rare()
+            if self._x.hooks is None:
+                self._x.hooks = {}
             return add_hook(self._x.hooks, 0, hook, on_leaf=True)
         return add_hook(self._tape.tensor_hooks, self._row, hook)
 
@@ -203,6 +205,8 @@ class Tensor:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
         if self._x is None:
             self._x = _Rare()
+        if self._x.post_hooks is None:
+            self._x.post_hooks = {}
         return add_hook(self._x.post_hooks, 0, hook, on_leaf=True)
 
     def requires_grad_(self, requires_grad=True):
