@@ -1,17 +1,10 @@
 """Tensor: a numpy array plus the autograd fields PyTorch exposes."""
 import numpy as np
 
-from . import _dtype, _grad_mode
+from . import _dtype
 from ._dtype import from_numpy_dtype
+from .autograd import versions
 from .autograd.graph import node_for
-
-
-class _Version:
-    """Version counter shared by a tensor and its views (bumped by in-place ops)."""
-    __slots__ = ("v",)
-
-    def __init__(self):
-        self.v = 0
 
 
 class _Rare:
@@ -23,7 +16,7 @@ class _Rare:
         self.grad = None
         self.acc = None
         self.retain = False
-        self.vc = None
+        self.vc = None    # True for a `.data` alias: its writes bypass version counting
         self.node = None  # grad_fn, once made
         self.hooks = None       # a leaf's tensor hooks ({0: {id: fn}}, see autograd/hooks.py)
         self.post_hooks = None
@@ -162,12 +155,13 @@ class Tensor:
 
     @property
     def _version(self):
-        return 0 if self._vc is None else self._vc.v
+        return versions.version(self._data)
 
     def _bump(self):
+        """An in-place write happened: count it on the storage (shared with views), except
+        through `.data`, which bypasses version counting as in PyTorch."""
         if self._vc is None:
-            self._vc = _Version()
-        self._vc.v += 1
+            versions.bump(self._array())
 
     @property
     def retains_grad(self):
@@ -222,7 +216,7 @@ class Tensor:
     @property
     def data(self):
         t = Tensor._make(self._data)
-        t._vc = self._vc
+        t._vc = True  # writes through .data are not counted (PyTorch's .data semantics)
         return t
 
     @data.setter
@@ -230,11 +224,7 @@ class Tensor:
         self._data = value._data
 
     def detach(self):
-        t = Tensor._make(self._data)
-        if self._vc is None:
-            self._vc = _Version()
-        t._vc = self._vc  # a detached tensor shares storage, hence the version counter
-        return t
+        return Tensor._make(self._data)  # shares the storage, hence its version counter
 
     def detach_(self):
         self._tape = None
@@ -336,67 +326,7 @@ class Tensor:
         from .ops import functional as F
         return F.clone(self)
 
-    # -- in-place helpers (full differentiable in-place support comes with version checks) --
-    def zero_(self):
-        return self.fill_(0)
-
-    def fill_(self, value):
-        _check_inplace(self)
-        self._array()[...] = value
-        self._bump()
-        return self
-
-    def copy_(self, src):
-        _check_inplace(self)
-        s = src._data if isinstance(src, Tensor) else np.asarray(src)
-        d = self._array()
-        d[...] = np.broadcast_to(s, d.shape)
-        self._bump()
-        return self
-
-
-def _check_inplace(t, other=None):
-    """In-place ops write the data directly when nothing needs recording (no_grad, or no
-    operand requiring grad). Recording an in-place op in a graph is not built yet."""
-    if not _grad_mode.is_grad_enabled():
-        return
-    if t.requires_grad and t._tape is None:
-        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    if t.requires_grad or getattr(other, "requires_grad", False):
-        raise NotImplementedError("differentiable in-place ops on tensors in a graph are not supported yet")
-
-
-def _inplace(npfn):
-    def op(self, other, *args, **kwargs):
-        _check_inplace(self, other)
-        d = self._array()
-        d[...] = npfn(d, other._data if isinstance(other, Tensor) else other, *args, **kwargs)
-        self._bump()
-        return self
-    return op
-
-
-def _iop(name, npfn):
-    """a op= b: in place when nothing needs recording; otherwise out of place, which gives
-    the gradient (and grad_fn name) that PyTorch's rebased in-place op gives."""
-    inplace = _inplace(npfn)
-
-    def op(self, other):
-        if _grad_mode.is_grad_enabled() and (self.requires_grad or getattr(other, "requires_grad", False)):
-            return getattr(self, name)(other)
-        return inplace(self, other)
-    return op
-
-
-Tensor.add_ = _inplace(lambda d, o, alpha=1: d + o * alpha)
-Tensor.sub_ = _inplace(lambda d, o, alpha=1: d - o * alpha)
-Tensor.mul_ = _inplace(np.multiply)
-Tensor.div_ = _inplace(np.true_divide)
-Tensor.clamp_ = lambda self, min=None, max=None: _inplace(lambda d, _o: np.clip(d, min, max))(self, None)
-Tensor.__iadd__ = _iop("__add__", np.add)
-Tensor.__isub__ = _iop("__sub__", np.subtract)
-Tensor.__imul__ = _iop("__mul__", np.multiply)
-Tensor.__itruediv__ = _iop("__truediv__", np.true_divide)
+    # in-place ops (add_, mul_, copy_, op=, item assignment...) are in ops/inplace.py
 
 
 def _init_from(t, arr):

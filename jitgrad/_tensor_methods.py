@@ -41,3 +41,7 @@ Tensor.T = property(F._T)
 Tensor.mT = property(lambda self: F.transpose(self, -2, -1))
 Tensor.view_as = lambda self, other: F.reshape(self, other._data.shape)
 Tensor.reshape_as = Tensor.view_as
+
+from .ops import inplace  # noqa: E402
+
+inplace.install()

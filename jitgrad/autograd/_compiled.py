@@ -24,7 +24,6 @@ from .hooks import leaf_hooks, run_node_posthooks, run_node_prehooks, run_tensor
 from ._tape import DT_F32, DT_F64, DT_OTHER, H_E0, H_IP, H_SHP, HW, close_current_tape, live_tape
 
 FALLBACK = object()  # returned when the graph needs the Python engine
-FREED = object()     # returned when a row's saved values were already freed
 
 _sched = []
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
@@ -72,7 +71,7 @@ class _TapeRun:
         sched = scheduler()
         hi = int(rows.max())
         if not tape.needs_python() and not hooked_leaves:  # the whole tape in one compiled call
-            status, row, self.out, self.offs = sched.backward(*self._columns(), self.st, np.frombuffer(
+            status, self.row, self.out, self.offs = sched.backward(*self._columns(), self.st, np.frombuffer(
                 tape.freed, np.int8), rows, offs, vals, sink_rows, hi, retain, _DT[self.npd])
             return status
         # rows that need Python: the sweep hands each back and resumes
@@ -111,6 +110,7 @@ class _TapeRun:
                     break
             hi = row - 1
         sched.finish(_view(tape.hdr, np.int64, HW), g1, sink_rows, self.offs, self.out)
+        self.row = row
         return status
 
     def _columns(self):
@@ -231,7 +231,7 @@ def _tapes_from(roots):
 def run(roots, grads, targets, retain):
     """roots, targets: autograd._engine.Target of the outputs and of the requested inputs.
     Returns ({target key: grad array}, [(AccumulateGrad, grad array)], [(retaining tensor,
-    grad array)]), or FALLBACK / FREED. With targets, leaves are captured, not accumulated."""
+    grad array)]), or FALLBACK. With targets, leaves are captured, not accumulated."""
     npd = grads[0]._data.dtype
     if npd not in _DT or any(g._data.dtype != npd for g in grads):
         return FALLBACK
@@ -273,7 +273,7 @@ def run(roots, grads, targets, retain):
                   if want is None and leaf_hooks[0] else ())
         status = r.run(sinks, retain, hooked)
         if status == 1:
-            return FREED
+            raise pyengine.freed_or_modified(t, r.row)
         if status == 2:
             return FALLBACK
         st = r.st

@@ -14,7 +14,7 @@ import numpy as np
 from .._grad_mode import no_grad
 from .._tensor import Tensor
 from ..ops import functional as F
-from . import _compiled, _pyengine, _tape
+from . import _compiled, _pyengine, _tape, versions
 from ..ops.record import _leaf_row
 from .function import FunctionNode
 from ..ops.record import _anomaly
@@ -122,11 +122,12 @@ def _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumul
     if retain_graph is None:
         retain_graph = create_graph
     targets = None if inputs is None else [_input_target(t, i, hold) for i, t in enumerate(inputs)]
+    if versions.generation[0]:  # some in-place write happened: are saved values still valid?
+        for tape in _compiled._tapes_from(roots):
+            tape.check_versions()
     out = _compiled.FALLBACK
     if not create_graph and not _anomaly[0]:  # anomaly mode: the Python engine checks each node
         out = _compiled.run(roots, grads, targets, bool(retain_graph))
-        if out is _compiled.FREED:
-            raise _pyengine._freed_error()
     if out is _compiled.FALLBACK:
         captured = _pyengine.run(roots, grads, targets, create_graph, accumulate)
         if not retain_graph:

@@ -37,12 +37,20 @@ def _freed_error():
         "if you need to access saved tensors after calling backward.")
 
 
+def freed_or_modified(tape, row):
+    stale = tape.stale.get(row)
+    if stale is not None:
+        from .function import modified_error
+        return modified_error(*stale)
+    return _freed_error()
+
+
 def apply_rule(node, grad):
     """Input gradients of `node` for output gradient `grad` (Tensors; elementwise ones at
     the output's shape, the caller reduces them)."""
     spec = node._spec
     if spec.saves and node._tape.is_freed(node._row):
-        raise _freed_error()
+        raise freed_or_modified(node._tape, node._row)
     ri = RowInfo(node)
     if spec.kind != "ew":
         return spec.rule(grad, ri)

@@ -38,6 +38,7 @@ import weakref
 
 import numpy as np
 
+from . import versions
 from .graph import SPECS as _SPECS  # opcode -> OpSpec, filled by ops/spec.py
 
 HW = 9  # header width
@@ -71,7 +72,7 @@ def _address(arr):
 class Tape:
     __slots__ = ("id", "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "keep", "keep_bytes",
                  "nrows", "shape_ptr", "leaves", "ext", "ext_rows", "retained", "freed", "closed",
-                 "nodes", "metadata", "py_nodes", "packed", "tensor_hooks", "node_prehooks", "node_hooks",
+                 "nodes", "metadata", "py_nodes", "packed", "kept", "stale", "tensor_hooks", "node_prehooks", "node_hooks",
                  "__weakref__")
 
     def __init__(self):
@@ -97,6 +98,8 @@ class Tape:
         self.metadata = {}    # row -> its node's `metadata` dict
         self.py_nodes = {}    # row -> node run in Python (custom Function), see autograd/function.py
         self.packed = {}      # row -> (unpack hook, packed saved values): saved_tensors_hooks
+        self.kept = []        # (slot, row, version stamp or None) per array in keep (see check_versions)
+        self.stale = {}       # row -> (data, version now, version saved): modified after it was saved
         self.tensor_hooks = {}   # row -> {id: hook} of the tensor whose gradient is that row's (hooks.py)
         self.node_prehooks = {}  # node row -> {id: hook}
         self.node_hooks = {}     # node row -> {id: hook}: post-hooks; the node then runs in Python
@@ -132,6 +135,9 @@ class Tape:
             if not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr)
             self.slots.frombytes(pack_slot(_address(arr), n, len(self.keep)))
+            # the row these saves belong to is the next one; until some in-place write has
+            # happened in this process every storage is at version 0, so no stamp is needed
+            self.kept.append((k, self.nrows, versions.stamp(arr) if versions.generation[0] else None))
             self.keep.append(arr)
             self.keep_bytes += arr.nbytes
             if self.keep_bytes >= MAX_KEEP_BYTES:
@@ -172,6 +178,26 @@ class Tape:
             return (np.float64 if where == 0 else np.float32)(v).reshape(shape) if shape else \
                 (np.float64 if where == 0 else np.float32)(v)
         return self.keep[where]
+
+    def check_versions(self):
+        """Mark rows whose saved arrays were modified in place after being saved: backward
+        raises PyTorch's error when it reaches them (they read as freed)."""
+        if not self.keep:
+            return
+        for k, row, stamp in self.kept:
+            if row in self.stale:
+                continue
+            arr = self.keep[self.slots[3 * k + 2]]
+            if stamp is None:
+                now, saved = versions.version(arr), 0
+            else:
+                now, saved = versions.changed(stamp), stamp[1]
+                if now is None:
+                    continue
+            if now != saved:
+                self.stale[row] = (arr, now, saved)
+                self.grow_freed()
+                self.freed[row] = 1
 
     def needs_python(self):
         """Whether some row must be handed back to Python during the sweep."""

@@ -18,7 +18,8 @@ import weakref
 import numpy as np
 
 from .. import _grad_mode
-from .._tensor import Tensor, _Version
+from .._tensor import Tensor
+from . import versions
 from ..ops import functional as F
 from ..ops.record import OP_OUT, OP_PYFN, _edge_row, pack_saved
 from ._tape import DT_F32, DT_F64, DT_OTHER, current_tape
@@ -155,16 +156,14 @@ class _Saved:
     """A saved tensor kept as PyTorch's SavedVariable keeps one: for a tensor of the
     node's own tape its data and where its gradient flows (not the Tensor, which holds
     the tape), and the version it had, checked when it is unpacked."""
-    __slots__ = ("tensor", "data", "row", "nr", "vc", "version")
+    __slots__ = ("tensor", "data", "row", "nr", "stamp")
 
     def __init__(self, t, tape):
         own = t._tape is tape
         self.tensor = None if own else t
         self.data = t._data
         self.row, self.nr = (t._row, t._output_nr) if own else (-1, 0)
-        if t._vc is None:
-            t._vc = _Version()  # a counter now, so later in-place writes are seen
-        self.vc, self.version = t._vc, t._vc.v
+        self.stamp = versions.stamp(t._data)
 
 
 class _Packed:
@@ -181,20 +180,24 @@ def _unpack(ctx, s):
         return s.unpack(s.value)
     if type(s) is not _Saved:
         return s
-    if s.vc.v != s.version:
-        d = s.data
-        kind = {np.dtype(np.float64): "Double", np.dtype(np.float32): "Float"}.get(d.dtype, "")
-        raise RuntimeError(
-            "one of the variables needed for gradient computation has been modified by an inplace operation: "
-            f"[torch.{kind}Tensor [{', '.join(str(n) for n in d.shape)}]] is at version {s.vc.v}; expected version "
-            f"{s.version} instead. Hint: enable anomaly detection to find the operation that failed to compute "
-            "its gradient, with torch.autograd.set_detect_anomaly(True).")
+    now = versions.changed(s.stamp)
+    if now is not None:
+        raise modified_error(s.data, now, s.stamp[1])
     if s.tensor is not None:
         return s.tensor
     t = F._wrap(s.data)
     t._requires_grad = True
     t._tape, t._row, t._output_nr = ctx._tape, s.row, s.nr
     return t
+
+
+def modified_error(data, now, saved):
+    kind = {np.dtype(np.float64): "Double", np.dtype(np.float32): "Float"}.get(np.asarray(data).dtype, "")
+    return RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an inplace operation: "
+        f"[torch.{kind}Tensor [{', '.join(str(n) for n in np.shape(data))}]] is at version {now}; expected version "
+        f"{saved} instead. Hint: enable anomaly detection to find the operation that failed to compute its "
+        "gradient, with torch.autograd.set_detect_anomaly(True).")
 
 
 def once_differentiable(fn):

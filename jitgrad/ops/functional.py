@@ -586,7 +586,6 @@ def _infer_shape(shape, numel):
 
 def _view_like(spec, x, out):
     res = _wrap(out)
-    res._vc = x._vc
     if not _needs(x):
         return res
     return record(spec, res, (x,))
@@ -664,7 +663,6 @@ def permute(x, *dims, spec=None):
     if sorted(perm) != list(range(d.ndim)):
         raise RuntimeError("permute(): duplicate dims are not allowed.")
     res = _wrap(d.transpose(perm))
-    res._vc = x._vc
     if not _needs(x):
         return res
     return record(spec or D.PERMUTE, res, (x,), (), (), perm)
@@ -740,8 +738,7 @@ def getitem(x, index):
     if not _needs(x):
         res = _wrap(out)
         if not advanced:
-            res._vc = x._vc
-        return res
+                return res
     if all(i is None for i in idx):
         return _view_like(D.UNSQUEEZE, x, out)
     if advanced:

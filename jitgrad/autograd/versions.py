@@ -1,0 +1,53 @@
+"""Version counters: how many in-place writes a tensor's storage has had.
+
+PyTorch keeps the counter on the storage, shared by a tensor and its views. Here the
+storage is the base numpy array, so the counter is kept per base array (views reach it
+through .base). Saved values record the version they had; backward compares. A global
+generation counts every in-place write, so a tape checks its saved values only when some
+write happened after it started recording.
+"""
+import weakref
+
+import numpy as np
+
+_versions = {}       # id(base array) -> [weakref to it, version]
+generation = [0]     # in-place writes so far, in any storage
+
+
+def base_of(arr):
+    while isinstance(arr, np.ndarray) and isinstance(arr.base, np.ndarray):
+        arr = arr.base
+    return arr
+
+
+def version(arr):
+    base = base_of(arr)
+    e = _versions.get(id(base))
+    return e[1] if e is not None and e[0]() is base else 0
+
+
+def bump(arr):
+    base = base_of(arr)
+    key = id(base)
+    e = _versions.get(key)
+    if e is None or e[0]() is not base:
+        e = _versions[key] = [weakref.ref(base, lambda _r, k=key: _versions.pop(k, None)), 0]
+    e[1] += 1
+    generation[0] += 1
+
+
+def stamp(arr):
+    """What a saved value remembers: its storage (weakly) and the version it had."""
+    base = base_of(arr)
+    return (weakref.ref(base) if isinstance(base, np.ndarray) else None, version(base))
+
+
+def changed(stamp_):
+    ref, ver = stamp_
+    if ref is None:
+        return None
+    base = ref()
+    if base is None:
+        return None
+    now = version(base)
+    return now if now != ver else None

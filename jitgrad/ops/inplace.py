@@ -1,0 +1,129 @@
+"""In-place ops: add_, sub_, mul_, div_, clamp_, copy_, fill_/zero_, op=, and item
+assignment.
+
+The new value is written into the tensor's storage, so views see it, and the storage's
+version is bumped (autograd/versions.py). When the op must be recorded (grad mode on and
+a tensor involved requires grad) it is computed as the out-of-place op on a copy of the
+old value, whose node then becomes the tensor's history ("rebasing", as in PyTorch:
+`y = x * 2; y += 1` gives AddBackward0). An in-place op on a leaf that requires grad is
+an error unless grad mode is off.
+"""
+import numpy as np
+
+from .. import _grad_mode
+from .._tensor import Tensor
+from . import functional as F
+
+
+def _needs_record(t, *others):
+    if not _grad_mode.is_grad_enabled():
+        return False
+    if t.requires_grad and t._tape is None:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    return t.requires_grad or any(getattr(o, "requires_grad", False) for o in others)
+
+
+def _apply(t, compute, *others):
+    """t <- compute(old t), in place; recorded as compute's node when needed."""
+    if _needs_record(t, *others):
+        old = Tensor._make(np.array(t._data, copy=True))  # the value before, for the node to save
+        old._requires_grad = t._requires_grad
+        if t._tape is not None:
+            old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
+        new = compute(old)
+    else:
+        with _grad_mode.no_grad():
+            new = compute(t)
+    d = t._array()
+    d[...] = np.broadcast_to(np.asarray(new._data, dtype=d.dtype), d.shape)
+    t._bump()
+    if new.requires_grad:  # rebase: the tensor's history is now the op's node
+        t._requires_grad = True
+        t._tape, t._row, t._output_nr = new._tape, new._row, new._output_nr
+        if t._x is not None:
+            t._x.node = None
+    return t
+
+
+def add_(t, other, alpha=1):
+    return _apply(t, lambda a: F.add(a, other, alpha=alpha), other)
+
+
+def sub_(t, other, alpha=1):
+    return _apply(t, lambda a: F.sub(a, other, alpha=alpha), other)
+
+
+def mul_(t, other):
+    return _apply(t, lambda a: F.mul(a, other), other)
+
+
+def div_(t, other):
+    return _apply(t, lambda a: F.div(a, other), other)
+
+
+def clamp_(t, min=None, max=None):  # noqa: A002
+    return _apply(t, lambda a: F.clamp(a, min, max))
+
+
+def copy_(t, src):
+    if not isinstance(src, Tensor):
+        src = F._wrap(np.asarray(src, dtype=t._data.dtype))
+    if src._data.dtype != t._data.dtype:
+        src = F.to_dtype(src, t.dtype)
+    # the old value gets no gradient, src all of it (summed over broadcast dims)
+    return _apply(t, lambda a: F.add(F.mul(a, 0.0), src), src)
+
+
+def fill_(t, value):
+    if isinstance(value, Tensor):
+        return copy_(t, value)
+    return _apply(t, lambda a: F.add(F.mul(a, 0.0), float(value)))
+
+
+def zero_(t):
+    return fill_(t, 0.0)
+
+
+def setitem(t, index, value):
+    """t[index] = value: the old value keeps its gradient outside the indexed elements,
+    value gets the gradient of the elements it was written to."""
+    if not isinstance(value, Tensor):
+        value = F._wrap(np.asarray(value, dtype=t._data.dtype))
+    if not _needs_record(t, value):
+        t._array()[F._norm_index(index)] = value._data
+        t._bump()
+        return
+    idx = F._norm_index(index)
+    shape = t._data.shape
+    flat = np.asarray(np.arange(t._data.size, dtype=np.int64).reshape(shape)[idx]).reshape(-1)
+    keep = np.ones(t._data.size, dtype=t._data.dtype)
+    keep[flat] = 0
+    target_shape = np.empty(shape, np.int8)[idx].shape
+
+    def compute(a):
+        v = value if value._data.shape == target_shape else F.expand(value, target_shape)
+        placed = F.index_put_flat(F.reshape(v, (-1,)), flat, shape)
+        return F.add(F.mul(a, F._wrap(keep.reshape(shape))), placed)
+    _apply(t, compute, value)
+
+
+def _iop(fn):
+    def op(self, other):
+        return fn(self, other)
+    return op
+
+
+def install():
+    Tensor.add_ = add_
+    Tensor.sub_ = sub_
+    Tensor.mul_ = mul_
+    Tensor.div_ = div_
+    Tensor.clamp_ = clamp_
+    Tensor.copy_ = copy_
+    Tensor.fill_ = fill_
+    Tensor.zero_ = zero_
+    Tensor.__setitem__ = setitem
+    Tensor.__iadd__ = _iop(add_)
+    Tensor.__isub__ = _iop(sub_)
+    Tensor.__imul__ = _iop(mul_)
+    Tensor.__itruediv__ = _iop(div_)
