@@ -10,7 +10,7 @@ from .autograd.graph import node_for
 class _Rare:
     """Per-tensor state most tensors never use; allocated on first write so that creating
     the output of an op (the forward hot path) sets only four fields."""
-    __slots__ = ("grad", "acc", "retain", "vc", "node", "hooks", "post_hooks")
+    __slots__ = ("grad", "acc", "retain", "vc", "node", "hooks", "post_hooks", "view_of")
 
     def __init__(self):
         self.grad = None
@@ -20,6 +20,7 @@ class _Rare:
         self.node = None  # grad_fn, once made
         self.hooks = None       # a leaf's tensor hooks ({0: {id: fn}}, see autograd/hooks.py)
         self.post_hooks = None
+        self.view_of = None     # (base tensor, fn: base array -> this view) for a view made with grad
 
 
 def _rare_property(name):

@@ -127,3 +127,40 @@ def test_inplace_with_an_operand_requiring_grad_makes_a_history(T):
     assert a.requires_grad and not a.is_leaf
     a.sum().backward()
     assert w.grad.tolist() == [1.0, 2.0]
+
+
+VIEW_CASES = {
+    "slice_mul_": lambda y: y[0:2].mul_(3.0),
+    "select_add_": lambda y: y[1].add_(5.0),
+    "reshape_add_": lambda y: y.view(2, 2).add_(1.0),
+    "transpose_mul_": lambda y: y.view(2, 2).t().mul_(2.0),
+    "nested_view": lambda y: y.view(2, 2)[1].mul_(-1.0),
+    "setitem_on_view": lambda y: y.view(2, 2).__setitem__((0, 1), 7.0),
+    "slice_copy_": lambda y: y[1:3].copy_(y[0:2] * 10),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEW_CASES))
+def test_inplace_through_a_view_updates_the_base_like_torch(name):
+    results = []
+    for T in LIBS:
+        x = t64(T, [1.0, -2.0, 3.0, 0.5], rg=True)
+        y = x * 2.0
+        VIEW_CASES[name](y)
+        version = y._version
+        (y * y * x).sum().backward()
+        results.append((y.detach().numpy().copy(), x.grad.numpy().copy(), version))
+    (jy, jg, jv), (ty, tg, tv) = results
+    np.testing.assert_allclose(jy, ty, rtol=1e-12)
+    np.testing.assert_allclose(jg, tg, rtol=1e-12)
+    assert jv == tv
+
+
+@pytest.mark.parametrize("T", LIBS, ids=["jitgrad", "torch"])
+def test_views_from_indexing_share_the_counter(T):
+    y = t64(T, [1.0, 2.0, 3.0], rg=True) * 1
+    v = y[1:]
+    assert v._version == y._version == 0
+    v.add_(1.0)
+    assert y._version == v._version == 1
+    assert y.tolist() == [1.0, 3.0, 4.0]

@@ -120,9 +120,11 @@ class Tape:
         self.xs.extend(values)
         return p
 
-    def save(self, arr):
+    def save(self, arr, check=True):
         """Save an ndarray for the kernels; returns its slot. One-element values are copied
-        inline (cheaper than holding them), larger ones are held and read by address."""
+        inline (cheaper than holding them), larger ones are held and read by address.
+        check=False: no gradient that will be computed reads it, so an in-place write to
+        it later is no error (PyTorch would not have saved it)."""
         k = len(self.slots) // 3
         n = arr.size
         if n == 1 and arr.dtype == np.float64:
@@ -137,7 +139,8 @@ class Tape:
             self.slots.frombytes(pack_slot(_address(arr), n, len(self.keep)))
             # the row these saves belong to is the next one; until some in-place write has
             # happened in this process every storage is at version 0, so no stamp is needed
-            self.kept.append((k, self.nrows, versions.stamp(arr) if versions.generation[0] else None))
+            if check:
+                self.kept.append((k, self.nrows, versions.stamp(arr) if versions.generation[0] else None))
             self.keep.append(arr)
             self.keep_bytes += arr.nbytes
             if self.keep_bytes >= MAX_KEEP_BYTES:

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .. import _dtype, _grad_mode
-from .._tensor import Tensor, _wrap_dim
+from .._tensor import Tensor, _Rare, _wrap_dim
 from . import derivatives as D
 from .record import _packing, _saved_hooks, record, record_ew
 
@@ -111,7 +111,13 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
                   for n in spec.saves if not (n == "other" and type(b) is float)]
         if len(packed) == len(spec.saves):
             return record_ew(spec, res, a, b, (), (p0, p1)[:spec.nparams] if spec.nparams else (), packed)
-    return record_ew(spec, res, a, b, saved, (p0, p1)[:spec.nparams] if spec.nparams else ())
+    unneeded = ()
+    if b is not None and out.size != 1:  # one-element values are copied, never version-checked
+        wants = (a._requires_grad, type(b) is not float and b._requires_grad)
+        if not (wants[0] and wants[1]):
+            # one input needs no gradient: values only its formula reads are saved but unneeded
+            unneeded = tuple(i for i, users in enumerate(spec.save_users) if not any(wants[j] for j in users))
+    return record_ew(spec, res, a, b, saved, (p0, p1)[:spec.nparams] if spec.nparams else (), unneeded=unneeded)
 
 
 def _binary(spec, npfn, a, b):
@@ -584,11 +590,25 @@ def _infer_shape(shape, numel):
     return tuple(shape)
 
 
-def _view_like(spec, x, out):
+def _mark_view(res, x, fn):
+    """res shares x's storage (fn(x's array) gives res's): an in-place op on res must then
+    update x's history too (ops/inplace.py)."""
+    if isinstance(res._data, np.ndarray) and res._data.base is not None:
+        if res._x is None:
+            res._x = _Rare()
+        res._x.view_of = (x, fn)
+    return res
+
+
+def _view_like(spec, x, out, fn=None):
     res = _wrap(out)
     if not _needs(x):
         return res
-    return record(spec, res, (x,))
+    res = record(spec, res, (x,))
+    if fn is None:
+        shape = out.shape
+        fn = lambda a: a.reshape(shape)  # noqa: E731
+    return _mark_view(res, x, fn)
 
 
 def reshape(x, *shape):
@@ -665,7 +685,7 @@ def permute(x, *dims, spec=None):
     res = _wrap(d.transpose(perm))
     if not _needs(x):
         return res
-    return record(spec or D.PERMUTE, res, (x,), (), (), perm)
+    return _mark_view(record(spec or D.PERMUTE, res, (x,), (), (), perm), x, lambda a: a.transpose(perm))
 
 
 def transpose(x, dim0, dim1):
@@ -690,10 +710,11 @@ def _T(x):
 
 
 # --- indexing ----------------------------------------------------------------------------------
-def index_flat(x, idx, out_shape, spec):
-    """out = x.flatten()[idx].reshape(out_shape): the primitive behind indexing and max(dim)."""
+def index_flat(x, idx, out_shape, spec, data=None):
+    """out = x.flatten()[idx].reshape(out_shape): the primitive behind indexing and max(dim).
+    `data`: the same values as a numpy view of x, when indexing is basic."""
     src = x._data
-    out = src.reshape(-1)[idx].reshape(out_shape)
+    out = src.reshape(-1)[idx].reshape(out_shape) if data is None else data
     res = _wrap(out)
     if not _needs(x):
         return res
@@ -748,8 +769,11 @@ def getitem(x, index):
     else:
         spec = D.SLICE
     flat = np.asarray(np.arange(d.size, dtype=np.int64).reshape(d.shape)[idx]).reshape(-1)
-    res = index_flat(x, flat, out.shape, spec)
-    return res
+    if advanced:
+        return index_flat(x, flat, out.shape, spec)
+    # basic indexing gives a view of x's storage, as in PyTorch
+    res = index_flat(x, flat, out.shape, spec, data=out)
+    return _mark_view(res, x, lambda a: a[idx] if any(i is Ellipsis for i in idx) else a[idx + (Ellipsis,)])
 
 
 # --- joining ---------------------------------------------------------------------------------

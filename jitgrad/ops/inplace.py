@@ -25,6 +25,9 @@ def _needs_record(t, *others):
 
 def _apply(t, compute, *others):
     """t <- compute(old t), in place; recorded as compute's node when needed."""
+    view = t._x.view_of if t._x is not None else None
+    if view is not None and _needs_record(t, *others):
+        return _apply_to_view(t, view, compute, others)
     if _needs_record(t, *others):
         old = Tensor._make(np.array(t._data, copy=True))  # the value before, for the node to save
         old._requires_grad = t._requires_grad
@@ -42,6 +45,44 @@ def _apply(t, compute, *others):
         t._tape, t._row, t._output_nr = new._tape, new._row, new._output_nr
         if t._x is not None:
             t._x.node = None
+    return t
+
+
+def _positions(base, fn):
+    """Flat positions in base's storage that the view fn(base) covers, in the view's order."""
+    return np.asarray(fn(np.arange(base._data.size, dtype=np.int64).reshape(np.shape(base._data)))).reshape(-1)
+
+
+def _assign(t, flat, value):
+    """t.flatten()[flat] = value, recorded: the old value keeps its gradient outside the
+    written positions, value gets the gradient of the positions it was written to."""
+    keep = np.ones(t._data.size, dtype=t._data.dtype)
+    keep[flat] = 0
+    shape = t._data.shape
+
+    def compute(a):
+        placed = F.index_put_flat(F.reshape(value, (-1,)), flat, shape)
+        return F.add(F.mul(a, F._wrap(keep.reshape(shape))), placed)
+    _apply(t, compute, value)
+
+
+def _apply_to_view(t, view, compute, others):
+    """An in-place op on a view of a tensor with history: the base gets the new values at
+    the view's positions (rebasing the base), then the view reads them back from the base.
+    This is what PyTorch's CopySlices does."""
+    base, fn = view
+    old = Tensor._make(np.array(t._data, copy=True))
+    old._requires_grad = t._requires_grad
+    if t._tape is not None:
+        old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
+    new = compute(old)
+    flat = _positions(base, fn)
+    _assign(base, flat, new if new._data.shape == t._data.shape else F.expand(new, t._data.shape))
+    # the view's new history: its elements, read from the updated base
+    again = F.index_flat(base, flat, t._data.shape, F.D.SLICE, data=t._data)
+    t._requires_grad = True
+    t._tape, t._row, t._output_nr = again._tape, again._row, again._output_nr
+    t._x.node = None
     return t
 
 
@@ -96,15 +137,8 @@ def setitem(t, index, value):
     idx = F._norm_index(index)
     shape = t._data.shape
     flat = np.asarray(np.arange(t._data.size, dtype=np.int64).reshape(shape)[idx]).reshape(-1)
-    keep = np.ones(t._data.size, dtype=t._data.dtype)
-    keep[flat] = 0
     target_shape = np.empty(shape, np.int8)[idx].shape
-
-    def compute(a):
-        v = value if value._data.shape == target_shape else F.expand(value, target_shape)
-        placed = F.index_put_flat(F.reshape(v, (-1,)), flat, shape)
-        return F.add(F.mul(a, F._wrap(keep.reshape(shape))), placed)
-    _apply(t, compute, value)
+    _assign(t, flat, value if value._data.shape == target_shape else F.expand(value, target_shape))
 
 
 def _iop(fn):

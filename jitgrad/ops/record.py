@@ -102,17 +102,17 @@ def _link(tape, row, result):
     return result
 
 
-def _save_all(tape, saved, dt):
+def _save_all(tape, saved, dt, unneeded=()):
     kp = len(tape.slots) // 3
-    for x in saved:
+    for i, x in enumerate(saved):
         if type(x) is float:
             tape.save_scalar(x, dt)
         else:
-            tape.save(x)
+            tape.save(x, i not in unneeded)
     return kp
 
 
-def record_ew(spec, result, a, b, saved, fparams, packed=None):
+def record_ew(spec, result, a, b, saved, fparams, packed=None, unneeded=()):
     """Elementwise op on Tensor a and b: a Tensor, a Python float standing for a
     constant, or None (unary). The hot path of every scalar graph, hence written out.
     packed: the tensors to pack instead of saving (saved_tensors_hooks)."""
@@ -153,7 +153,7 @@ def record_ew(spec, result, a, b, saved, fparams, packed=None):
         for x in saved:
             col.append(x if type(x) is float else x.item())
     else:
-        kp = _save_all(tape, saved, dt)
+        kp = _save_all(tape, saved, dt, unneeded)
     fp = len(tape.fp)
     if fparams:
         tape.fp.extend(fparams)

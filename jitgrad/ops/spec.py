@@ -28,7 +28,7 @@ BY_OP = SPECS   # opcode -> OpSpec (shared with autograd.graph, which names rows
 
 class OpSpec:
     __slots__ = ("name", "node_name", "op", "base", "kind", "grads", "saves", "rule", "cls",
-                 "nparams", "_code")
+                 "nparams", "_code", "save_users")
 
     def __init__(self, name, node_name, kind, grads=(), saves=(), rule=None, nparams=0):
         self.name = name
@@ -44,6 +44,9 @@ class OpSpec:
             saves = tuple(v for v in _VARS if v in used)
             self.nparams = max(self.nparams, 2 if "p1" in used else 1 if "p0" in used else 0)
         self.saves = tuple(saves)
+        # per saved value, the inputs whose gradient formula reads it (elementwise ops)
+        self.save_users = tuple(tuple(j for j, g in enumerate(grads) if g and name in re.findall(r"[A-Za-z_]\w*", g))
+                                for name in self.saves) if kind == "ew" else ()
         self.cls = _make_node_class(node_name)
         self._code = None
         BY_OP.append(self)
