@@ -164,3 +164,27 @@ def test_views_from_indexing_share_the_counter(T):
     v.add_(1.0)
     assert y._version == v._version == 1
     assert y.tolist() == [1.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("T", LIBS, ids=["jitgrad", "torch"])
+@pytest.mark.parametrize("case", ["input_saved", "result_saved", "nothing_saved"])
+def test_modified_one_element_saved_value(T, case):
+    # one-element values are copied into jitgrad's tape when saved: the check must still see
+    # an in-place write to them
+    x = T.tensor(2.0, dtype=T.float64, requires_grad=True)
+    a = x * 2
+    if case == "input_saved":
+        out = a * a          # MulBackward0 saved a
+    elif case == "result_saved":
+        out = a.exp()        # ExpBackward0 saved its result, which is modified below
+        a = out
+    else:
+        out = a + 1          # AddBackward0 saves nothing
+    a.add_(1)
+    if case == "nothing_saved":
+        out.backward()
+        assert x.grad.item() == 2.0
+    else:
+        with pytest.raises(RuntimeError, match=r"modified by an inplace operation: \[torch\.DoubleTensor \[\]\]"):
+            out.backward()
+        assert x.grad is None

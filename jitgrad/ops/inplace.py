@@ -12,6 +12,8 @@ import numpy as np
 
 from .. import _grad_mode
 from .._tensor import Tensor
+from ..autograd._tape import H_E0, HW
+from ..autograd.graph import SPECS
 from . import functional as F
 
 
@@ -23,8 +25,38 @@ def _needs_record(t, *others):
     return t.requires_grad or any(getattr(o, "requires_grad", False) for o in others)
 
 
+def _stale_one_element_saves(t):
+    """A one-element value is copied into the tape when an op saves it, so the version
+    check at backward cannot see an in-place write to it. Mark the rows that saved it now:
+    its own row if it saved its result, and the rows reading it whose formulas saved it."""
+    if t._tape is not None:
+        tape, row = t._tape, t._row
+    else:
+        ref = t._acc
+        acc = ref() if ref is not None else None
+        if acc is None or acc._tape is None:
+            return
+        tape, row = acc._tape, acc._row
+    version = t._version
+    hdr = np.frombuffer(tape.hdr, np.int64).reshape(-1, HW)
+    edges = np.frombuffer(tape.edges, np.int64).reshape(-1, 3)
+    readers = np.flatnonzero(edges[:, 0] == row)
+    rows = np.searchsorted(hdr[:, H_E0], readers, side="right") - 1
+    marks = [(row, "result")] + [(int(r), "self" if e - hdr[r, H_E0] == 0 else "other")
+                                 for r, e in zip(rows, readers)]
+    del hdr, edges  # no view of the columns may outlive this call
+    for r, name in marks:
+        spec = SPECS[tape.hdr[r * HW]]
+        if spec.kind != "sink" and name in spec.saves and r not in tape.stale:
+            tape.stale[r] = (t._data, version + 1, version)
+            tape.grow_freed()
+            tape.freed[r] = 1
+
+
 def _apply(t, compute, *others):
     """t <- compute(old t), in place; recorded as compute's node when needed."""
+    if t._data.size == 1:
+        _stale_one_element_saves(t)
     view = t._x.view_of if t._x is not None else None
     if view is not None and _needs_record(t, *others):
         return _apply_to_view(t, view, compute, others)
