@@ -91,3 +91,43 @@ def grad_fn_name(t):
 @pytest.fixture
 def rng(request):
     return np.random.default_rng(stable_seed(request.node.nodeid))
+
+
+# --- comparing a run of the same code with jitgrad and with torch (test_function, test_hooks)
+
+def mk(T, data, dtype="float64", rg=False):
+    return T.tensor(data, dtype=getattr(T, dtype), requires_grad=rg)
+
+
+def tol(dtype):
+    return dict(rtol=RTOL32, atol=ATOL32) if dtype == "float32" else {}
+
+
+def same(j, t, msg="", dtype="float64"):
+    """Recursively compare results computed with jitgrad (j) and torch (t)."""
+    import torch
+    if isinstance(t, (tuple, list)):
+        assert isinstance(j, (tuple, list)), f"{msg}: got {type(j).__name__}, expected a sequence"
+        assert len(j) == len(t), f"{msg}: length {len(j)} != {len(t)} (got {j!r}, expected {t!r})"
+        for i, (a, b) in enumerate(zip(j, t)):
+            same(a, b, f"{msg}[{i}]", dtype)
+    elif isinstance(t, dict):
+        assert isinstance(j, dict) and set(j) == set(t), f"{msg}: keys {sorted(j)} != {sorted(t)}"
+        for k in t:
+            same(j[k], t[k], f"{msg}[{k!r}]", dtype)
+    elif isinstance(t, torch.Tensor):
+        assert j is not None and hasattr(j, "detach"), f"{msg}: got {j!r}, expected a tensor"
+        assert str(j.dtype).split(".")[-1] == str(t.dtype).split(".")[-1], f"{msg}: dtype {j.dtype} != {t.dtype}"
+        assert_close(j, t, msg=msg, **tol(dtype))
+    else:
+        assert j == t, f"{msg}: {j!r} != {t!r}"
+
+
+def both(run, dtype="float64"):
+    """run(T) with both libraries; the results must agree.  Returns (jitgrad, torch) results."""
+    import jitgrad
+    import torch
+    t = run(torch)
+    j = run(jitgrad)
+    same(j, t, "jitgrad vs torch", dtype)
+    return j, t
