@@ -22,7 +22,7 @@ from .ops.functional import (abs, add, allclose, amax, amin, argmax, argmin, bmm
                              min, minimum, mm, mul, mv, ne, neg, permute, pow, prod, reciprocal, relu, reshape,
                              sigmoid, sign, sin, softmax, sqrt, squeeze, stack, sub, sum, t, tanh, trace,
                              transpose, unsqueeze, where)
-from . import nn, utils  # noqa: E402
+from . import nn, optim, utils  # noqa: E402
 
 multiply = mul
 subtract = sub

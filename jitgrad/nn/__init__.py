@@ -1,1 +1,6 @@
-from . import functional  # noqa: F401
+"""jitgrad.nn: modules, layers, losses and initialisers, as torch.nn."""
+from . import functional, init  # noqa: F401
+from .layers import (BCEWithLogitsLoss, CrossEntropyLoss, Dropout, Flatten, Linear, ModuleList, MSELoss,  # noqa: F401
+                     NLLLoss, ReLU, Sequential, Sigmoid, Tanh)
+from .module import Module  # noqa: F401
+from .parameter import Parameter  # noqa: F401

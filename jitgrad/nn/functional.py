@@ -1,2 +1,124 @@
-"""The functional forms PyTorch keeps in torch.nn.functional."""
+"""The functional forms PyTorch keeps in torch.nn.functional: activations, linear,
+dropout and losses, written with jitgrad's differentiable ops."""
+import numpy as np
+
+from .._tensor import Tensor, _rng
+from ..ops import functional as _F
 from ..ops.functional import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401
+
+
+def linear(input, weight, bias=None):
+    out = _F.matmul(input, _F.t(weight))
+    return out if bias is None else out + bias
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    if not training or p == 0:
+        return input
+    if p == 1:
+        return input * 0.0
+    keep = (_rng[0].random(input._data.shape) >= p).astype(input._data.dtype) / (1 - p)
+    return input * _F._wrap(keep)
+
+
+def _reduce(loss, reduction, count=None):
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.mean() if count is None else loss.sum() / count
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    return _reduce((input - target) ** 2, _legacy_reduction(size_average, reduce, reduction))
+
+
+def _legacy_reduction(size_average, reduce, reduction):
+    # torch's deprecated size_average/reduce flags still decide the reduction when given
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    return "none" if not reduce else ("mean" if size_average else "sum")
+
+
+def _targets(target):
+    t = target._data if isinstance(target, Tensor) else np.asarray(target)
+    return np.asarray(t, dtype=np.int64)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """-weight[t] * input[n, t] with t = target[n]; ignored targets contribute nothing and,
+    for the mean, the sum is divided by the total weight of the targets that count."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    t = _targets(target)
+    if input.ndim == 1:                               # one sample: (C,) input, () target
+        out = nll_loss(input.unsqueeze(0), t.reshape(1), weight, None, ignore_index, None, reduction)
+        return out.reshape(()) if reduction == "none" else out
+    if input.ndim != 2:
+        raise ValueError(f"Expected 2 dimensions (got {input.ndim})")
+    if t.shape != (input.shape[0],):
+        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
+                         f"({t.shape[0] if t.ndim else 0}).")
+    valid = t != ignore_index
+    safe = np.where(valid, t, 0)
+    if valid.any() and (safe.min() < 0 or safe.max() >= input.shape[1]):
+        raise IndexError(f"Target {int(safe.max() if safe.max() >= input.shape[1] else safe.min())} "
+                         "is out of bounds.")
+    w = valid.astype(input._data.dtype)
+    if weight is not None:
+        w = w * (weight._data if isinstance(weight, Tensor) else np.asarray(weight))[safe]
+    picked = input[_F._wrap(np.arange(t.shape[0])), _F._wrap(safe)]
+    loss = -(picked * _F._wrap(w.astype(input._data.dtype)))
+    return _reduce(loss, reduction, count=float(w.sum()))
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    logp = log_softmax(input, 0 if input.ndim == 1 else 1)
+    if not label_smoothing:
+        return nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    if input.ndim == 1:
+        out = cross_entropy(input.unsqueeze(0), _targets(target).reshape(1), weight, None, ignore_index, None,
+                            reduction, label_smoothing)
+        return out.reshape(()) if reduction == "none" else out
+    t = _targets(target)
+    valid = (t != ignore_index).astype(input._data.dtype)
+    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction="none")
+    # torch: the smoothing term weighs every class by its weight, and the mean divides by
+    # the weight of the true targets only
+    wlogp = logp if weight is None else logp * weight
+    smooth = -wlogp.sum(1) * _F._wrap(valid)
+    loss = nll * (1 - label_smoothing) + smooth * (label_smoothing / input.shape[1])
+    if reduction == "mean":
+        w = valid if weight is None else valid * np.asarray(weight._data if isinstance(weight, Tensor) else weight)[
+            np.where(valid > 0, t, 0)]
+        return loss.sum() / float(w.sum())
+    return _reduce(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction="mean", pos_weight=None):
+    """(1 - t) x + (1 + (pw - 1) t) softplus(-x). softplus(-x) is written with where() on
+    the sign of x rather than relu/abs, so that at x == 0 the gradient is the exact
+    sigmoid(0) - t (relu's and abs's subgradient 0 there would be off by 0.5); both
+    branches stay finite for any x, so the unselected one cannot leak nan."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Target size ({_size(target.shape)}) must be the same as input size "
+                         f"({_size(input.shape)})")
+    pos = input >= 0
+    neg_abs = _F.where(pos, -input, input)                          # -|x|
+    softplus_neg = _F.where(pos, input * 0.0, -input) + _F.log(_F.exp(neg_abs) + 1.0)
+    coef = 1.0 if pos_weight is None else (pos_weight - 1.0) * target + 1.0
+    loss = (1.0 - target) * input + coef * softplus_neg
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def _size(shape):
+    return "torch.Size([" + ", ".join(str(int(d)) for d in shape) + "])"

@@ -1,0 +1,81 @@
+"""Parameter initialisers (in place, without recording), as torch.nn.init."""
+import math
+
+import numpy as np
+
+from .. import _grad_mode
+from .._tensor import _rng
+
+
+def _fans(t):
+    shape = t._data.shape
+    if len(shape) < 2:
+        raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
+    receptive = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    return shape[1] * receptive, shape[0] * receptive
+
+
+def calculate_gain(nonlinearity, param=None):
+    if nonlinearity in ("linear", "conv1d", "conv2d", "conv3d", "sigmoid"):
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else param
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity == "selu":
+        return 3.0 / 4
+    raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
+
+
+def _fill(t, values):
+    with _grad_mode.no_grad():
+        t._array()[...] = values
+        t._bump()
+    return t
+
+
+def uniform_(t, a=0.0, b=1.0):
+    return _fill(t, _rng[0].uniform(a, b, t._data.shape))
+
+
+def normal_(t, mean=0.0, std=1.0):
+    return _fill(t, _rng[0].normal(mean, std, t._data.shape))
+
+
+def constant_(t, val):
+    return _fill(t, val)
+
+
+def zeros_(t):
+    return _fill(t, 0)
+
+
+def ones_(t):
+    return _fill(t, 1)
+
+
+def kaiming_uniform_(t, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+    fan_in, fan_out = _fans(t)
+    std = calculate_gain(nonlinearity, a) / math.sqrt(fan_in if mode == "fan_in" else fan_out)
+    bound = math.sqrt(3.0) * std
+    return uniform_(t, -bound, bound)
+
+
+def kaiming_normal_(t, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+    fan_in, fan_out = _fans(t)
+    std = calculate_gain(nonlinearity, a) / math.sqrt(fan_in if mode == "fan_in" else fan_out)
+    return normal_(t, 0.0, std)
+
+
+def xavier_uniform_(t, gain=1.0):
+    fan_in, fan_out = _fans(t)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(t, -bound, bound)
+
+
+def xavier_normal_(t, gain=1.0):
+    fan_in, fan_out = _fans(t)
+    return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))

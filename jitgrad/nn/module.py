@@ -1,0 +1,249 @@
+"""nn.Module: parameters, submodules and buffers registered by attribute assignment, with
+PyTorch's naming, state dicts, train/eval, forward hooks and repr."""
+from collections import OrderedDict, namedtuple
+
+import numpy as np
+
+from .. import _grad_mode
+from .._tensor import Tensor
+from ..autograd.hooks import add_hook
+from .parameter import Parameter
+
+_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+def _addindent(s, n):
+    lines = s.split("\n")
+    if len(lines) == 1:
+        return s
+    return lines[0] + "\n" + "\n".join(" " * n + line for line in lines[1:])
+
+
+class Module:
+    training = True
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_forward_hooks", {})
+        object.__setattr__(self, "_forward_pre_hooks", {})
+        object.__setattr__(self, "training", True)
+
+    # -- registration ---------------------------------------------------------------
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign before Module.__init__() call")
+        for d in (self._parameters, self._modules, self._buffers):
+            if name in d and not (d is self._parameters and isinstance(value, Parameter)) \
+                    and not (d is self._modules and isinstance(value, Module)):
+                if d is self._buffers and (value is None or isinstance(value, Tensor)):
+                    d[name] = value
+                    return
+                if d is self._parameters and value is None:
+                    d[name] = None
+                    return
+                del d[name]
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        for key in ("_parameters", "_buffers", "_modules"):
+            if key in d and name in d[key]:
+                return d[key][name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for d in (self._parameters, self._buffers, self._modules):
+            if name in d:
+                del d[name]
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name, param):
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter '{name}' "
+                            "(torch.nn.Parameter or None required)")
+        self._parameters[name] = param
+
+    def register_buffer(self, name, tensor, persistent=True):
+        self._buffers[name] = tensor
+
+    def add_module(self, name, module):
+        self._modules[name] = module
+
+    register_module = add_module
+
+    # -- traversal ----------------------------------------------------------------
+    def named_modules(self, memo=None, prefix=""):
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is not None:
+                yield from m.named_modules(memo, prefix + ("." if prefix else "") + name)
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        seen = set()
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
+    def children(self):
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, kind, prefix="", recurse=True):
+        seen = set()
+        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for mprefix, m in mods:
+            for name, v in getattr(m, kind).items():
+                if v is None or id(v) in seen:
+                    continue
+                seen.add(id(v))
+                yield mprefix + ("." if mprefix else "") + name, v
+
+    def named_parameters(self, prefix="", recurse=True):
+        return self._named_members("_parameters", prefix, recurse)
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix="", recurse=True):
+        return self._named_members("_buffers", prefix, recurse)
+
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def apply(self, fn):
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    # -- modes and state ---------------------------------------------------------------
+    def train(self, mode=True):
+        self.training = bool(mode)
+        for m in self.children():
+            m.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad=True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad._array()[...] = 0
+
+    def to(self, *args, **kwargs):
+        from .._dtype import dtype as dtype_cls
+        dtype = kwargs.get("dtype")
+        for a in args:
+            if isinstance(a, dtype_cls):
+                dtype = a
+        if dtype is not None:
+            for t in list(self.parameters()) + list(self.buffers()):
+                if t._data.dtype.kind == "f":
+                    t._data = t._data.astype(dtype.np)
+                    if t.grad is not None:
+                        t.grad = None
+        return self
+
+    def float(self):
+        from .. import _dtype
+        return self.to(_dtype.float32)
+
+    def double(self):
+        from .. import _dtype
+        return self.to(_dtype.float64)
+
+    def state_dict(self, destination=None, prefix="", keep_vars=False):
+        out = OrderedDict() if destination is None else destination
+        for name, t in list(self.named_parameters(prefix)) + list(self.named_buffers(prefix)):
+            out[name] = t if keep_vars else t.detach()
+        return out
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        own = OrderedDict(list(self.named_parameters()) + list(self.named_buffers()))
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        errors = []
+        if strict:
+            if unexpected:
+                errors.append("Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
+            if missing:
+                errors.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ")
+        for k, t in own.items():
+            if k in state_dict:
+                v = state_dict[k]
+                arr = v._data if isinstance(v, Tensor) else np.asarray(v)
+                if tuple(np.shape(arr)) != tuple(t._data.shape):
+                    errors.append(f"size mismatch for {k}: copying a param with shape torch.Size({list(np.shape(arr))}) "
+                                  f"from checkpoint, the shape in current model is torch.Size({list(t._data.shape)}).")
+        if errors:
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
+        with _grad_mode.no_grad():
+            for k, t in own.items():
+                if k in state_dict:
+                    v = state_dict[k]
+                    t._array()[...] = v._data if isinstance(v, Tensor) else np.asarray(v)
+                    t._bump()
+        return _IncompatibleKeys(missing, unexpected)
+
+    # -- calling ---------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
+
+    def __call__(self, *args, **kwargs):
+        for hook in list(self._forward_pre_hooks.get(0, {}).values()):
+            r = hook(self, args)
+            if r is not None:
+                args = r if isinstance(r, tuple) else (r,)
+        out = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks.get(0, {}).values()):
+            r = hook(self, args, out)
+            if r is not None:
+                out = r
+        return out
+
+    def register_forward_hook(self, hook):
+        return add_hook(self._forward_hooks, 0, hook)
+
+    def register_forward_pre_hook(self, hook):
+        return add_hook(self._forward_pre_hooks, 0, hook)
+
+    # -- printing ----------------------------------------------------------------------
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = [l for l in self.extra_repr().split("\n") if l]
+        for name, m in self._modules.items():
+            lines.append(f"({name}): " + _addindent(repr(m), 2))
+        head = type(self).__name__ + "("
+        if not self._modules:
+            return head + "\n".join(lines) + ")" if len(lines) <= 1 else head + "\n  " + "\n  ".join(lines) + "\n)"
+        return head + "\n  " + "\n  ".join(lines) + "\n)"

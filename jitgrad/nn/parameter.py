@@ -1,0 +1,28 @@
+"""nn.Parameter: a leaf Tensor that a Module registers as one of its parameters."""
+import numpy as np
+
+from .._tensor import Tensor, _init_from
+
+
+class Parameter(Tensor):
+    __slots__ = ()
+
+    def __new__(cls, data=None, requires_grad=True):
+        t = object.__new__(cls)
+        if data is None:
+            arr = np.empty(0, np.float32)
+        elif isinstance(data, Tensor):
+            arr = data._data
+        else:
+            arr = np.asarray(data)
+        _init_from(t, arr)
+        t.requires_grad = requires_grad
+        return t
+
+    def __init__(self, data=None, requires_grad=True):
+        pass  # everything happens in __new__
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+    __str__ = __repr__

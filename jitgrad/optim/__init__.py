@@ -1,0 +1,5 @@
+"""jitgrad.optim: SGD, Adam, AdamW, as torch.optim. Updates run on the parameters' arrays in
+place, outside the graph."""
+from .adam import Adam, AdamW  # noqa: F401
+from .optimizer import Optimizer  # noqa: F401
+from .sgd import SGD  # noqa: F401

@@ -1,0 +1,64 @@
+"""Adam and AdamW, as torch.optim.Adam / AdamW (same order of floating-point operations)."""
+import math
+
+import numpy as np
+
+from .optimizer import Optimizer, _data, _state_tensor
+
+
+class Adam(Optimizer):
+    _decoupled = False
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False,
+                 maximize=False):
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter: {betas}")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize))
+
+    def _update(self, group):
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        for p in self._params_with_grad(group):
+            d = _data(p)
+            g = p.grad._data
+            if group["maximize"]:
+                g = -g
+            state = self.state.setdefault(p, {})
+            if not state:
+                state["step"] = 0.0
+                state["exp_avg"] = _state_tensor(np.zeros_like(d))
+                state["exp_avg_sq"] = _state_tensor(np.zeros_like(d))
+                if group["amsgrad"]:
+                    state["max_exp_avg_sq"] = _state_tensor(np.zeros_like(d))
+            if wd:
+                if self._decoupled:
+                    d *= 1 - lr * wd
+                else:
+                    g = g + wd * d
+            state["step"] += 1
+            step = state["step"]
+            m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
+            m += (g - m) * (1 - b1)            # torch: exp_avg.lerp_(grad, 1 - beta1)
+            v *= b2
+            v += (1 - b2) * g * g
+            bc1 = 1 - b1 ** step
+            bc2_sqrt = math.sqrt(1 - b2 ** step)
+            if group["amsgrad"]:
+                vmax = state["max_exp_avg_sq"]._data
+                np.maximum(vmax, v, out=vmax)
+                denom = np.sqrt(vmax) / bc2_sqrt + eps
+            else:
+                denom = np.sqrt(v) / bc2_sqrt + eps
+            d -= (lr / bc1) * (m / denom)
+            p._bump()
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (the parameter shrinks by lr * weight_decay)."""
+    _decoupled = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False,
+                 maximize=False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)

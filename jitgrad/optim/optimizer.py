@@ -1,0 +1,124 @@
+"""Optimizer base: parameter groups, per-parameter state, zero_grad, state dicts."""
+import copy
+
+import numpy as np
+
+from .. import _grad_mode
+from .._tensor import Tensor
+
+
+class _RequiredParameter:
+    def __repr__(self):
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
+class Optimizer:
+    def __init__(self, params, defaults):
+        self.defaults = defaults
+        self.state = {}
+        self.param_groups = []
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, "
+                            f"but got {type(params).__name__}")
+        params = list(params)
+        if not params:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(params[0], dict):
+            params = [{"params": params}]
+        for group in params:
+            self.add_param_group(group)
+
+    def add_param_group(self, group):
+        group = dict(group)
+        ps = group["params"]
+        group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
+        for k, v in self.defaults.items():
+            if v is required and k not in group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {k}")
+            group.setdefault(k, v)
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none=True):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    if set_to_none:
+                        p.grad = None
+                    else:
+                        p.grad._array()[...] = 0
+
+    def _params_with_grad(self, group):
+        return [p for p in group["params"] if p.grad is not None]
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with _grad_mode.enable_grad():
+                loss = closure()
+        with _grad_mode.no_grad():
+            for group in self.param_groups:
+                self._update(group)
+        return loss
+
+    def _update(self, group):
+        raise NotImplementedError
+
+    def state_dict(self):
+        index = {}
+        groups = []
+        for group in self.param_groups:
+            g = {k: v for k, v in group.items() if k != "params"}
+            g["params"] = []
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+                g["params"].append(index[id(p)])
+            groups.append(g)
+        state = {index[id(p)]: {k: _copy_value(v) for k, v in s.items()}
+                 for p, s in ((p, self.state[p]) for g in self.param_groups for p in g["params"] if p in self.state)}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        by_index = {}
+        for mine, theirs in zip(self.param_groups, groups):
+            if len(mine["params"]) != len(theirs["params"]):
+                raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                                 "optimizer's group")
+            for p, i in zip(mine["params"], theirs["params"]):
+                by_index[i] = p
+            mine.update({k: v for k, v in theirs.items() if k != "params"})
+        self.state = {by_index[i]: {k: _copy_value(v) for k, v in s.items()}
+                      for i, s in state_dict["state"].items()}
+
+    def __repr__(self):
+        lines = [type(self).__name__ + " ("]
+        for i, g in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for k in sorted(k for k in g if k != "params"):
+                lines.append(f"    {k}: {g[k]}")
+        return "\n".join(lines) + "\n)"
+
+
+def _data(p):
+    """The parameter's array, written in place (the optimizer's update is not recorded)."""
+    return p._array()
+
+
+def _state_tensor(arr):
+    """Per-parameter state (exp_avg, momentum_buffer...) is a Tensor, as in torch, so users
+    can inspect it; the update writes its array in place."""
+    return Tensor._make(arr)
+
+
+def _copy_value(v):
+    # state dicts hold copies so that a saved dict does not change as training goes on
+    if isinstance(v, Tensor):
+        return Tensor._make(np.array(v._data, copy=True))
+    if isinstance(v, np.ndarray):
+        return Tensor._make(v.copy())
+    return copy.copy(v)
