@@ -23,6 +23,12 @@ from .ops.functional import (abs, add, allclose, amax, amin, argmax, argmin, bmm
                              sigmoid, sign, sin, softmax, sqrt, squeeze, stack, sub, sum, t, tanh, trace,
                              transpose, unsqueeze, where)
 from . import nn, optim, utils  # noqa: E402
+from .serialization import load, save  # noqa: E402
+from . import viz  # noqa: E402,F401  (graphviz itself is imported only by viz.make_dot)
+from ._threads import get_num_threads, set_num_threads  # noqa: E402
+from ._threads import default_threads as _default_threads  # noqa: E402
+
+_default_threads()
 
 multiply = mul
 subtract = sub
