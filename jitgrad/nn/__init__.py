@@ -1,6 +1,6 @@
 """jitgrad.nn: modules, layers, losses and initialisers, as torch.nn."""
 from . import functional, init  # noqa: F401
-from .layers import (BCEWithLogitsLoss, CrossEntropyLoss, Dropout, Flatten, Linear, ModuleList, MSELoss,  # noqa: F401
-                     NLLLoss, ReLU, Sequential, Sigmoid, Tanh)
+from .layers import (BCEWithLogitsLoss, CrossEntropyLoss, Dropout, Embedding, Flatten, GELU, LayerNorm,  # noqa: F401
+                     Linear, ModuleList, MSELoss, NLLLoss, ReLU, Sequential, Sigmoid, Tanh)
 from .module import Module  # noqa: F401
 from .parameter import Parameter  # noqa: F401

@@ -1,8 +1,11 @@
-"""The functional forms PyTorch keeps in torch.nn.functional: activations, linear,
-dropout and losses, written with jitgrad's differentiable ops."""
+"""The functional forms PyTorch keeps in torch.nn.functional: activations (gelu), linear,
+dropout, layer_norm, embedding and losses, written with jitgrad's differentiable ops."""
+import math
+
 import numpy as np
 
 from .._tensor import Tensor, _rng
+from ..autograd.function import Function
 from ..ops import functional as _F
 from ..ops.functional import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401
 
@@ -122,3 +125,142 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 
 def _size(shape):
     return "torch.Size([" + ", ".join(str(int(d)) for d in shape) + "])"
+
+
+# --- GELU ------------------------------------------------------------------------------------
+_SQRT1_2 = 0.7071067811865476          # 1 / sqrt(2)
+_TWO_OVER_SQRTPI = 1.1283791670955126  # 2 / sqrt(pi)
+_SQRT_2_OVER_PI = 0.7978845608028654   # sqrt(2 / pi)
+_erf_np = np.frompyfunc(math.erf, 1, 1)
+
+
+_erf_vec = []    # a Numba ufunc of math.erf, compiled on the first large input
+
+
+def _erf_array(a):
+    """erf elementwise (libm's erf, through math.erf), computed in float64, in a's dtype.
+    Small inputs go through a Python ufunc; large ones through a Numba-compiled one (the
+    same libm function, so bit-identical results), compiled once on first use."""
+    a = np.asarray(a)
+    a64 = a.astype(np.float64)
+    if a64.size >= 8192:
+        if not _erf_vec:
+            import numba
+
+            @numba.vectorize(["float64(float64)"], cache=True)
+            def _erf_u(x):
+                return math.erf(x)
+
+            _erf_vec.append(_erf_u)
+        out = _erf_vec[0](a64)
+    else:
+        out = np.asarray(_erf_np(a64), dtype=np.float64)
+    return np.asarray(out).astype(a.dtype, copy=False)
+
+
+class _Erf(Function):
+    """erf(x): jitgrad has no erf op, so the value comes from math.erf and the gradient,
+    2/sqrt(pi) * exp(-x^2), is written with jitgrad ops (so it is itself differentiable:
+    double backward works)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _F._wrap(_erf_array(x._data))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (_F.exp(-(x * x)) * _TWO_OVER_SQRTPI)
+
+
+def _erf(x):
+    return _Erf.apply(x)
+
+
+def gelu(input, approximate="none"):
+    """x * Phi(x) ('none', exact, via erf) or its tanh approximation ('tanh'), as torch."""
+    if approximate == "none":
+        return input * 0.5 * (_erf(input * _SQRT1_2) + 1.0)
+    if approximate == "tanh":
+        inner = (input + input * input * input * 0.044715) * _SQRT_2_OVER_PI
+        return input * 0.5 * (_F.tanh(inner) + 1.0)
+    raise RuntimeError("approximate argument must be either none or tanh.")
+
+
+# --- LayerNorm -------------------------------------------------------------------------------
+def _shape_list(shape):
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last len(normalized_shape) dims,
+    var with correction 0; composed of jitgrad ops, so every order of derivative works."""
+    if isinstance(normalized_shape, (int, np.integer)):
+        normalized_shape = (int(normalized_shape),)
+    normalized_shape = tuple(int(d) for d in normalized_shape)
+    n = len(normalized_shape)
+    shape = tuple(input.shape)
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != normalized_shape:
+            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
+                               f"{_shape_list(p.shape)} and normalized_shape = {_shape_list(normalized_shape)}")
+    if n == 0 or len(shape) < n or shape[len(shape) - n:] != normalized_shape:
+        raise RuntimeError(f"Given normalized_shape={_shape_list(normalized_shape)}, expected input with shape "
+                           f"[*, {', '.join(str(d) for d in normalized_shape)}], but got input of size"
+                           f"{_shape_list(shape)}")
+    dims = tuple(range(len(shape) - n, len(shape)))
+    centred = input - _F.mean(input, dims, keepdim=True)
+    var = _F.mean(centred * centred, dims, keepdim=True)
+    out = centred / _F.sqrt(var + eps)
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+# --- Embedding -------------------------------------------------------------------------------
+def _padding_index(padding_idx, num):
+    if padding_idx is None:
+        return None
+    if padding_idx > 0:
+        if padding_idx >= num:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+    elif padding_idx < 0:
+        if padding_idx < -num:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+        padding_idx = num + padding_idx
+    return padding_idx
+
+
+_TENSOR_TYPE = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor", "bool": "BoolTensor",
+                "int8": "CharTensor", "uint8": "ByteTensor", "int16": "ShortTensor"}
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+              sparse=False):
+    """weight[input]: rows of weight picked by an integer tensor of any shape. The gradient
+    scatter-adds into the rows (repeated indices accumulate); the padding_idx row gets none."""
+    if max_norm is not None:
+        raise NotImplementedError("jitgrad: embedding with max_norm (in-place renormalisation) is not supported")
+    if scale_grad_by_freq:
+        raise NotImplementedError("jitgrad: embedding with scale_grad_by_freq=True is not supported")
+    if sparse:
+        raise NotImplementedError("jitgrad: sparse embedding gradients are not supported")
+    idx = input._data if isinstance(input, Tensor) else np.asarray(input)
+    idx = np.asarray(idx)
+    if idx.dtype not in (np.int64, np.int32):
+        name = _TENSOR_TYPE.get(idx.dtype.name, idx.dtype.name)
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got torch.{name} instead (while checking arguments for embedding)")
+    num = weight.shape[0]
+    if idx.size and (idx.min() < 0 or idx.max() >= num):
+        raise IndexError("index out of range in self")
+    padding_idx = _padding_index(padding_idx, num)
+    if padding_idx is not None and weight.requires_grad:
+        # the padding row is read from a detached copy: same values, no gradient
+        rows = np.zeros((num,) + (1,) * (weight.ndim - 1), dtype=bool)
+        rows[padding_idx] = True
+        weight = _F.where(_F._wrap(rows), weight.detach(), weight)
+    return weight[_F._wrap(idx.astype(np.int64, copy=False))]
