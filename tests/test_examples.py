@@ -1,0 +1,40 @@
+"""The README's main job (python -m jitgrad.examples.digits), in a short mode."""
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")
+from jitgrad.examples import digits  # noqa: E402
+
+
+def test_digits_short_run_learns_and_writes_outputs(tmp_path, capsys):
+    acc = digits.main(["--epochs", "3", "--no-progress", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert acc > 0.9, out                      # 3 epochs already reach ~95%; chance is 10%
+    assert "test accuracy" in out
+    try:
+        import matplotlib  # noqa: F401
+        assert os.path.getsize(tmp_path / "loss_curve.png") > 1000
+    except ImportError:
+        assert "loss curve: skipped" in out
+    graphs = [p for p in os.listdir(tmp_path) if p.startswith("mlp_graph")]
+    try:
+        import graphviz  # noqa: F401
+        assert graphs, out
+        text = open(tmp_path / graphs[0]).read()
+        assert "MmBackward0" in text and "0.weight" in text
+    except ImportError:
+        assert "model graph: skipped" in out
+
+
+def test_digits_matches_torch_loss_for_loss():
+    """Same initial weights, same batches: the jitgrad run follows PyTorch's losses."""
+    torch = pytest.importorskip("torch")
+    import jitgrad
+    data = digits.load_split()
+    weights = digits.initial_weights([64, 32, 10])
+    _, lj, _, aj = digits.train(jitgrad, weights, data, 1, 32, 3e-3, progress=False)
+    _, lt, _, at = digits.train(torch, weights, data, 1, 32, 3e-3, progress=False)
+    np.testing.assert_allclose(lj, lt, rtol=1e-4)
+    assert aj == pytest.approx(at, abs=0.01)
