@@ -17,8 +17,11 @@ def warmup(verbose=True):
         # one backward reaches the scheduler, which compiles every kernel it may call
         x = jitgrad.ones(2, 3, dtype=dtype, requires_grad=True)
         (x * 2.0).sum().backward()
+        # and the optimizers' compiled updates (jitgrad/optim/_kernels.py)
+        for opt in (jitgrad.optim.Adam([x]), jitgrad.optim.SGD([x], lr=0.1, momentum=0.9)):
+            opt.step()
         if verbose:
-            print(f"jitgrad: backward engine ready for {dtype} ({time.perf_counter() - t0:.1f} s so far)")
+            print(f"jitgrad: backward engine and optimizers ready for {dtype} ({time.perf_counter() - t0:.1f} s so far)")
     return time.perf_counter() - t0
 
 

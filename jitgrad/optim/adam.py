@@ -3,6 +3,7 @@ import math
 
 import numpy as np
 
+from . import _kernels
 from .optimizer import Optimizer, _data, _state_tensor
 
 
@@ -32,27 +33,36 @@ class Adam(Optimizer):
                 state["exp_avg_sq"] = _state_tensor(np.zeros_like(d))
                 if group["amsgrad"]:
                     state["max_exp_avg_sq"] = _state_tensor(np.zeros_like(d))
-            if wd:
-                if self._decoupled:
-                    d *= 1 - lr * wd
-                else:
-                    g = g + wd * d
             state["step"] += 1
             step = state["step"]
             m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
-            m += (g - m) * (1 - b1)            # torch: exp_avg.lerp_(grad, 1 - beta1)
-            v *= b2
-            v += (1 - b2) * g * g
+            vmax = state["max_exp_avg_sq"]._data if group["amsgrad"] else None
             bc1 = 1 - b1 ** step
             bc2_sqrt = math.sqrt(1 - b2 ** step)
-            if group["amsgrad"]:
-                vmax = state["max_exp_avg_sq"]._data
-                np.maximum(vmax, v, out=vmax)
-                denom = np.sqrt(vmax) / bc2_sqrt + eps
+            if _kernels.available(d, m, v):
+                _kernels.adam_step(d, g, m, v, vmax, lr, b1, b2, eps, wd, lr / bc1, bc2_sqrt, self._decoupled,
+                                   group["amsgrad"])
             else:
-                denom = np.sqrt(v) / bc2_sqrt + eps
-            d -= (lr / bc1) * (m / denom)
+                self._numpy_update(d, g, m, v, vmax, lr, b1, b2, eps, wd, bc1, bc2_sqrt)
             p._bump()
+
+    def _numpy_update(self, d, g, m, v, vmax, lr, b1, b2, eps, wd, bc1, bc2_sqrt):
+        """The same update as _kernels._adam, for arrays it cannot take and for the
+        NUMBA_DISABLE_JIT pass (so both forms are checked against torch in CI)."""
+        if wd:
+            if self._decoupled:
+                d *= 1 - lr * wd
+            else:
+                g = g + wd * d
+        m += (g - m) * (1 - b1)            # torch: exp_avg.lerp_(grad, 1 - beta1)
+        v *= b2
+        v += (1 - b2) * g * g
+        if vmax is not None:
+            np.maximum(vmax, v, out=vmax)
+            denom = np.sqrt(vmax) / bc2_sqrt + eps
+        else:
+            denom = np.sqrt(v) / bc2_sqrt + eps
+        d -= (lr / bc1) * (m / denom)
 
 
 class AdamW(Adam):

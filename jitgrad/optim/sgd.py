@@ -1,4 +1,7 @@
 """SGD with momentum, dampening, Nesterov and weight decay, as torch.optim.SGD."""
+import numpy as np
+
+from . import _kernels
 from .optimizer import Optimizer, _data, _state_tensor, required
 
 
@@ -20,18 +23,30 @@ class SGD(Optimizer):
             g = p.grad._data
             if group["maximize"]:
                 g = -g
-            if wd:
-                g = g + wd * d
+            buf, first = None, False
             if mom:
                 state = self.state.setdefault(p, {})
-                buf = state.get("momentum_buffer")
-                if buf is None:
-                    buf = g.copy()
-                    state["momentum_buffer"] = _state_tensor(buf)
-                else:
-                    buf = buf._data
-                    buf *= mom
-                    buf += (1 - damp) * g
-                g = g + mom * buf if group["nesterov"] else buf
-            d -= lr * g
+                if state.get("momentum_buffer") is None:
+                    state["momentum_buffer"] = _state_tensor(np.empty_like(d))
+                    first = True
+                buf = state["momentum_buffer"]._data
+            if _kernels.available(d, *(() if buf is None else (buf,))):
+                _kernels.sgd_step(d, g, buf, lr, wd, mom, damp, first, group["nesterov"])
+            else:
+                self._numpy_update(d, g, buf, lr, wd, mom, damp, first, group["nesterov"])
             p._bump()
+
+    @staticmethod
+    def _numpy_update(d, g, buf, lr, wd, mom, damp, first, nesterov):
+        """The same update as _kernels._sgd, for arrays it cannot take and for the
+        NUMBA_DISABLE_JIT pass (so both forms are checked against torch in CI)."""
+        if wd:
+            g = g + wd * d
+        if buf is not None:
+            if first:
+                buf[...] = g                   # torch: buf = clone(grad)
+            else:
+                buf *= mom
+                buf += (1 - damp) * g
+            g = g + mom * buf if nesterov else buf
+        d -= lr * g
