@@ -73,7 +73,27 @@ TIME_TARGETS = {
     ("small MLP", "step"): 0.5,
     ("MNIST MLP", "step"): 1.0,
     ("large MLP", "step"): 1.1,
+    ("digits MLP", "epoch"): 1.0,
+    ("Adam 1e6", "step"): 1.0,
+    ("CNN", "step"): 1.5,
 }
+
+# Training workloads (model + loss + optimizer, as a user writes them).
+# digits MLP: one epoch of jitgrad/examples/digits.py (sklearn's 8x8 digits,
+# 1437 training images, 45 batches).
+DIGITS_SIZES = (64, 128, 128, 10)
+DIGITS_BATCH = 32
+DIGITS_LR = 3e-3
+# Adam 1e6: opt.step() alone over ADAM_TENSORS float32 tensors with grads set.
+ADAM_TENSORS = (250_000,) * 4
+# CNN: batch 32 of 1x28x28, conv(1->8, 3x3) relu conv(8->16, 3x3) relu
+# flatten linear(16*24*24 -> 10), cross-entropy, Adam step.
+CNN_BATCH = 32
+CNN_CHANNELS = (1, 8, 16)
+CNN_HW = 28
+CNN_CLASSES = 10
+# phases skipped when a library lacks what they need: key -> (attribute path, reason)
+REQUIRES = {("CNN", "step"): ("nn.Conv2d", "skipped: no Conv2d")}
 MEM_TARGET = 1.2          # peak-memory ratio jitgrad/torch
 STARTUP_WARM_TARGET = 1.0   # seconds
 STARTUP_COLD_TARGET = 20.0  # seconds
@@ -164,6 +184,136 @@ def mlp_step(T, params, x, target, loss):
     return value
 
 
+# --------------------------------------------------------- training workloads
+
+def has_attr_path(T, path):
+    obj = T
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return True
+
+
+_DIGITS = None
+
+
+def digits_data():
+    """(weights, data) of the digits example, loaded once per process."""
+    global _DIGITS
+    if _DIGITS is None:
+        from jitgrad.examples.digits import initial_weights, load_split
+        _DIGITS = (initial_weights(list(DIGITS_SIZES)), load_split())
+    return _DIGITS
+
+
+def digits_setup(T, seed=1):
+    """Model, optimizer, loss and the epoch's batch order (not timed)."""
+    from jitgrad.examples.digits import build_mlp
+    weights, data = digits_data()
+    model = build_mlp(T, weights)
+    opt = T.optim.Adam(model.parameters(), lr=DIGITS_LR)
+    order = np.random.default_rng(seed).permutation(len(data[0]))
+    return model, opt, T.nn.CrossEntropyLoss(), data, order
+
+
+def digits_epoch(T, model, opt, loss_fn, data, order, batch_size=DIGITS_BATCH):
+    """One epoch: the loop of jitgrad.examples.digits.train. Returns the losses."""
+    xtr, ytr = data[0], data[1]
+    losses = []
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        xb, yb = T.tensor(xtr[idx]), T.tensor(ytr[idx])
+        opt.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def adam_setup(T, sizes=ADAM_TENSORS, warm_steps=1):
+    """Adam over float32 tensors with grads set; ``warm_steps`` steps already
+    taken, so the timed step is a steady-state one (state allocated)."""
+    rng = np.random.default_rng(0)
+    params = []
+    for n in sizes:
+        p = T.tensor(rng.standard_normal(n).astype(np.float32), requires_grad=True)
+        p.grad = T.tensor(rng.standard_normal(n).astype(np.float32))
+        params.append(p)
+    opt = T.optim.Adam(params, lr=1e-3)
+    for _ in range(warm_steps):
+        opt.step()
+    return opt, params
+
+
+def cnn_arrays(batch=CNN_BATCH, channels=CNN_CHANNELS, hw=CNN_HW, classes=CNN_CLASSES):
+    """numpy weights (torch's default init bounds) and one batch, identical for both."""
+    rng = np.random.default_rng(0)
+    convs = []
+    size = hw
+    for c_in, c_out in zip(channels[:-1], channels[1:]):
+        bound = 1.0 / np.sqrt(c_in * 9)
+        convs.append((rng.uniform(-bound, bound, (c_out, c_in, 3, 3)).astype(np.float32),
+                      rng.uniform(-bound, bound, c_out).astype(np.float32)))
+        size -= 2
+    n_flat = channels[-1] * size * size
+    bound = 1.0 / np.sqrt(n_flat)
+    fc = (rng.uniform(-bound, bound, (classes, n_flat)).astype(np.float32),
+          rng.uniform(-bound, bound, classes).astype(np.float32))
+    x = rng.standard_normal((batch, channels[0], hw, hw)).astype(np.float32)
+    y = rng.integers(0, classes, size=batch).astype(np.int64)
+    return convs, fc, x, y
+
+
+def cnn_setup(T, arrays):
+    convs, fc, x_np, y_np = arrays
+    layers = []
+    for w, b in convs:
+        conv = T.nn.Conv2d(w.shape[1], w.shape[0], 3)
+        with T.no_grad():
+            conv.weight.copy_(T.tensor(w))
+            conv.bias.copy_(T.tensor(b))
+        layers += [conv, T.nn.ReLU()]
+    lin = T.nn.Linear(fc[0].shape[1], fc[0].shape[0])
+    with T.no_grad():
+        lin.weight.copy_(T.tensor(fc[0]))
+        lin.bias.copy_(T.tensor(fc[1]))
+    model = T.nn.Sequential(*layers, T.nn.Flatten(), lin)
+    opt = T.optim.Adam(model.parameters(), lr=1e-3)
+    return model, opt, T.nn.CrossEntropyLoss(), T.tensor(x_np), T.tensor(y_np)
+
+
+def cnn_step(T, model, opt, loss_fn, x, y):
+    opt.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def training_phases(T):
+    """The training workloads; a phase is None where ``T`` lacks what it needs."""
+    phases = {}
+    phases[("digits MLP", "epoch")] = (
+        lambda: digits_setup(T), lambda s: digits_epoch(T, *s))
+    adam_state = []
+
+    def adam_once():
+        # built once (4 x 1e6 floats per library), then stepped repeat after repeat
+        if not adam_state:
+            adam_state.append(adam_setup(T))
+        return adam_state[0][0]
+
+    phases[("Adam 1e6", "step")] = (adam_once, lambda opt: opt.step())
+    if has_attr_path(T, REQUIRES[("CNN", "step")][0]):
+        arrays = cnn_arrays()
+        phases[("CNN", "step")] = (lambda: cnn_setup(T, arrays), lambda s: cnn_step(T, *s))
+    else:
+        phases[("CNN", "step")] = None
+    return phases
+
+
 def make_phases(T):
     """(workload, phase) -> (setup(), timed(state)); setup is not timed."""
     phases = {}
@@ -192,6 +342,7 @@ def make_phases(T):
             # default arguments bind this iteration's values
             lambda a=arrays, d=dtype, lo=loss: mlp_inputs(T, a, d, lo),
             lambda s: mlp_step(T, *s))
+    phases.update(training_phases(T))
     return phases
 
 
@@ -213,14 +364,39 @@ def check_agreement(libs):
             value = mlp_step(T, *inputs)
             g = inputs[0][0][0].grad
             res[mlp] = (value.item(), float(np.abs(np.asarray(g.numpy())).sum()))
+        res.update(check_training(T))
         out[name] = res
     problems = []
     for key, (a_loss, a_grad) in out["jitgrad"].items():
+        if key not in out["torch"]:
+            continue
         b_loss, b_grad = out["torch"][key]
         for what, a, b in (("loss", a_loss, b_loss), ("grad", a_grad, b_grad)):
             if not np.isclose(a, b, rtol=1e-3, atol=1e-5):
                 problems.append(f"{key} {what}: jitgrad {a!r} vs torch {b!r}")
     return problems
+
+
+def _abs_sum(t):
+    return float(np.abs(np.asarray(t.detach().numpy(), dtype=np.float64)).sum())
+
+
+def check_training(T):
+    """(loss-like, parameter- or grad-like) per training workload, as check_agreement."""
+    res = {}
+    model, opt, loss_fn, data, order = digits_setup(T)
+    losses = digits_epoch(T, model, opt, loss_fn, data, order)
+    res["digits MLP epoch"] = (float(np.mean(losses)), _abs_sum(model[0].weight))
+    opt, params = adam_setup(T, sizes=(1000, 1000), warm_steps=3)
+    res["Adam steps"] = (float(np.asarray(params[0].detach().numpy(), dtype=np.float64).sum()),
+                         _abs_sum(params[1]))
+    if has_attr_path(T, REQUIRES[("CNN", "step")][0]):
+        model, opt, loss_fn, x, y = cnn_setup(T, cnn_arrays())
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        res["CNN step"] = (loss.item(), _abs_sum(model[0].weight.grad))
+    return res
 
 
 # ------------------------------------------------------------------- timing
@@ -261,7 +437,12 @@ def measure_phase(phases, warmup, repeats, min_time, max_wall):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def run_timings(libs, warmup, repeats, min_time, max_wall):
+def selected(key, only):
+    """Does workload ``key`` match one of the ``--only`` substrings (or no filter)?"""
+    return not only or any(o.lower() in f"{key[0]} {key[1]}".lower() for o in only)
+
+
+def run_timings(libs, warmup, repeats, min_time, max_wall, only=None):
     phases = {name: make_phases(T) for name, T in libs.items()}
     # Objects alive now (the libraries, numpy inputs) are moved out of the
     # collector's reach: the gc.collect() before each run stays cheap.
@@ -269,6 +450,14 @@ def run_timings(libs, warmup, repeats, min_time, max_wall):
     gc.freeze()
     rows = []
     for key in phases[LIBS[0]]:
+        if not selected(key, only):
+            continue
+        if any(phases[name][key] is None for name in LIBS):
+            reason = REQUIRES.get(key, (None, "skipped"))[1]
+            rows.append({"workload": key[0], "phase": key[1], "skipped": reason,
+                         "target": TIME_TARGETS.get(key), "pass": None})
+            progress(f"  {key[0]} {key[1]}: {reason}")
+            continue
         res = measure_phase({name: phases[name][key] for name in LIBS},
                             warmup, repeats, min_time, max_wall)
         target = TIME_TARGETS.get(key)
@@ -461,16 +650,20 @@ def print_report(results):
     print("-" * 82)
     for r in results["timings"]:
         target = "-" if r["target"] is None else f"<= {r['target']:g}"
+        if r.get("skipped"):
+            print(f"{r['workload']:<15} {r['phase']:<17} {r['skipped']:>32} {target:>9}  -")
+            continue
         print(f"{r['workload']:<15} {r['phase']:<17} {r['jitgrad_s'] * 1e3:>9.2f}ms "
               f"{r['torch_s'] * 1e3:>9.2f}ms {r['ratio']:>8.3f} {target:>9}  {_verdict(r)}")
     for r in results["memory"]:
         print(f"{r['workload']:<15} {'peak mem fwd+bwd':<17} "
               f"{r['jitgrad_bytes'] / 2**20:>8.1f}MiB {r['torch_bytes'] / 2**20:>8.1f}MiB "
               f"{r['ratio']:>8.3f} {'<= ' + format(r['target'], 'g'):>9}  {_verdict(r)}")
-    print()
-    print(f"{'start-up (import + first backward)':<36} {'wall':>9} {'in-process':>11} "
-          f"{'target':>9}  result")
-    print("-" * 82)
+    if results["startup"]:
+        print()
+        print(f"{'start-up (import + first backward)':<36} {'wall':>9} {'in-process':>11} "
+              f"{'target':>9}  result")
+        print("-" * 82)
     for r in results["startup"]:
         target = "-" if r["target"] is None else f"< {r['target']:g} s"
         print(f"{r['what']:<36} {r['wall_s']:>8.3f}s {r['inner_s']:>10.3f}s "
@@ -489,6 +682,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="fewer repeats, no cold start (< 1 minute)")
     parser.add_argument("--json", metavar="PATH", help="also dump the results as JSON")
+    parser.add_argument("--only", metavar="NAME", action="append",
+                        help="time only workloads whose 'workload phase' contains NAME "
+                             "(case-insensitive, repeatable; e.g. --only digits --only adam "
+                             "--only cnn); skips the memory and start-up sections")
     parser.add_argument("--mem-child", nargs=2, metavar=("LIB", "WORKLOAD"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -520,12 +717,15 @@ def main(argv=None):
             "numpy": np.__version__,
         },
         "agreement_problems": problems,
-        "timings": run_timings(libs, warmup, repeats, min_time, max_wall),
+        "timings": run_timings(libs, warmup, repeats, min_time, max_wall, args.only),
     }
-    progress("memory ...")
-    results["memory"] = run_memory()
-    progress("start-up ...")
-    results["startup"] = run_startup(startup_repeats, cold_repeats)
+    if args.only:
+        results["memory"], results["startup"] = [], []
+    else:
+        progress("memory ...")
+        results["memory"] = run_memory()
+        progress("start-up ...")
+        results["startup"] = run_startup(startup_repeats, cold_repeats)
 
     print_report(results)
     if args.json:
