@@ -4,3 +4,4 @@ from .layers import (BCEWithLogitsLoss, CrossEntropyLoss, Dropout, Embedding, Fl
                      Linear, ModuleList, MSELoss, NLLLoss, ReLU, Sequential, Sigmoid, Tanh)
 from .module import Module  # noqa: F401
 from .parameter import Parameter  # noqa: F401
+from .conv import Conv2d, MaxPool2d  # noqa: F401,E402

@@ -264,3 +264,6 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         rows[padding_idx] = True
         weight = _F.where(_F._wrap(rows), weight.detach(), weight)
     return weight[_F._wrap(idx.astype(np.int64, copy=False))]
+
+
+from .conv import conv2d, max_pool2d  # noqa: F401,E402
