@@ -1,4 +1,4 @@
-"""python -m jitgrad.examples.digits: train an MLP on scikit-learn's 8x8 digits, end to end.
+"""python -m jitgrad.examples.digits: train an MLP and a CNN on scikit-learn's 8x8 digits.
 
 The 1,797 images ship inside scikit-learn, so nothing is downloaded. The script trains
 with jitgrad (and, when PyTorch is installed, trains the same model from the same
@@ -52,10 +52,38 @@ def build_mlp(T, weights):
     return T.nn.Sequential(*layers)
 
 
-def train(T, weights, data, epochs, batch_size, lr, progress=True, label=""):
+def build_cnn(T, weights=None):
+    """conv(1->8) relu pool conv(8->16) relu pool linear: 8x8 -> 4x4 -> 2x2 maps."""
+    model = T.nn.Sequential(
+        T.nn.Conv2d(1, 8, 3, padding=1), T.nn.ReLU(), T.nn.MaxPool2d(2),
+        T.nn.Conv2d(8, 16, 3, padding=1), T.nn.ReLU(), T.nn.MaxPool2d(2),
+        T.nn.Flatten(), T.nn.Linear(16 * 2 * 2, 10))
+    if weights is not None:
+        with T.no_grad():
+            for p, w in zip(model.parameters(), weights):
+                p.copy_(T.tensor(w))
+    return model
+
+
+def cnn_weights(seed=0):
+    """PyTorch's default Conv2d/Linear init (bound 1/sqrt(fan_in)), drawn in numpy."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape in [(8, 1, 3, 3), (16, 8, 3, 3), (10, 16 * 2 * 2)]:
+        bound = 1.0 / np.sqrt(np.prod(shape[1:]))
+        out += [rng.uniform(-bound, bound, shape).astype(np.float32),
+                rng.uniform(-bound, bound, shape[0]).astype(np.float32)]
+    return out
+
+
+def train(T, weights, data, epochs, batch_size, lr, progress=True, label="", kind="mlp"):
     """One training run; returns (model, per-step losses, seconds per epoch, test accuracy)."""
     xtr, ytr, xte, yte = data
-    model = build_mlp(T, weights)
+    if kind == "cnn":                                   # images as (N, 1, 8, 8)
+        xtr, xte = xtr.reshape(-1, 1, 8, 8), xte.reshape(-1, 1, 8, 8)
+        model = build_cnn(T, weights)
+    else:
+        model = build_mlp(T, weights)
     opt = T.optim.Adam(model.parameters(), lr=lr)
     loss_fn = T.nn.CrossEntropyLoss()
     order_rng = np.random.default_rng(1)               # same batches for both libraries
@@ -124,13 +152,13 @@ def save_plot(losses, path, torch_losses=None):
     return path
 
 
-def save_graph(T, model, path_stem):
+def save_graph(T, model, path_stem, input_shape):
     """The backward graph of one batch's loss: an SVG where Graphviz's `dot` is
     installed, the DOT text otherwise."""
     viz = getattr(T, "viz", None)
     if viz is None:
         return None
-    x = T.tensor(np.zeros((2, model[0].in_features), dtype=np.float32))
+    x = T.tensor(np.zeros((2,) + input_shape, dtype=np.float32))
     loss = T.nn.CrossEntropyLoss()(model(x), T.tensor(np.zeros(2, dtype=np.int64)))
     try:
         dot = viz.make_dot(loss, params=dict(model.named_parameters()))
@@ -150,44 +178,54 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--out", default="digits_out", help="folder for the plot and graph")
+    p.add_argument("--model", choices=["mlp", "cnn", "both"], default="both")
+    p.add_argument("--out", default="digits_out", help="folder for the plots and graphs")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch side-by-side run")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
 
     import jitgrad
     data = load_split()
-    weights = initial_weights([64, args.hidden, args.hidden, 10])
-    print(f"digits: {len(data[0])} train / {len(data[2])} test images, MLP 64-{args.hidden}-{args.hidden}-10, "
-          f"Adam lr={args.lr}, batch {args.batch_size}")
-    model, losses, times, acc = train(jitgrad, weights, data, args.epochs, args.batch_size, args.lr,
-                                      not args.no_progress, "jitgrad")
-    # the first epoch includes loading or compiling the engine; report the rest
-    steady = times[1:] or times
-    print(f"jitgrad  test accuracy {acc:.2%}   epoch {np.median(steady) * 1e3:.1f} ms (median)"
-          f"   first epoch {times[0]:.2f} s")
-
-    torch_losses = None
-    if not args.no_torch:
-        try:
-            import torch
-        except ImportError:
-            torch = None
-            print("PyTorch not installed: no side-by-side timing")
+    print(f"digits: {len(data[0])} train / {len(data[2])} test images, Adam lr={args.lr}, batch {args.batch_size}")
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if args.no_torch:
+        torch = None
+    elif torch is None:
+        print("PyTorch not installed: no side-by-side timing")
+    else:
+        torch.set_num_threads(jitgrad.get_num_threads())   # same thread count on both sides
+    os.makedirs(args.out, exist_ok=True)
+    accs = {}
+    for kind in (["mlp", "cnn"] if args.model == "both" else [args.model]):
+        if kind == "mlp":
+            weights, shape = initial_weights([64, args.hidden, args.hidden, 10]), (64,)
+            title = f"MLP 64-{args.hidden}-{args.hidden}-10"
+        else:
+            weights, shape = cnn_weights(), (1, 8, 8)
+            title = "CNN conv8-pool-conv16-pool-linear"
+        print(f"\n{title}")
+        model, losses, times, acc = train(jitgrad, weights, data, args.epochs, args.batch_size, args.lr,
+                                          not args.no_progress, "jitgrad", kind)
+        # the first epoch includes loading or compiling kernels; report the rest
+        steady = times[1:] or times
+        print(f"jitgrad  test accuracy {acc:.2%}   epoch {np.median(steady) * 1e3:.1f} ms (median)"
+              f"   first epoch {times[0]:.2f} s")
+        torch_losses = None
         if torch is not None:
             _, torch_losses, ttimes, tacc = train(torch, weights, data, args.epochs, args.batch_size, args.lr,
-                                                  not args.no_progress, "PyTorch")
+                                                  not args.no_progress, "PyTorch", kind)
             tsteady = ttimes[1:] or ttimes
-            ratio = np.median(steady) / np.median(tsteady)
-            print(f"PyTorch  test accuracy {tacc:.2%}   epoch {np.median(tsteady) * 1e3:.1f} ms (median)")
-            print(f"epoch time jitgrad/PyTorch: {ratio:.2f}x")
-
-    os.makedirs(args.out, exist_ok=True)
-    plot = save_plot(losses, os.path.join(args.out, "loss_curve.png"), torch_losses)
-    print(f"loss curve: {plot}" if plot else "loss curve: skipped (matplotlib not installed)")
-    graph = save_graph(jitgrad, model, os.path.join(args.out, "mlp_graph"))
-    print(f"model graph: {graph}" if graph else "model graph: skipped (graphviz Python package not installed)")
-    return acc
+            print(f"PyTorch  test accuracy {tacc:.2%}   epoch {np.median(tsteady) * 1e3:.1f} ms (median)   "
+                  f"epoch time jitgrad/PyTorch: {np.median(steady) / np.median(tsteady):.2f}x")
+        plot = save_plot(losses, os.path.join(args.out, f"{kind}_loss_curve.png"), torch_losses)
+        print(f"loss curve: {plot}" if plot else "loss curve: skipped (matplotlib not installed)")
+        graph = save_graph(jitgrad, model, os.path.join(args.out, f"{kind}_graph"), shape)
+        print(f"model graph: {graph}" if graph else "model graph: skipped (graphviz Python package not installed)")
+        accs[kind] = acc
+    return accs
 
 
 if __name__ == "__main__":
