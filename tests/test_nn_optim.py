@@ -1248,3 +1248,18 @@ def test_cross_entropy_target_out_of_range_raises():
     import torch
     run(jitgrad)
     run(torch)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_graph_is_nll_over_log_softmax(reduction):
+    """One NllLossBackward0 node over LogSoftmaxBackward0, as in torch (not a chain of
+    index/mul/sum nodes)."""
+    x = np.random.default_rng(6).standard_normal((4, 3))
+
+    def run(T):
+        loss = F_(T).cross_entropy(ten(T, x, rg=True), T.tensor([0, 2, 1, 2]), reduction=reduction)
+        nll = loss.grad_fn
+        return [nll.name(), nll.next_functions[0][0].name()]
+
+    j, t = both(run)
+    assert t == ["NllLossBackward0", "LogSoftmaxBackward0"] and j == t

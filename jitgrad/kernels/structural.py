@@ -467,13 +467,32 @@ def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, log):
                 d[q] += g[q] - np.exp(y[q]) * s if log else y[q] * (g[q] - s)
 
 
+# --- losses ----------------------------------------------------------------------------------------
+@jit
+def k_nll(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """nll_loss: d[n, target[n]] -= g * weight[n]; g is one value (mean, sum) or one per
+    row ('none'). weight holds class weight x ignore mask (x 1/total for the mean)."""
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    if t < 0:
+        return
+    kp = hdr[b + H_KP]
+    target = saved_index(slots, kp, xs[0:0])
+    coef = saved(slots, v, kp + 1)
+    ip = hdr[b + H_IP]
+    ncls, per_row = xs[ip + 1], xs[ip + 2]
+    for j in range(target.size):
+        c = coef[j]
+        if c != 0:
+            d[j * ncls + target[j]] -= (g[j] if per_row else g[0]) * c
+
+
 # the call that runs each structural primitive (by spec name), given the standard kernel
 # arguments ARGS; aliases share their base's
 ARGS = "row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st"
 KERNELS = {name: f"{fn}({ARGS})" for name, fn in {
     "sum": "k_sum", "amax": "k_amax", "max_dim": "k_scatter", "index_put": "k_index_put", "prod": "k_prod",
     "matmul": "k_matmul", "trace": "k_trace", "permute": "k_permute", "view": "k_view", "expand": "k_expand",
-    "cat": "k_cat"}.items()}
+    "cat": "k_cat", "nll_loss": "k_nll"}.items()}
 KERNELS["softmax"] = f"k_softmax({ARGS}, False)"
 KERNELS["log_softmax"] = f"k_softmax({ARGS}, True)"
 

@@ -6,7 +6,9 @@ import numpy as np
 
 from .._tensor import Tensor, _rng
 from ..autograd.function import Function
+from ..ops import derivatives as D
 from ..ops import functional as _F
+from ..ops.record import record
 from ..ops.functional import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401
 
 
@@ -70,12 +72,28 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     if valid.any() and (safe.min() < 0 or safe.max() >= input.shape[1]):
         raise IndexError(f"Target {int(safe.max() if safe.max() >= input.shape[1] else safe.min())} "
                          "is out of bounds.")
-    w = valid.astype(input._data.dtype)
+    x = input._data
+    w = valid.astype(x.dtype)
     if weight is not None:
         w = w * (weight._data if isinstance(weight, Tensor) else np.asarray(weight))[safe]
-    picked = input[_F._wrap(np.arange(t.shape[0])), _F._wrap(safe)]
-    loss = -(picked * _F._wrap(w.astype(input._data.dtype)))
-    return _reduce(loss, reduction, count=float(w.sum()))
+        w = w.astype(x.dtype, copy=False)
+    losses = -(x[np.arange(t.shape[0]), safe] * w)
+    total = w.sum()
+    with np.errstate(divide="ignore", invalid="ignore"):   # all targets ignored: nan, as torch
+        if reduction == "mean":
+            out, coef = np.asarray(losses.sum() / total, dtype=x.dtype), w / total
+        elif reduction == "sum":
+            out, coef = np.asarray(losses.sum(), dtype=x.dtype), w
+        elif reduction == "none":
+            out, coef = losses, w
+        else:
+            raise ValueError(f"{reduction} is not a valid value for reduction")
+    res = _F._wrap(out)
+    if not _F._needs(input):
+        return res
+    # one node, as torch's NllLossBackward0: its kernel scatters -grad * coef to the targets
+    return record(D.NLL_LOSS, res, (input,), (np.ascontiguousarray(safe), coef.astype(x.dtype, copy=False)), (),
+                  [x.shape[1], int(reduction == "none")])
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,

@@ -120,6 +120,18 @@ def log_softmax_rule(grad, ri):
     return (grad - F.exp(y) * F.sum(grad, dim, keepdim=True),)
 
 
+def nll_rule(grad, ri):
+    """d input[n, target[n]] = -grad * weight[n] (grad is one value unless reduction='none';
+    the saved weight already holds the class weight, the ignore mask and the 1/total)."""
+    ncls, per_row = ri.ints()
+    shape = ri.in_shape(0)
+    n = shape[0]
+    target = np.asarray(ri.saved(0, None)).reshape(n)
+    coef = F._wrap(np.asarray(ri.saved(1, (n,))).reshape(n))
+    g = grad if per_row else F.expand(F.reshape(grad, (1,)), (n,))
+    return (F.index_put_flat(-(g * coef), np.arange(n, dtype=np.int64) * ncls + target, shape),)
+
+
 def to_copy_rule(grad, ri):
     (num,) = ri.ints()
     return (F.to_dtype(grad, _dtype.from_numpy_dtype(_np_from_num(num))),)
