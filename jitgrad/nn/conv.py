@@ -64,11 +64,8 @@ def _windows(xp, kh, kw, ho, wo, stride, dilation):
 class _Convolution(Function):
     @staticmethod
     def forward(ctx, input, weight, bias, stride, pads, dilation, groups):
-        x = input._data
+        x = input._data                    # (N, C, H, W): conv2d unsqueezes unbatched input
         w = weight._data
-        unbatched = x.ndim == 3
-        if unbatched:
-            x = x[None]
         n, c, h, wd = x.shape
         cout, cg, kh, kw = w.shape
         pt, pb, pl, pr = pads
@@ -90,13 +87,11 @@ class _Convolution(Function):
         if bias is not None:
             out = out + bias._data.reshape(1, -1, 1, 1)
         out = np.ascontiguousarray(out, dtype=x.dtype)
-        if unbatched:
-            out = out[0]
         # the im2col columns go through save_for_backward so that they are freed with the
         # rest of the graph's saved values after a backward without retain_graph; input is
         # saved too, only so that an in-place change to it is reported as torch does
         ctx.save_for_backward(input, weight, _F._wrap(cols))
-        ctx.geom = (unbatched, (n, c, h, wd), (hp, wp), (ho, wo), stride, pads, dilation, groups,
+        ctx.geom = ((n, c, h, wd), (hp, wp), (ho, wo), stride, pads, dilation, groups,
                     bias is not None)
         return _F._wrap(out)
 
@@ -104,12 +99,10 @@ class _Convolution(Function):
     @once_differentiable
     def backward(ctx, grad_out):
         input, weight, cols = ctx.saved_tensors
-        unbatched, (n, c, h, wd), (hp, wp), (ho, wo), stride, pads, dilation, g, has_bias = ctx.geom
+        (n, c, h, wd), (hp, wp), (ho, wo), stride, pads, dilation, g, has_bias = ctx.geom
         w = weight._data
         cout, cg, kh, kw = w.shape
         go = grad_out._data
-        if unbatched:
-            go = go[None]
         dtype = w.dtype
         gmat = np.ascontiguousarray(go.transpose(1, 0, 2, 3), dtype=dtype).reshape(g, cout // g, -1)
         need = ctx.needs_input_grad
@@ -133,8 +126,6 @@ class _Convolution(Function):
                     gxp_t[:, :, r0:r0 + sh * (ho - 1) + 1:sh, c0:c0 + sw * (wo - 1) + 1:sw] += gcols[:, i, j]
             pt, pb, pl, pr = pads
             gx = gxp[:, :, pt:pt + h, pl:pl + wd]
-            if unbatched:
-                gx = gx[0]
             gi = _F._wrap(np.ascontiguousarray(gx))
         if has_bias and need[2]:
             gb = _F._wrap(go.sum(axis=(0, 2, 3)).astype(dtype, copy=False))
