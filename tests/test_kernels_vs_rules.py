@@ -79,6 +79,7 @@ CASES = {
     "stack": (lambda: (t(2, 3), t(2, 3)), lambda a, b: J.stack([a, b], 1)),
     "softmax": (lambda: (t(3, 4, sign=True),), lambda a: a.softmax(1)),
     "log_softmax": (lambda: (t(3, 4, sign=True),), lambda a: a.log_softmax(0)),
+    "layer_norm": (lambda: (t(3, 2, 4, sign=True),), lambda a: J.nn.functional.layer_norm(a, (2, 4))),
     # repeated and ignored targets, class weights, one loss per row
     "nll_loss": (lambda: (t(5, 3),), lambda a: J.nn.functional.nll_loss(
         a, J.tensor([0, 2, -100, 2, 1]), weight=J.tensor([0.5, 1.0, 2.0], dtype=J.float64), reduction="none")),

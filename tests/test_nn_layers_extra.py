@@ -410,3 +410,26 @@ def test_exports():
         assert hasattr(jitgrad.nn, name)
     for name in ("gelu", "layer_norm", "embedding"):
         assert hasattr(jitgrad.nn.functional, name)
+
+
+def test_layer_norm_is_one_node_like_torch():
+    """Without affine parameters the output's grad_fn is torch's NativeLayerNormBackward0,
+    one compiled node rather than a mean/sub/var/sqrt/div chain."""
+    x = np.random.default_rng(8).standard_normal((3, 5))
+
+    def run(T):
+        y = T.nn.functional.layer_norm(ten(T, x, rg=True), (5,))
+        # (torch names its AccumulateGrad "torch::autograd::AccumulateGrad", so only count edges)
+        return [y.grad_fn.name(), sum(f[0] is not None for f in y.grad_fn.next_functions)]
+
+    j, t = both(run)
+    assert t[0] == "NativeLayerNormBackward0" and j == t
+
+
+def test_layer_norm_integer_input_raises_like_torch():
+    import torch
+
+    import jitgrad
+    for T in (jitgrad, torch):
+        with pytest.raises(NotImplementedError, match="\"LayerNormKernelImpl\" not implemented for 'Long'"):
+            T.nn.functional.layer_norm(T.ones(2, 3, dtype=T.long), (3,))

@@ -467,6 +467,31 @@ def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, log):
                 d[q] += g[q] - np.exp(y[q]) * s if log else y[q] * (g[q] - s)
 
 
+@jit
+def k_layer_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """layer_norm over groups of k: dx = rstd * (g - mean(g) - y * mean(g * y)) with
+    y = (x - mean) * rstd rebuilt from the saved input, mean and rstd (as torch saves)."""
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    if t < 0:
+        return
+    kp = hdr[b + H_KP]
+    x = saved(slots, v, kp)
+    mean = saved(slots, v, kp + 1)
+    rstd = saved(slots, v, kp + 2)
+    k = xs[hdr[b + H_IP] + 1]
+    for r in range(mean.size):
+        o = r * k
+        mu, s = mean[r], rstd[r]
+        sg = 0.0
+        sgy = 0.0
+        for i in range(k):
+            sg += g[o + i]
+            sgy += g[o + i] * (x[o + i] - mu) * s
+        mg, mgy = sg / k, sgy / k
+        for i in range(k):
+            d[o + i] += s * (g[o + i] - mg - (x[o + i] - mu) * s * mgy)
+
+
 # --- losses ----------------------------------------------------------------------------------------
 @jit
 def k_nll(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
@@ -492,7 +517,8 @@ ARGS = "row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st"
 KERNELS = {name: f"{fn}({ARGS})" for name, fn in {
     "sum": "k_sum", "amax": "k_amax", "max_dim": "k_scatter", "index_put": "k_index_put", "prod": "k_prod",
     "matmul": "k_matmul", "trace": "k_trace", "permute": "k_permute", "view": "k_view", "expand": "k_expand",
-    "cat": "k_cat", "nll_loss": "k_nll"}.items()}
+    "cat": "k_cat", "nll_loss": "k_nll",
+    "layer_norm": "k_layer_norm"}.items()}
 KERNELS["softmax"] = f"k_softmax({ARGS}, False)"
 KERNELS["log_softmax"] = f"k_softmax({ARGS}, True)"
 

@@ -75,5 +75,7 @@ CAT = structural("cat", "CatBackward0", rule=R.cat_rule)
 STACK = alias("stack", CAT, "StackBackward0")
 SOFTMAX = structural("softmax", "SoftmaxBackward0", saves=("result",), rule=R.softmax_rule)
 LOG_SOFTMAX = structural("log_softmax", "LogSoftmaxBackward0", saves=("result",), rule=R.log_softmax_rule)
+LAYER_NORM = structural("layer_norm", "NativeLayerNormBackward0", saves=("self", "mean", "rstd"),
+                        rule=R.layer_norm_rule)
 NLL_LOSS = structural("nll_loss", "NllLossBackward0", saves=("target", "weight"), rule=R.nll_rule)
 TO_COPY = structural("to_copy", "ToCopyBackward0", rule=R.to_copy_rule)

@@ -120,6 +120,23 @@ def log_softmax_rule(grad, ri):
     return (grad - F.exp(y) * F.sum(grad, dim, keepdim=True),)
 
 
+def layer_norm_rule(grad, ri):
+    """dx = rstd * (g - mean(g) - y * mean(g * y)) per group of k; y and rstd are rebuilt
+    from the saved input with Tensor ops, so that under create_graph the second
+    derivative sees how they depend on x (the compiled kernel reads the saved values)."""
+    (k,) = ri.ints()
+    (eps,) = ri.floats(1)
+    shape = ri.in_shape(0)
+    rows = int(np.prod(shape, dtype=np.int64)) // k
+    x = F.reshape(ri.saved_input(0, 0), (rows, k))
+    c = x - F.mean(x, 1, keepdim=True)
+    rstd = F.reciprocal(F.sqrt(F.mean(c * c, 1, keepdim=True) + eps))
+    y = c * rstd
+    g = F.reshape(grad, (rows, k))
+    dx = (g - F.mean(g, 1, keepdim=True) - y * F.mean(g * y, 1, keepdim=True)) * rstd
+    return (F.reshape(dx, shape),)
+
+
 def nll_rule(grad, ri):
     """d input[n, target[n]] = -grad * weight[n] (grad is one value unless reduction='none';
     the saved weight already holds the class weight, the ignore mask and the 1/total)."""
