@@ -29,7 +29,7 @@ def print_chain(t):
     def walk(node, depth):
         if node is None:
             return
-        label = node.name()
+        label = type(node).__name__
         if isinstance(node, jitgrad.autograd.graph.AccumulateGrad):
             label += f"  (leaf, shape {tuple(node.variable.shape)})"
         print("  " * depth + label + ("  ..." if id(node) in seen else ""))

@@ -57,7 +57,7 @@ def _saved_values(fn):
 
 
 def _fn_label(fn, show_attrs, max_attr_chars, keep):
-    name = fn.name()
+    name = type(fn).__name__          # as torchviz: AccumulateGrad, not torch::autograd::...
     if not show_attrs:
         return name
     attrs = {}
@@ -215,11 +215,11 @@ def print_graph(var, file=None, *, params=None):
                 lines.append(pad + leaf_label(fn))
                 continue
             if id(fn) in seen:
-                lines.append(pad + fn.name() + " (seen above)")
+                lines.append(pad + type(fn).__name__ + " (seen above)")
                 continue
             seen.add(id(fn))
             keep.append(fn)
-            lines.append(pad + fn.name())
+            lines.append(pad + type(fn).__name__)
             nexts = [u for u, _ in fn.next_functions if u is not None]
             keep.extend(nexts)
             stack.extend((u, depth + 1) for u in reversed(nexts))

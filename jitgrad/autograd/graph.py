@@ -81,7 +81,8 @@ class Node:
         return add_hook(self._tape.node_prehooks, self._row, fn)
 
     def __repr__(self):
-        return f"<{self.name()} object at {hex(id(self))}>"
+        # the class name, as torch: <AccumulateGrad object ...> though its name() differs
+        return f"<{type(self).__name__} object at {hex(id(self))}>"
 
 
 def _make_node_class(name):
@@ -124,7 +125,9 @@ class AccumulateGrad(Node):
         return md
 
     def name(self):
-        return "AccumulateGrad"
+        # torch's C++ node name; the class name (what torchviz and the seeds print) stays
+        # AccumulateGrad
+        return "torch::autograd::AccumulateGrad"
 
     @property
     def _inputs(self):
