@@ -218,18 +218,9 @@ def digits_setup(T, seed=1):
 
 
 def digits_epoch(T, model, opt, loss_fn, data, order, batch_size=DIGITS_BATCH):
-    """One epoch: the loop of jitgrad.examples.digits.train. Returns the losses."""
-    xtr, ytr = data[0], data[1]
-    losses = []
-    for s in range(0, len(order), batch_size):
-        idx = order[s:s + batch_size]
-        xb, yb = T.tensor(xtr[idx]), T.tensor(ytr[idx])
-        opt.zero_grad()
-        loss = loss_fn(model(xb), yb)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    """One epoch: jitgrad.examples.digits.run_epoch, the loop the example trains with."""
+    from jitgrad.examples.digits import run_epoch
+    return run_epoch(T, model, opt, loss_fn, data[0], data[1], order, batch_size)
 
 
 def adam_setup(T, sizes=ADAM_TENSORS, warm_steps=1):

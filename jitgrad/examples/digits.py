@@ -92,14 +92,7 @@ def train(T, weights, data, epochs, batch_size, lr, progress=True, label="", kin
     for _ in range(epochs):
         order = order_rng.permutation(len(xtr))
         t0 = time.perf_counter()
-        for s in range(0, len(order), batch_size):
-            idx = order[s:s + batch_size]
-            xb, yb = T.tensor(xtr[idx]), T.tensor(ytr[idx])
-            opt.zero_grad()
-            loss = loss_fn(model(xb), yb)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses += run_epoch(T, model, opt, loss_fn, xtr, ytr, order, batch_size)
         epoch_times.append(time.perf_counter() - t0)
         bar.set_postfix(loss=f"{losses[-1]:.4f}")
         bar.update(1)
@@ -108,6 +101,21 @@ def train(T, weights, data, epochs, batch_size, lr, progress=True, label="", kin
     with T.no_grad():
         pred = model(T.tensor(xte)).argmax(1).numpy()
     return model, losses, epoch_times, float((pred == yte).mean())
+
+
+def run_epoch(T, model, opt, loss_fn, xtr, ytr, order, batch_size):
+    """One pass over the training set in the given order; returns the step losses.
+    (benchmarks/side_by_side.py times exactly this.)"""
+    losses = []
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        xb, yb = T.tensor(xtr[idx]), T.tensor(ytr[idx])
+        opt.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
 
 
 def _progress(total, enabled, label):

@@ -12,7 +12,6 @@ ConvolutionBackward0, MaxPool2DWithIndicesBackward0) computed in numpy:
 
 The backwards are once-differentiable (no double backward).
 """
-import math
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -249,12 +248,7 @@ class Conv2d(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        # PyTorch's default: kaiming_uniform with a=sqrt(5), bias within +-1/sqrt(fan_in)
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = self.weight.shape[1] * self.kernel_size[0] * self.kernel_size[1]
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        init.default_layer_init_(self.weight, self.bias)
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)

@@ -79,3 +79,13 @@ def xavier_uniform_(t, gain=1.0):
 def xavier_normal_(t, gain=1.0):
     fan_in, fan_out = _fans(t)
     return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+
+
+def default_layer_init_(weight, bias):
+    """PyTorch's reset_parameters for Linear and Conv: kaiming_uniform_ with a=sqrt(5)
+    (a bound of 1/sqrt(fan_in)) on the weight, and the bias within +-1/sqrt(fan_in)."""
+    kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        fan_in = int(np.prod(weight.shape[1:]))
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        uniform_(bias, -bound, bound)

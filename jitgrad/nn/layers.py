@@ -1,6 +1,5 @@
 """Layers, containers and losses. Each forward is a composition of jitgrad's
 differentiable ops (see nn/functional.py), so it needs no gradient rule of its own."""
-import math
 import numbers
 from collections import OrderedDict
 
@@ -26,11 +25,7 @@ class Linear(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        # PyTorch's default: kaiming_uniform with a=sqrt(5), bias within +-1/sqrt(fan_in)
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        init.default_layer_init_(self.weight, self.bias)
 
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
@@ -83,7 +78,21 @@ class Dropout(Module):
         return f"p={self.p}, inplace={self.inplace}"
 
 
-class Sequential(Module):
+class _Container(Module):
+    """What Sequential and ModuleList share: children in order, named 0, 1, 2, ..."""
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, m):
+        self.add_module(str(len(self)), m)
+        return self
+
+
+class Sequential(_Container):
     def __init__(self, *args):
         super().__init__()
         if len(args) == 1 and isinstance(args[0], OrderedDict):
@@ -104,18 +113,8 @@ class Sequential(Module):
             return Sequential(OrderedDict(list(self._modules.items())[i]))
         return mods[i]
 
-    def __len__(self):
-        return len(self._modules)
 
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def append(self, m):
-        self.add_module(str(len(self)), m)
-        return self
-
-
-class ModuleList(Module):
+class ModuleList(_Container):
     def __init__(self, modules=None):
         super().__init__()
         for m in modules or ():
@@ -124,16 +123,6 @@ class ModuleList(Module):
     def __getitem__(self, i):
         mods = list(self._modules.values())
         return ModuleList(mods[i]) if isinstance(i, slice) else mods[i]
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def append(self, m):
-        self.add_module(str(len(self)), m)
-        return self
 
     def extend(self, mods):
         for m in mods:
