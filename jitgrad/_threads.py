@@ -20,7 +20,7 @@ def _controllers():
 def set_num_threads(n):
     """Threads for the BLAS calls of both forward and backward (all loaded BLAS pools)."""
     if not isinstance(n, int) or isinstance(n, bool):
-        raise TypeError(f"set_num_threads(): argument 'int' must be int, not {type(n).__name__}")
+        raise RuntimeError(f"set_num_threads expects an int, but got {type(n).__name__}")
     if n <= 0:
         raise RuntimeError("set_num_threads expects a positive integer")
     _controllers().limit(limits=n)

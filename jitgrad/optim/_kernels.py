@@ -16,7 +16,6 @@ from numba import njit
 _jit = njit(cache=True, nogil=True, error_model="numpy")
 
 
-
 @_jit
 def _adam(d, g, m, v, vmax, sc, decoupled, amsgrad):
     one_b1, b2, one_b2, eps, wd, step_size, bc2_sqrt, shrink = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7]
