@@ -277,15 +277,51 @@ def test_errors():
     assert all(e is not None for e in t)
 
 
-@pytest.mark.skipif(USING_TORCH_AS_JITGRAD, reason="torch's conv is twice differentiable")
-def test_double_backward_raises():
-    """jitgrad's conv backward is once_differentiable."""
-    x = jitgrad.randn(1, 1, 4, 4, dtype=jitgrad.float64, requires_grad=True)
-    w = jitgrad.randn(1, 1, 3, 3, dtype=jitgrad.float64, requires_grad=True)
-    y = F_(jitgrad).conv2d(x, w).pow(2).sum()
-    (gx,) = jitgrad.autograd.grad(y, x, create_graph=True)
-    with pytest.raises(RuntimeError):
-        gx.sum().backward()
+@pytest.mark.parametrize("cfg", [CONV_CONFIGS[2], CONV_CONFIGS[11], CONV_CONFIGS[14]], ids=["pad", "odd", "groups"])
+def test_conv2d_double_backward(cfg):
+    """grad of a function of the input gradient (create_graph), as torch's ConvolutionBackward0
+    double backward: exercises the Tensor-level rule and differentiates through it."""
+    shape, cout, k, s, p, d, g, has_bias = cfg
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(shape)
+    w = rng.standard_normal((cout, shape[-3] // g) + _kk(k))
+    b = rng.standard_normal(cout)
+
+    def run(T):
+        X, W, B = (T.tensor(a, requires_grad=True) for a in (x, w, b))
+        y = F_(T).conv2d(X, W, B, stride=s, padding=p, dilation=d, groups=g)
+        gx, gw, gb = T.autograd.grad((y * y).sum(), (X, W, B), create_graph=True)
+        ((gx * gx).sum() + (gw ** 3).sum() + gb.sum() * gx.sum()).backward()
+        return dict(gx=gx, gw=gw, gb=gb, X=X.grad, W=W.grad, B=B.grad)
+
+    both(run)
+
+
+def test_max_pool2d_double_backward():
+    x = np.random.default_rng(10).standard_normal((2, 2, 5, 6))
+
+    def run(T):
+        X = T.tensor(x, requires_grad=True)
+        y = F_(T).max_pool2d(X, 3, stride=2, padding=1)
+        (gx,) = T.autograd.grad((y ** 3).sum(), X, create_graph=True)
+        (gx * gx).sum().backward()
+        return dict(gx=gx, X=X.grad)
+
+    both(run)
+
+
+def test_max_pool2d_padding_never_wins():
+    """A window whose inside values are all -inf picks a position inside the input."""
+    x = np.full((1, 1, 3, 3), -np.inf)
+    x[0, 0, 2, 2] = 1.0
+
+    def run(T):
+        X = T.tensor(x, requires_grad=True)
+        y, idx = F_(T).max_pool2d(X, 3, stride=2, padding=1, return_indices=True)
+        y.sum().backward()
+        return dict(y=y, idx=idx, gx=X.grad)
+
+    both(run)
 
 
 def test_max_pool2d_nan_and_inf():

@@ -79,6 +79,11 @@ CASES = {
     "stack": (lambda: (t(2, 3), t(2, 3)), lambda a, b: J.stack([a, b], 1)),
     "softmax": (lambda: (t(3, 4, sign=True),), lambda a: a.softmax(1)),
     "log_softmax": (lambda: (t(3, 4, sign=True),), lambda a: a.log_softmax(0)),
+    "convolution": (lambda: (t(2, 4, 6, 5, sign=True), t(6, 2, 3, 2, sign=True), t(6)),
+                    lambda x, w, b: J.nn.functional.conv2d(x, w, b, stride=(2, 1), padding=(1, 2), dilation=(1, 2),
+                                                           groups=2)),
+    "max_pool2d": (lambda: (t(2, 3, 5, 6, sign=True),),
+                   lambda a: J.nn.functional.max_pool2d(a, 3, stride=2, padding=1)),
     "layer_norm": (lambda: (t(3, 2, 4, sign=True),), lambda a: J.nn.functional.layer_norm(a, (2, 4))),
     # repeated and ignored targets, class weights, one loss per row
     "nll_loss": (lambda: (t(5, 3),), lambda a: J.nn.functional.nll_loss(

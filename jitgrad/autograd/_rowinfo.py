@@ -1,6 +1,6 @@
 """What a Python rule needs to know about its node, read back from the tape row."""
 from ..ops import functional as F
-from ._tape import H_E0, H_FP, H_IP, H_SHP, HW
+from ._tape import H_E0, H_FP, H_IP, H_NIN, H_SHP, HW
 
 
 class RowInfo:
@@ -13,6 +13,9 @@ class RowInfo:
 
     def _edge(self, j):
         return 3 * (self.tape.hdr[self.base + H_E0] + j)
+
+    def n_inputs(self):
+        return self.tape.hdr[self.base + H_NIN]
 
     def in_shape(self, j):
         return self.tape.shape_at(self.tape.edges[self._edge(j) + 2])

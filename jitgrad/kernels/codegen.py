@@ -358,7 +358,7 @@ def generate():
     return src
 
 
-_DEPENDENCIES = ("structural.py", "blas.py", "pointers.py")
+_DEPENDENCIES = ("structural.py", "conv.py", "blas.py", "pointers.py")
 
 
 def cache_dir():

@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from .blas import gemm
+from .conv import col2im_add, im2col
 from .pointers import view
 
 HW = 9
@@ -492,6 +493,57 @@ def k_layer_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
             d[o + i] += s * (g[o + i] - mg - (x[o + i] - mu) * s * mgy)
 
 
+# --- convolution ---------------------------------------------------------------------------------
+@jit
+def k_conv(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """ConvolutionBackward0 (inputs: input, weight[, bias]), per sample and group as the
+    forward (kernels/conv.py): the columns are rebuilt from the saved input, then
+    dW_g += G_g @ cols^T, dcols = W_g^T @ G_g scattered back by col2im, db = sum of G."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    tx = edge_target(edges, e0, st)
+    tw = edge_target(edges, e0 + 1, st)
+    tb = edge_target(edges, e0 + 2, st) if hdr[b + H_NIN] == 3 else -1
+    kp = hdr[b + H_KP]
+    ip = hdr[b + H_IP]
+    geom = xs[ip + 1:ip + 18]
+    n, c, h, w, cout, cg, kh, kw = geom[0], geom[1], geom[2], geom[3], geom[4], geom[5], geom[6], geom[7]
+    groups, L = geom[14], geom[15] * geom[16]
+    m = cout // groups
+    k = cg * kh * kw
+    if tb >= 0:
+        db = target_buffer(tb, cout, g1, bslot, bigs)
+        for s in range(n):
+            for co in range(cout):
+                o = (s * cout + co) * L
+                acc = 0.0
+                for q in range(L):
+                    acc += g[o + q]
+                db[co] += acc
+    if tw < 0 and tx < 0:
+        return
+    x = saved(slots, v, kp)
+    wt = saved(slots, v, kp + 1)
+    cols = np.empty((k, L), g.dtype)
+    if tw >= 0:
+        dw = target_buffer(tw, wt.size, g1, bslot, bigs)
+        for s in range(n):
+            for grp in range(groups):
+                im2col(x, (s * c + grp * cg) * h * w, geom, cols)
+                o = (s * cout + grp * m) * L
+                gemm(g[o:o + m * L].reshape((m, L)), False, cols, True,
+                     dw[grp * m * k:(grp + 1) * m * k].reshape((m, k)), 1.0)
+    if tx >= 0:
+        dx = target_buffer(tx, x.size, g1, bslot, bigs)
+        for s in range(n):
+            for grp in range(groups):
+                o = (s * cout + grp * m) * L
+                gemm(wt[grp * m * k:(grp + 1) * m * k].reshape((m, k)), True, g[o:o + m * L].reshape((m, L)), False,
+                     cols, 0.0)
+                col2im_add(cols, dx, (s * c + grp * cg) * h * w, geom)
+
+
 # --- losses ----------------------------------------------------------------------------------------
 @jit
 def k_nll(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
@@ -517,7 +569,7 @@ ARGS = "row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st"
 KERNELS = {name: f"{fn}({ARGS})" for name, fn in {
     "sum": "k_sum", "amax": "k_amax", "max_dim": "k_scatter", "index_put": "k_index_put", "prod": "k_prod",
     "matmul": "k_matmul", "trace": "k_trace", "permute": "k_permute", "view": "k_view", "expand": "k_expand",
-    "cat": "k_cat", "nll_loss": "k_nll",
+    "cat": "k_cat", "nll_loss": "k_nll", "convolution": "k_conv",
     "layer_norm": "k_layer_norm"}.items()}
 KERNELS["softmax"] = f"k_softmax({ARGS}, False)"
 KERNELS["log_softmax"] = f"k_softmax({ARGS}, True)"

@@ -1,25 +1,23 @@
 """2-D convolution and max pooling, as torch.nn.Conv2d / MaxPool2d and F.conv2d / F.max_pool2d.
 
-Each op is one custom autograd Function (one graph node, named like PyTorch's:
-ConvolutionBackward0, MaxPool2DWithIndicesBackward0) computed in numpy:
+Each op is one primitive of the engine, one graph node named like PyTorch's:
 
-* conv2d forward: im2col through a strided view of the zero-padded input, then one GEMM
-  per group. Backward: grad_weight by GEMM against the saved columns, grad_input by a
-  GEMM to columns then col2im as kh*kw strided slice additions, grad_bias by a sum.
-* max_pool2d forward: the windows of the -inf padded input as a strided view, max over the
-  kh*kw window planes (the first maximum, NaN propagating, as PyTorch). Backward scatter-adds the
-  gradient to the argmax positions (np.bincount).
-
-The backwards are once-differentiable (no double backward).
+* conv2d: ConvolutionBackward0. The forward (im2col + gemm per sample and group) and the
+  backward kernel, which gives input, weight and bias gradients in one row, are compiled
+  (kernels/conv.py, structural.k_conv). Under create_graph the backward is rebuilt from
+  differentiable Tensor ops (rules.conv_rule), so double backward works.
+* max_pool2d: MaxPool2DWithIndicesBackward0. The compiled forward keeps the argmax; the
+  backward scatters the gradient there with the kernel max(dim) and indexing share.
 """
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from .._tensor import Tensor, empty
 from .. import _dtype
-from ..autograd.function import Function, once_differentiable
+from ..kernels.conv import conv_forward, max_pool_forward
+from ..ops import derivatives as D
 from ..ops import functional as _F
+from ..ops.record import record
 from . import init
 from .module import Module
 from .parameter import Parameter
@@ -42,96 +40,27 @@ def _size(shape):
     return "[" + ", ".join(str(int(s)) for s in shape) + "]"
 
 
-def _name(cls, name):
-    """Give a Function's node and ctx classes PyTorch's node name."""
-    for c in (cls._node_cls, cls._backward_cls):
-        c.__name__ = c.__qualname__ = name
-    return cls
-
-
 # ============================================================================= conv2d
 
-def _windows(xp, kh, kw, ho, wo, stride, dilation):
-    """(N, C, kh, kw, Ho, Wo) view of the padded input xp."""
-    n, c = xp.shape[:2]
-    sn, sc, sh, sw = xp.strides
-    return as_strided(xp, (n, c, kh, kw, ho, wo),
-                      (sn, sc, sh * dilation[0], sw * dilation[1], sh * stride[0], sw * stride[1]),
-                      writeable=False)
-
-
-class _Convolution(Function):
-    @staticmethod
-    def forward(ctx, input, weight, bias, stride, pads, dilation, groups):
-        x = input._data                    # (N, C, H, W): conv2d unsqueezes unbatched input
-        w = weight._data
-        n, c, h, wd = x.shape
-        cout, cg, kh, kw = w.shape
-        pt, pb, pl, pr = pads
-        if pt or pb or pl or pr:
-            xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), dtype=x.dtype)
-            xp[:, :, pt:pt + h, pl:pl + wd] = x
-        else:
-            xp = x
-        hp, wp = xp.shape[2:]
-        ho = (hp - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-        wo = (wp - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-        g = groups
-        k = cg * kh * kw
-        # im2col: (C, kh, kw, N, Ho, Wo) -> (G, Cg*kh*kw, N*Ho*Wo), one copy
-        cols = _windows(xp, kh, kw, ho, wo, stride, dilation).transpose(1, 2, 3, 0, 4, 5).reshape(g, k, -1)
-        wmat = w.reshape(g, cout // g, k)
-        out = np.matmul(wmat, cols) if g > 1 else (wmat[0] @ cols[0])[None]
-        out = out.reshape(cout, n, ho, wo).transpose(1, 0, 2, 3)
-        if bias is not None:
-            out = out + bias._data.reshape(1, -1, 1, 1)
-        out = np.ascontiguousarray(out, dtype=x.dtype)
-        # the im2col columns go through save_for_backward so that they are freed with the
-        # rest of the graph's saved values after a backward without retain_graph; input is
-        # saved too, only so that an in-place change to it is reported as torch does
-        ctx.save_for_backward(input, weight, _F._wrap(cols))
-        ctx.geom = ((n, c, h, wd), (hp, wp), (ho, wo), stride, pads, dilation, groups,
-                    bias is not None)
-        return _F._wrap(out)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out):
-        input, weight, cols = ctx.saved_tensors
-        (n, c, h, wd), (hp, wp), (ho, wo), stride, pads, dilation, g, has_bias = ctx.geom
-        w = weight._data
-        cout, cg, kh, kw = w.shape
-        go = grad_out._data
-        dtype = w.dtype
-        gmat = np.ascontiguousarray(go.transpose(1, 0, 2, 3), dtype=dtype).reshape(g, cout // g, -1)
-        need = ctx.needs_input_grad
-        gi = gw = gb = None
-        if need[1]:
-            cols = cols._data
-            gw = np.matmul(gmat, cols.transpose(0, 2, 1)) if g > 1 else (gmat[0] @ cols[0].T)[None]
-            gw = _F._wrap(gw.reshape(w.shape).astype(dtype, copy=False))
-        if need[0]:
-            wmat = w.reshape(g, cout // g, cg * kh * kw)
-            gcols = np.matmul(wmat.transpose(0, 2, 1), gmat) if g > 1 else (wmat[0].T @ gmat[0])[None]
-            gcols = gcols.reshape(c, kh, kw, n, ho, wo)
-            gxp = np.zeros((n, c, hp, wp), dtype=dtype)
-            gxp_t = gxp.transpose(1, 0, 2, 3)  # (C, N, Hp, Wp) view matching gcols' layout
-            sh, sw = stride
-            dh, dw = dilation
-            for i in range(kh):
-                r0 = i * dh
-                for j in range(kw):
-                    c0 = j * dw
-                    gxp_t[:, :, r0:r0 + sh * (ho - 1) + 1:sh, c0:c0 + sw * (wo - 1) + 1:sw] += gcols[:, i, j]
-            pt, pb, pl, pr = pads
-            gx = gxp[:, :, pt:pt + h, pl:pl + wd]
-            gi = _F._wrap(np.ascontiguousarray(gx))
-        if has_bias and need[2]:
-            gb = _F._wrap(go.sum(axis=(0, 2, 3)).astype(dtype, copy=False))
-        return gi, gw, gb, None, None, None, None
-
-
-_name(_Convolution, "ConvolutionBackward0")
+def _convolution(input, weight, bias, stride, pads, dilation, groups):
+    """The ConvolutionBackward0 primitive on batched input: compiled forward (kernels/conv.py)
+    and one row whose kernel (structural.k_conv) computes all three gradients."""
+    x, w = input._data, weight._data
+    n, c, h, wd = x.shape
+    cout, cg, kh, kw = w.shape
+    pt, pb, pl, pr = pads
+    ho = (h + pt + pb - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (wd + pl + pr - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    geom = np.array([n, c, h, wd, cout, cg, kh, kw, stride[0], stride[1], pt, pl, dilation[0], dilation[1],
+                     groups, ho, wo], np.int64)
+    b = bias._data if bias is not None else np.zeros(0, x.dtype)
+    out = conv_forward(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(w).reshape(-1),
+                       np.ascontiguousarray(b), bias is not None, geom)
+    res = _F._wrap(out.reshape(n, cout, ho, wo))
+    inputs = (input, weight) if bias is None else (input, weight, bias)
+    if not _F._needs(*inputs):
+        return res
+    return record(D.CONVOLUTION, res, inputs, (x, w), (), geom.tolist())
 
 
 def _conv_pads(padding, kernel, dilation, stride):
@@ -204,8 +133,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise RuntimeError(f"Calculated padded input size per channel: ({hp} x {wp}). Kernel size: ({ekh} x {ekw}). "
                            "Kernel size can't be greater than actual input size")
     if x.ndim == 3:  # as PyTorch: unsqueeze, convolve, squeeze (SqueezeBackward1 on top)
-        return _Convolution.apply(input.unsqueeze(0), weight, bias, stride, pads, dilation, groups).squeeze(0)
-    return _Convolution.apply(input, weight, bias, stride, pads, dilation, groups)
+        return _convolution(input.unsqueeze(0), weight, bias, stride, pads, dilation, groups).squeeze(0)
+    return _convolution(input, weight, bias, stride, pads, dilation, groups)
 
 
 class Conv2d(Module):
@@ -278,67 +207,23 @@ def _pool_out(size, k, s, p, d, ceil_mode):
     return out
 
 
-class _MaxPool2DWithIndices(Function):
-    @staticmethod
-    def forward(ctx, input, kernel, stride, padding, dilation, out_size):
-        x = input._data
-        unbatched = x.ndim == 3
-        if unbatched:
-            x = x[None]
-        n, c, h, w = x.shape
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw), (ho, wo) = kernel, stride, padding, dilation, out_size
-        # the padded extent the windows reach (ceil_mode may reach past the right padding)
-        hp = max(h + 2 * ph, (ho - 1) * sh + dh * (kh - 1) + 1)
-        wp = max(w + 2 * pw, (wo - 1) * sw + dw * (kw - 1) + 1)
-        if hp != h or wp != w:
-            xp = np.full((n, c, hp, wp), -np.inf, dtype=x.dtype)
-            xp[:, :, ph:ph + h, pw:pw + w] = x
-        else:
-            xp = x
-        # the windows as (kh*kw, N, C, Ho, Wo) planes (one copy): max over the planes, then
-        # the first plane equal to it (the first maximum); a NaN wins, the last one as in
-        # PyTorch's CPU kernel (val > max || isnan(val))
-        sn, sc, s_h, s_w = xp.strides
-        planes = np.ascontiguousarray(as_strided(xp, (kh, kw, n, c, ho, wo),
-                                                 (s_h * dh, s_w * dw, sn, sc, s_h * sh, s_w * sw),
-                                                 writeable=False)).reshape(kh * kw, n, c, ho, wo)
-        out = planes.max(axis=0)
-        arg = np.full(out.shape, kh * kw - 1, dtype=np.int64)
-        for o in range(kh * kw - 2, -1, -1):
-            arg[planes[o] == out] = o
-        nan = out != out
-        if nan.any():
-            for o in range(kh * kw):
-                arg[nan & (planes[o] != planes[o])] = o
-        ki, kj = np.divmod(arg, kw)
-        rows = np.arange(ho).reshape(-1, 1) * sh - ph + ki * dh
-        cols = np.arange(wo) * sw - pw + kj * dw
-        idx = (rows * w + cols).astype(np.int64)
-        if unbatched:
-            out, idx = out[0], idx[0]
-        ctx.geom = (unbatched, (n, c, h, w))
-        ctx.idx = idx
-        indices = _F._wrap(np.ascontiguousarray(idx))
-        ctx.mark_non_differentiable(indices)
-        return _F._wrap(np.ascontiguousarray(out)), indices
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out, grad_idx):
-        unbatched, (n, c, h, w) = ctx.geom
-        go = grad_out._data
-        idx = ctx.idx
-        if unbatched:
-            go, idx = go[None], idx[None]
-        base = (np.arange(n * c, dtype=np.int64) * (h * w)).reshape(n, c, 1, 1)
-        g = np.bincount((idx + base).ravel(), weights=go.ravel(), minlength=n * c * h * w)
-        g = g.astype(go.dtype, copy=False).reshape(n, c, h, w)
-        if unbatched:
-            g = g[0]
-        return _F._wrap(g), None, None, None, None, None
-
-
-_name(_MaxPool2DWithIndices, "MaxPool2DWithIndicesBackward0")
+def _max_pool2d_with_indices(input, kernel, stride, padding, dilation, out_size):
+    """(values, indices), indices flat within each (H, W) plane as PyTorch's. The node is
+    a scatter of the gradient to the argmax positions (the kernel max(dim) uses), so it
+    saves the argmax as indices into the whole input."""
+    x = input._data
+    h, w = x.shape[-2:]
+    planes = x.size // (h * w)
+    (ho, wo) = out_size
+    pgeom = np.array([planes, h, w, *kernel, *stride, *padding, *dilation, ho, wo], np.int64)
+    out, arg = max_pool_forward(np.ascontiguousarray(x).reshape(-1), pgeom)
+    shape = x.shape[:-2] + (ho, wo)
+    indices = _F._wrap(arg.reshape(shape))
+    res = _F._wrap(out.reshape(shape))
+    if not _F._needs(input):
+        return res, indices
+    flat = arg + np.repeat(np.arange(planes, dtype=np.int64) * (h * w), ho * wo)
+    return record(D.MAX_POOL2D, res, (input,), (flat,)), indices
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
@@ -368,7 +253,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
         c = x.shape[-3]
         raise RuntimeError(f"Given input size: ({c}x{h}x{w}). Calculated output size: ({c}x{ho}x{wo}). "
                            "Output size is too small")
-    out, idx = _MaxPool2DWithIndices.apply(input, kernel, stride, padding, dilation, (ho, wo))
+    out, idx = _max_pool2d_with_indices(input, kernel, stride, padding, dilation, (ho, wo))
     return (out, idx) if return_indices else out
 
 

@@ -137,6 +137,41 @@ def layer_norm_rule(grad, ri):
     return (F.reshape(dx, shape),)
 
 
+def conv_rule(grad, ri):
+    """ConvolutionBackward0 from Tensor ops, so that create_graph records a differentiable
+    backward: im2col is a gather (an IndexBackward0 node) from the flattened input with
+    one zero appended, which every padding position reads; the rest is matmuls."""
+    geom = ri.ints()
+    n, c, h, w, cout, cg, kh, kw, _, _, _, _, _, _, groups, ho, wo = geom
+    x = ri.saved_input(0, 0)
+    wt = ri.saved_input(1, 1)
+    idx = conv_gather_index(geom)                                  # (G, K, N*L)
+    xz = F.cat([F.reshape(x, (-1,)), F._wrap(np.zeros(1, x._data.dtype))], 0)
+    cols = F.index_flat(xz, idx.reshape(-1), idx.shape, F.D.INDEX)
+    m = cout // groups
+    # grad (N, Cout, Ho, Wo) -> (G, M, N*L), the columns' layout
+    gmat = F.reshape(F.permute(F.reshape(grad, (n, groups, m, ho * wo)), (1, 2, 0, 3)), (groups, m, n * ho * wo))
+    wmat = F.reshape(wt, (groups, m, cg * kh * kw))
+    gw = F.reshape(F.matmul(gmat, F.transpose(cols, -1, -2)), tuple(wt.shape))
+    gcols = F.matmul(F.transpose(wmat, -1, -2), gmat)
+    gxz = F.index_put_flat(F.reshape(gcols, (-1,)), idx.reshape(-1), (n * c * h * w + 1,))
+    gx = F.reshape(F.getitem(gxz, slice(0, n * c * h * w)), (n, c, h, w))
+    gb = F.sum(grad, (0, 2, 3)) if ri.n_inputs() == 3 else None
+    return (gx, gw) if gb is None else (gx, gw, gb)
+
+
+def conv_gather_index(geom):
+    """For each column entry (group, (c, i, j), (sample, oh, ow)), the flat input index it
+    reads, or N*C*H*W (the appended zero) where it falls in the padding."""
+    n, c, h, w, _, cg, kh, kw, sh, sw, pt, pl, dh, dw, groups, ho, wo = (int(v) for v in geom)
+    grp, ch, i, j, s, oh, ow = np.ix_(*(np.arange(d) for d in (groups, cg, kh, kw, n, ho, wo)))
+    ih = oh * sh - pt + i * dh
+    iw = ow * sw - pl + j * dw
+    flat = ((s * c + grp * cg + ch) * h + ih) * w + iw
+    inside = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
+    return np.where(inside, flat, n * c * h * w).reshape(groups, cg * kh * kw, n * ho * wo)
+
+
 def nll_rule(grad, ri):
     """d input[n, target[n]] = -grad * weight[n] (grad is one value unless reduction='none';
     the saved weight already holds the class weight, the ignore mask and the 1/total)."""
