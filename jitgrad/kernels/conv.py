@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import as_strided
 from .blas import gemm
 
 jit = njit(cache=True, nogil=True, error_model="numpy")
+U = np.uint64  # an index known to be in bounds: see _im2col_nb
 
 GEOM = ("N", "C", "H", "W", "Cout", "Cg", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw", "G", "Ho", "Wo")
 
@@ -56,25 +57,45 @@ def _col2im_add_np(cols, dx, base, geom):
 
 # --- loops (compiled) ----------------------------------------------------------------------------
 @jit
+def _valid_cols(j, geom):
+    """The output columns [lo, hi) whose kernel column j lands inside the input, and the
+    input column of output column 0 (iw = ow * sw + off)."""
+    w, kw, sw, pl, dw, wo = geom[3], geom[7], geom[9], geom[11], geom[13], geom[16]
+    off = j * dw - pl
+    lo = 0 if off >= 0 else (-off + sw - 1) // sw
+    hi = 0 if off >= w else min(wo, (w - 1 - off) // sw + 1)
+    return lo, max(lo, hi), off
+
+
+@jit
 def _im2col_nb(x, base, geom, cols):
-    """cols[(c, i, j), (oh, ow)] = x[base + c*H*W + ih*W + iw], zero where (ih, iw) is padding."""
+    """cols[(c, i, j), (oh, ow)] = x[base + c*H*W + ih*W + iw], zero where (ih, iw) is padding.
+    The in-bounds stretch of each output row is found once, so the copy loop has no
+    branch and indexes with unsigned ints (U): a signed index makes Numba check for
+    negative wraparound on every access, which kept this loop from vectorising (5x)."""
     h, w, cg, kh, kw = geom[2], geom[3], geom[5], geom[6], geom[7]
-    sh, sw, pt, pl, dh, dw, ho, wo = geom[8], geom[9], geom[10], geom[11], geom[12], geom[13], geom[15], geom[16]
+    sh, sw, pt, dh, ho, wo = geom[8], geom[9], geom[10], geom[12], geom[15], geom[16]
+    flat = cols.reshape(-1)  # plain loops over a flat view: slicing per row costs more than the copy
+    L = ho * wo
     for c in range(cg):
         for i in range(kh):
             for j in range(kw):
-                r = (c * kh + i) * kw + j
+                lo, hi, off = _valid_cols(j, geom)
+                r = ((c * kh + i) * kw + j) * L
                 for oh in range(ho):
                     ih = oh * sh - pt + i * dh
-                    o = oh * wo
+                    o = r + oh * wo
                     if ih < 0 or ih >= h:
                         for ow in range(wo):
-                            cols[r, o + ow] = 0.0
+                            flat[o + ow] = 0.0
                         continue
-                    src = base + (c * h + ih) * w
-                    for ow in range(wo):
-                        iw = ow * sw - pl + j * dw
-                        cols[r, o + ow] = x[src + iw] if 0 <= iw < w else 0.0
+                    for ow in range(lo):
+                        flat[o + ow] = 0.0
+                    src = base + (c * h + ih) * w + off
+                    for ow in range(lo, hi):
+                        flat[U(o + ow)] = x[U(src + ow * sw)]
+                    for ow in range(hi, wo):
+                        flat[o + ow] = 0.0
 
 
 @jit
@@ -82,21 +103,22 @@ def _col2im_add_nb(cols, dx, base, geom):
     """The adjoint of im2col: every column entry is added back to the input position it
     was read from (positions in the padding are dropped)."""
     h, w, cg, kh, kw = geom[2], geom[3], geom[5], geom[6], geom[7]
-    sh, sw, pt, pl, dh, dw, ho, wo = geom[8], geom[9], geom[10], geom[11], geom[12], geom[13], geom[15], geom[16]
-    for c in range(cg):
-        for i in range(kh):
-            for j in range(kw):
-                r = (c * kh + i) * kw + j
+    sh, sw, pt, dh, ho, wo = geom[8], geom[9], geom[10], geom[12], geom[15], geom[16]
+    flat = cols.reshape(-1)
+    L = ho * wo
+    for j in range(kw):
+        lo, hi, off = _valid_cols(j, geom)
+        for c in range(cg):
+            for i in range(kh):
+                r = ((c * kh + i) * kw + j) * L
                 for oh in range(ho):
                     ih = oh * sh - pt + i * dh
                     if ih < 0 or ih >= h:
                         continue
-                    dst = base + (c * h + ih) * w
-                    o = oh * wo
-                    for ow in range(wo):
-                        iw = ow * sw - pl + j * dw
-                        if 0 <= iw < w:
-                            dx[dst + iw] += cols[r, o + ow]
+                    dst = base + (c * h + ih) * w + off
+                    o = r + oh * wo
+                    for ow in range(lo, hi):
+                        dx[U(dst + ow * sw)] += flat[U(o + ow)]
 
 
 im2col = _im2col_np if DISABLE_JIT else _im2col_nb
@@ -122,7 +144,9 @@ def conv_forward(x, wt, bias, has_bias, geom):
         if has_bias:
             for co in range(cout):
                 o = (s * cout + co) * L
-                out[o:o + L] += bias[co]
+                bc = bias[co]
+                for q in range(o, o + L):
+                    out[U(q)] += bc
     return out
 
 

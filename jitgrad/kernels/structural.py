@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from .blas import gemm
-from .conv import col2im_add, im2col
+from .conv import U, col2im_add, im2col
 from .pointers import view
 
 HW = 9
@@ -518,8 +518,8 @@ def k_conv(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
             for co in range(cout):
                 o = (s * cout + co) * L
                 acc = 0.0
-                for q in range(L):
-                    acc += g[o + q]
+                for q in range(o, o + L):
+                    acc += g[U(q)]
                 db[co] += acc
     if tw < 0 and tx < 0:
         return
