@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jitgrad
-from conftest import USING_TORCH_AS_JITGRAD, both, to_np
+from conftest import both, to_np
 
 torch = pytest.importorskip("torch")
 

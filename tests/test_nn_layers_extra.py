@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jitgrad
-from conftest import USING_TORCH_AS_JITGRAD, both, capture, to_np
+from conftest import both, capture, to_np
 
 torch = pytest.importorskip("torch")
 
@@ -395,14 +395,53 @@ def test_embedding_errors():
     assert t["high"] == ("IndexError", "index out of range in self")
 
 
-@pytest.mark.skipif(USING_TORCH_AS_JITGRAD, reason="a jitgrad limitation: torch supports these options")
-def test_embedding_unsupported_options_raise_not_implemented():
-    nn, F = jitgrad.nn, jitgrad.nn.functional
-    for kw in (dict(max_norm=1.0), dict(scale_grad_by_freq=True), dict(sparse=True)):
-        with pytest.raises(NotImplementedError):
-            nn.Embedding(3, 2, **kw)
-        with pytest.raises(NotImplementedError):
-            F.embedding(jitgrad.tensor([0]), jitgrad.ones(3, 2), **kw)
+@pytest.mark.parametrize("padding_idx", [None, 2], ids=["nopad", "pad"])
+def test_embedding_scale_grad_by_freq(padding_idx):
+    r = np.random.default_rng(34)
+    w = r.normal(size=(5, 3))
+    idx = np.array([[2, 1, 2], [2, 4, 1]])
+    g = r.normal(size=(2, 3, 3))
+
+    def run(T):
+        m = nn_(T).Embedding(5, 3, padding_idx=padding_idx, scale_grad_by_freq=True).to(T.float64)
+        set_param(T, m.weight, w)
+        out = m(T.tensor(idx))
+        (out * ten(T, g)).sum().backward()
+        wt = ten(T, w, rg=True)
+        out2 = F_(T).embedding(T.tensor(idx), wt, scale_grad_by_freq=True)
+        (gw,) = T.autograd.grad((out2 * out2 * ten(T, g)).sum(), wt, create_graph=True)
+        (ggw,) = T.autograd.grad((gw * gw).sum(), wt)
+        # torch's second derivative applies the counts once (its double backward ignores
+        # them), which the rule reproduces
+        return dict(out=out, gw=m.weight.grad, gw2=gw, ggw=ggw, s=repr(m))
+
+    both(run)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.5], ids=["l2", "l1", "l3.5"])
+def test_embedding_max_norm_renormalises_rows_in_place(norm_type):
+    r = np.random.default_rng(35)
+    w = r.normal(size=(6, 4)) * np.array([[0.1], [3.0], [0.2], [5.0], [4.0], [0.3]])
+    idx = np.array([[1, 2, 1], [3, 0, 2]])  # row 4 is large but unused: it stays as it is
+
+    def run(T):
+        m = nn_(T).Embedding(6, 4, max_norm=1.5, norm_type=norm_type).to(T.float64)
+        set_param(T, m.weight, w)
+        v0 = m.weight._version
+        out = m(T.tensor(idx))
+        out.pow(2).sum().backward()
+        return dict(out=out, weight=m.weight.detach(), gw=m.weight.grad, bumped=m.weight._version > v0, s=repr(m))
+
+    j, t = both(run)
+    assert t["bumped"]
+
+
+def test_embedding_sparse_is_not_implemented():
+    """A jitgrad limitation: there are no sparse tensors."""
+    with pytest.raises(NotImplementedError):
+        jitgrad.nn.Embedding(3, 2, sparse=True)
+    with pytest.raises(NotImplementedError):
+        jitgrad.nn.functional.embedding(jitgrad.tensor([0]), jitgrad.ones(3, 2), sparse=True)
 
 
 def test_exports():

@@ -60,7 +60,7 @@ def _col2im_add_np(cols, dx, base, geom):
 def _valid_cols(j, geom):
     """The output columns [lo, hi) whose kernel column j lands inside the input, and the
     input column of output column 0 (iw = ow * sw + off)."""
-    w, kw, sw, pl, dw, wo = geom[3], geom[7], geom[9], geom[11], geom[13], geom[16]
+    w, sw, pl, dw, wo = geom[3], geom[9], geom[11], geom[13], geom[16]
     off = j * dw - pl
     lo = 0 if off >= 0 else (-off + sw - 1) // sw
     hi = 0 if off >= w else min(wo, (w - 1 - off) // sw + 1)

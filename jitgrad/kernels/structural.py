@@ -493,6 +493,27 @@ def k_layer_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
             d[o + i] += s * (g[o + i] - mg - (x[o + i] - mu) * s * mgy)
 
 
+# --- embedding -------------------------------------------------------------------------------------
+@jit
+def k_embedding(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """EmbeddingBackward0: row idx[j] of the weight gets coef[j] * (the gradient of output
+    row j); coef is 0 for padding_idx, 1/count with scale_grad_by_freq, else 1."""
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    if t < 0:
+        return
+    kp = hdr[b + H_KP]
+    idx = saved_index(slots, kp, xs[0:0])
+    coef = saved(slots, v, kp + 1)
+    dim = xs[hdr[b + H_IP] + 1]
+    for j in range(idx.size):
+        c = coef[j]
+        if c != 0:
+            o = idx[j] * dim
+            s = j * dim
+            for q in range(dim):
+                d[o + q] += c * g[s + q]
+
+
 # --- convolution ---------------------------------------------------------------------------------
 @jit
 def k_conv(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
@@ -570,6 +591,7 @@ KERNELS = {name: f"{fn}({ARGS})" for name, fn in {
     "sum": "k_sum", "amax": "k_amax", "max_dim": "k_scatter", "index_put": "k_index_put", "prod": "k_prod",
     "matmul": "k_matmul", "trace": "k_trace", "permute": "k_permute", "view": "k_view", "expand": "k_expand",
     "cat": "k_cat", "nll_loss": "k_nll", "convolution": "k_conv",
+    "embedding": "k_embedding",
     "layer_norm": "k_layer_norm"}.items()}
 KERNELS["softmax"] = f"k_softmax({ARGS}, False)"
 KERNELS["log_softmax"] = f"k_softmax({ARGS}, True)"

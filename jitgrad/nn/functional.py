@@ -276,30 +276,52 @@ _TENSOR_TYPE = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):
-    """weight[input]: rows of weight picked by an integer tensor of any shape. The gradient
-    scatter-adds into the rows (repeated indices accumulate); the padding_idx row gets none."""
-    if max_norm is not None:
-        raise NotImplementedError("jitgrad: embedding with max_norm (in-place renormalisation) is not supported")
-    if scale_grad_by_freq:
-        raise NotImplementedError("jitgrad: embedding with scale_grad_by_freq=True is not supported")
+    """weight[input]: rows of weight picked by an integer tensor of any shape; one
+    EmbeddingBackward0 node whose compiled kernel scatter-adds the gradient rows (repeated
+    indices accumulate; the padding_idx row gets none; scale_grad_by_freq divides by how
+    often each index occurs). max_norm first renormalises the rows used, in place."""
     if sparse:
-        raise NotImplementedError("jitgrad: sparse embedding gradients are not supported")
+        raise NotImplementedError("jitgrad: sparse embedding gradients are not supported (no sparse tensors)")
     idx = input._data if isinstance(input, Tensor) else np.asarray(input)
     idx = np.asarray(idx)
     if idx.dtype not in (np.int64, np.int32):
         name = _TENSOR_TYPE.get(idx.dtype.name, idx.dtype.name)
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got torch.{name} instead (while checking arguments for embedding)")
-    num = weight.shape[0]
+    if weight.ndim != 2:
+        raise RuntimeError("'weight' must be 2-D")
+    num, dim = weight.shape
     if idx.size and (idx.min() < 0 or idx.max() >= num):
         raise IndexError("index out of range in self")
     padding_idx = _padding_index(padding_idx, num)
-    if padding_idx is not None and weight.requires_grad:
-        # the padding row is read from a detached copy: same values, no gradient
-        rows = np.zeros((num,) + (1,) * (weight.ndim - 1), dtype=bool)
-        rows[padding_idx] = True
-        weight = _F.where(_F._wrap(rows), weight.detach(), weight)
-    return weight[_F._wrap(idx.astype(np.int64, copy=False))]
+    flat = idx.reshape(-1).astype(np.int64, copy=False)
+    if max_norm is not None:
+        _embedding_renorm_(weight, flat, float(max_norm), float(norm_type))
+    w = weight._data
+    res = _F._wrap(w[flat].reshape(idx.shape + (dim,)))
+    if not _F._needs(weight):
+        return res
+    coef = np.ones(flat.size, w.dtype)
+    if scale_grad_by_freq:
+        coef /= np.bincount(flat, minlength=num)[flat]
+    if padding_idx is not None:
+        coef[flat == padding_idx] = 0
+    return record(D.EMBEDDING, res, (weight,), (np.ascontiguousarray(flat), coef), (), [dim])
+
+
+def _embedding_renorm_(weight, flat, max_norm, norm_type):
+    """torch.embedding_renorm_: rows used whose norm exceeds max_norm are scaled to
+    max_norm / (norm + 1e-7), in place and outside autograd (the weight's version moves)."""
+    rows = np.unique(flat)
+    if rows.size == 0:
+        return
+    w = weight._array()
+    norms = np.linalg.norm(w[rows].astype(np.float64), ord=norm_type, axis=1)
+    big = norms > max_norm
+    if big.any():
+        r = rows[big]
+        w[r] *= (max_norm / (norms[big] + 1e-7)).astype(w.dtype)[:, None]
+        weight._bump()
 
 
 from .conv import conv2d, max_pool2d  # noqa: F401,E402

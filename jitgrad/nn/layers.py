@@ -226,18 +226,14 @@ class LayerNorm(Module):
 
 
 class Embedding(Module):
-    """A lookup table; max_norm, scale_grad_by_freq=True and sparse=True are not supported
-    (NotImplementedError)."""
+    """A lookup table; sparse=True is not supported (NotImplementedError: there are no
+    sparse tensors)."""
 
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0,
                  scale_grad_by_freq=False, sparse=False, _weight=None, _freeze=False, device=None, dtype=None):
         super().__init__()
-        if max_norm is not None:
-            raise NotImplementedError("jitgrad: Embedding with max_norm (in-place renormalisation) is not supported")
-        if scale_grad_by_freq:
-            raise NotImplementedError("jitgrad: Embedding with scale_grad_by_freq=True is not supported")
         if sparse:
-            raise NotImplementedError("jitgrad: Embedding with sparse gradients is not supported")
+            raise NotImplementedError("jitgrad: Embedding with sparse gradients is not supported (no sparse tensors)")
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.padding_idx = F._padding_index(padding_idx, num_embeddings)

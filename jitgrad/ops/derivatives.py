@@ -79,5 +79,6 @@ LOG_SOFTMAX = structural("log_softmax", "LogSoftmaxBackward0", saves=("result",)
 CONVOLUTION = structural("convolution", "ConvolutionBackward0", saves=("self", "other"), rule=R.conv_rule)
 LAYER_NORM = structural("layer_norm", "NativeLayerNormBackward0", saves=("self", "mean", "rstd"),
                         rule=R.layer_norm_rule)
+EMBEDDING = structural("embedding", "EmbeddingBackward0", saves=("aux", "coef"), rule=R.embedding_rule)
 NLL_LOSS = structural("nll_loss", "NllLossBackward0", saves=("target", "weight"), rule=R.nll_rule)
 TO_COPY = structural("to_copy", "ToCopyBackward0", rule=R.to_copy_rule)

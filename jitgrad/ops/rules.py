@@ -172,6 +172,28 @@ def conv_gather_index(geom):
     return np.where(inside, flat, n * c * h * w).reshape(groups, cg * kh * kw, n * ho * wo)
 
 
+def embedding_rule(grad, ri):
+    """d weight[idx[j]] += coef[j] * grad[j] (coef: 0 on padding_idx, 1/count of the index
+    with scale_grad_by_freq, else 1), as a scatter-add Tensor op.
+    As in torch, the counts are not part of the derivative of this backward (torch's
+    embedding_dense_double_backward masks the padding row only), so they are applied as
+    a constant offset rather than as a recorded multiply."""
+    (dim,) = ri.ints()
+    idx = np.asarray(ri.saved(0, None)).reshape(-1)
+    n = idx.size
+    coef = np.asarray(ri.saved(1, (n,))).reshape(n)
+    used = coef != 0
+    mask = F._wrap(used.astype(coef.dtype).reshape(n, 1))
+    g = F.reshape(F.reshape(grad, (n, dim)) * mask, (-1,))
+    flat = (idx[:, None] * dim + np.arange(dim, dtype=np.int64)).reshape(-1)
+    gw = F.index_put_flat(g, flat, ri.in_shape(0))
+    if np.all(coef[used] == 1):
+        return (gw,)
+    scale = np.ones((ri.in_shape(0)[0], 1), coef.dtype)
+    scale[idx[used], 0] = coef[used]  # 1/count of each row used
+    return (gw + F._wrap(gw._data * scale - gw._data),)
+
+
 def nll_rule(grad, ri):
     """d input[n, target[n]] = -grad * weight[n] (grad is one value unless reduction='none';
     the saved weight already holds the class weight, the ignore mask and the 1/total)."""
