@@ -22,7 +22,7 @@ _METHODS = {
     "__and__": F.bitwise_and, "__or__": F.bitwise_or, "__xor__": F.bitwise_xor, "__invert__": F.bitwise_not,
     "add": F.add, "sub": F.sub, "mul": F.mul, "div": F.div, "true_divide": F.div, "pow": F.pow,
     "neg": F.neg, "exp": F.exp, "log": F.log, "sqrt": F.sqrt, "sin": F.sin, "cos": F.cos,
-    "tanh": F.tanh, "sigmoid": F.sigmoid, "relu": F.relu, "abs": F.abs, "clamp": F.clamp, "clip": F.clamp,
+    "tanh": F.tanh, "erf": F.erf, "sigmoid": F.sigmoid, "relu": F.relu, "abs": F.abs, "clamp": F.clamp, "clip": F.clamp,
     "reciprocal": F.reciprocal, "maximum": F.maximum, "minimum": F.minimum,
     "sum": F.sum, "mean": F.mean, "max": F.max, "min": F.min, "amax": F.amax, "amin": F.amin, "prod": F.prod,
     "argmax": F.argmax, "argmin": F.argmin,

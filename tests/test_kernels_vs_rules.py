@@ -38,6 +38,8 @@ CASES = {
     "sin": (lambda: (t(4),), J.sin),
     "cos": (lambda: (t(4),), J.cos),
     "tanh": (lambda: (t(4),), J.tanh),
+    "erf": (lambda: (t(5, sign=True),), J.erf),
+    "gelu": (lambda: (t(6, sign=True),), J.nn.functional.gelu),
     "sigmoid": (lambda: (t(4, sign=True),), J.sigmoid),
     "relu": (lambda: (t(6, sign=True),), J.relu),
     "abs": (lambda: (t(6, sign=True),), J.abs),

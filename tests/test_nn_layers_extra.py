@@ -61,9 +61,23 @@ def test_gelu_values_and_grads(approximate, shape):
         y = F_(T).gelu(xt, approximate=approximate)
         (gx,) = T.autograd.grad((y * ten(T, g)).sum(), xt, create_graph=True)
         (ggx,) = T.autograd.grad((gx * gx).sum(), xt)
-        return dict(y=y, gx=gx, ggx=ggx)
+        return dict(y=y, gx=gx, ggx=ggx, node=y.grad_fn.name())
 
     both(run)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_erf_values_and_grads(dtype):
+    x = np.concatenate([np.random.default_rng(15).normal(scale=2.0, size=40), [0.0, 6.0, -6.0, 30.0]])
+
+    def run(T):
+        xt = ten(T, x, rg=True).to(getattr(T, dtype))
+        y = T.erf(xt)
+        (gx,) = T.autograd.grad((y * y).sum(), xt, create_graph=True)
+        (ggx,) = T.autograd.grad(gx.sum(), xt)
+        return dict(y=y, m=xt.erf(), gx=gx, ggx=ggx, node=y.grad_fn.name())
+
+    both(run, dtype)
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])

@@ -1,11 +1,9 @@
 """The functional forms PyTorch keeps in torch.nn.functional: activations (gelu), linear,
 dropout, layer_norm, embedding and losses, written with jitgrad's differentiable ops."""
-import math
 
 import numpy as np
 
 from .._tensor import Tensor, _rng
-from ..autograd.function import Function
 from ..ops import derivatives as D
 from ..ops import functional as _F
 from ..ops.record import record
@@ -147,63 +145,22 @@ def _size(shape):
 
 # --- GELU ------------------------------------------------------------------------------------
 _SQRT1_2 = 0.7071067811865476          # 1 / sqrt(2)
-_TWO_OVER_SQRTPI = 1.1283791670955126  # 2 / sqrt(pi)
 _SQRT_2_OVER_PI = 0.7978845608028654   # sqrt(2 / pi)
-_erf_np = np.frompyfunc(math.erf, 1, 1)
-
-
-_erf_vec = []    # a Numba ufunc of math.erf, compiled on the first large input
-
-
-def _erf_array(a):
-    """erf elementwise (libm's erf, through math.erf), computed in float64, in a's dtype.
-    Small inputs go through a Python ufunc; large ones through a Numba-compiled one (the
-    same libm function, so bit-identical results), compiled once on first use."""
-    a = np.asarray(a)
-    a64 = a.astype(np.float64)
-    if a64.size >= 8192:
-        if not _erf_vec:
-            import numba
-
-            @numba.vectorize(["float64(float64)"], cache=True)
-            def _erf_u(x):
-                return math.erf(x)
-
-            _erf_vec.append(_erf_u)
-        out = _erf_vec[0](a64)
-    else:
-        out = np.asarray(_erf_np(a64), dtype=np.float64)
-    return np.asarray(out).astype(a.dtype, copy=False)
-
-
-class _Erf(Function):
-    """erf(x): jitgrad has no erf op, so the value comes from math.erf and the gradient,
-    2/sqrt(pi) * exp(-x^2), is written with jitgrad ops (so it is itself differentiable:
-    double backward works)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return _F._wrap(_erf_array(x._data))
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * (_F.exp(-(x * x)) * _TWO_OVER_SQRTPI)
-
-
-def _erf(x):
-    return _Erf.apply(x)
 
 
 def gelu(input, approximate="none"):
-    """x * Phi(x) ('none', exact, via erf) or its tanh approximation ('tanh'), as torch."""
+    """x * Phi(x) ('none', exact, via erf) or its tanh approximation ('tanh'), as torch;
+    one GeluBackward0 node whose gradient formula is compiled like any elementwise op."""
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError("approximate argument must be either none or tanh.")
+    x = input._data
+    if x.dtype.kind != "f":
+        raise NotImplementedError(f"\"GeluKernelImpl\" not implemented for '{_SCALAR_NAME.get(x.dtype.name, x.dtype.name)}'")
     if approximate == "none":
-        return input * 0.5 * (_erf(input * _SQRT1_2) + 1.0)
-    if approximate == "tanh":
-        inner = (input + input * input * input * 0.044715) * _SQRT_2_OVER_PI
-        return input * 0.5 * (_F.tanh(inner) + 1.0)
-    raise RuntimeError("approximate argument must be either none or tanh.")
+        out = 0.5 * x * (1.0 + _F._erf_array(x * _SQRT1_2))
+    else:
+        out = 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+    return _F._ew(D.GELU, np.asarray(out).astype(x.dtype, copy=False), input, p0=float(approximate == "tanh"))
 
 
 # --- LayerNorm -------------------------------------------------------------------------------

@@ -26,8 +26,17 @@ LOG = elementwise("log", "LogBackward0", "grad / self")
 SQRT = elementwise("sqrt", "SqrtBackward0", "grad / (2.0 * result)")
 SIN = elementwise("sin", "SinBackward0", "grad * cos(self)")
 COS = elementwise("cos", "CosBackward0", "grad * -sin(self)")
+ERF = elementwise("erf", "ErfBackward0", "grad * 1.1283791670955126 * exp(-(self * self))")  # 2/sqrt(pi)
 TANH = elementwise("tanh", "TanhBackward0", "grad * (1.0 - result * result)")
 SIGMOID = elementwise("sigmoid", "SigmoidBackward0", "grad * (1.0 - result) * result")
+# p0: 0 for the exact form x * Phi(x), 1 for the tanh approximation; both as torch's GeluBackward0
+# (0.7071... = 1/sqrt(2), 0.3989... = 1/sqrt(2 pi), 0.7978... = sqrt(2/pi), 0.044715 torch's kappa)
+GELU = elementwise("gelu", "GeluBackward0",
+                   "grad * (0.5 * (1.0 + erf(self * 0.7071067811865476)) + self * 0.3989422804014327 * "
+                   "exp(-0.5 * self * self)) if p0 == 0.0 else "
+                   "grad * (0.5 * (1.0 + tanh(0.7978845608028654 * (self + 0.044715 * self * self * self))) + "
+                   "0.5 * self * (1.0 - tanh(0.7978845608028654 * (self + 0.044715 * self * self * self)) ** 2.0) * "
+                   "0.7978845608028654 * (1.0 + 3.0 * 0.044715 * self * self))")
 RELU = elementwise("relu", "ReluBackward0", "where(result > 0.0, grad, 0.0)")
 ABS = elementwise("abs", "AbsBackward0", "grad * sign(self)")
 CLAMP = elementwise("clamp", "ClampBackward1", "where((self >= p0) & (self <= p1), grad, 0.0)")

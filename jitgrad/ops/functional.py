@@ -229,6 +229,12 @@ sqrt = _unary(D.SQRT, np.sqrt)
 sin = _unary(D.SIN, np.sin)
 cos = _unary(D.COS, np.cos)
 tanh = _unary(D.TANH, np.tanh)
+erf = _unary(D.ERF, lambda x: _erf_array(x))
+
+
+def _erf_array(x):
+    from scipy.special import erf as _erf  # imported on first use: scipy.special is slow to import
+    return np.asarray(_erf(x)).astype(x.dtype if x.dtype.kind == "f" else np.float32, copy=False)
 sigmoid = _unary(D.SIGMOID, lambda x: _sigmoid(x).astype(x.dtype, copy=False))
 relu = _unary(D.RELU, lambda x: np.maximum(x, 0).astype(x.dtype, copy=False))
 abs = _unary(D.ABS, np.abs)  # noqa: A001
