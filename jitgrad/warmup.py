@@ -17,14 +17,16 @@ def warmup(verbose=True):
         # one backward reaches the scheduler, which compiles every kernel it may call
         x = jitgrad.ones(2, 3, dtype=dtype, requires_grad=True)
         (x * 2.0).sum().backward()
-        # the compiled conv and pool forwards (jitgrad/kernels/conv.py)
+        # the compiled forwards of conv, pool and layer_norm (jitgrad/kernels/conv.py, norm.py)
+        F = jitgrad.nn.functional
         img = jitgrad.ones(1, 1, 4, 4, dtype=dtype)
-        jitgrad.nn.functional.max_pool2d(jitgrad.nn.functional.conv2d(img, jitgrad.ones(1, 1, 3, 3, dtype=dtype)), 2)
+        F.max_pool2d(F.conv2d(img, jitgrad.ones(1, 1, 3, 3, dtype=dtype)), 2)
+        F.layer_norm(img, (4,))
         # and the optimizers' compiled updates (jitgrad/optim/_kernels.py)
         for opt in (jitgrad.optim.Adam([x]), jitgrad.optim.SGD([x], lr=0.1, momentum=0.9)):
             opt.step()
         if verbose:
-            print(f"jitgrad: backward engine, conv kernels and optimizers ready for {dtype} ({time.perf_counter() - t0:.1f} s so far)")
+            print(f"jitgrad: backward engine, conv/norm forwards and optimizers ready for {dtype} ({time.perf_counter() - t0:.1f} s so far)")
     return time.perf_counter() - t0
 
 

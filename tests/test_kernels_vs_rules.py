@@ -88,7 +88,8 @@ CASES = {
                    lambda a: J.nn.functional.max_pool2d(a, 3, stride=2, padding=1)),
     "embedding": (lambda: (t(5, 3),), lambda w: J.nn.functional.embedding(
         J.tensor([[4, 1, 4], [0, 2, 1]]), w, padding_idx=0, scale_grad_by_freq=True)),
-    "layer_norm": (lambda: (t(3, 2, 4, sign=True),), lambda a: J.nn.functional.layer_norm(a, (2, 4))),
+    "layer_norm": (lambda: (t(3, 2, 4, sign=True), t(2, 4, sign=True), t(2, 4)),
+                   lambda a, w, b: J.nn.functional.layer_norm(a, (2, 4), w, b)),
     # repeated and ignored targets, class weights, one loss per row
     "nll_loss": (lambda: (t(5, 3),), lambda a: J.nn.functional.nll_loss(
         a, J.tensor([0, 2, -100, 2, 1]), weight=J.tensor([0.5, 1.0, 2.0], dtype=J.float64), reduction="none")),

@@ -465,17 +465,31 @@ def test_exports():
         assert hasattr(jitgrad.nn.functional, name)
 
 
-def test_layer_norm_is_one_node_like_torch():
-    """Without affine parameters the output's grad_fn is torch's NativeLayerNormBackward0,
-    one compiled node rather than a mean/sub/var/sqrt/div chain."""
+@pytest.mark.parametrize("affine", ["none", "weight", "bias", "both"])
+def test_layer_norm_is_one_node_like_torch(affine):
+    """The output's grad_fn is torch's NativeLayerNormBackward0 with its three inputs
+    (input, weight, bias; None where absent): one compiled node rather than a
+    mean/sub/var/sqrt/div chain with a mul and an add after it."""
     x = np.random.default_rng(8).standard_normal((3, 5))
 
     def run(T):
-        y = T.nn.functional.layer_norm(ten(T, x, rg=True), (5,))
-        return [y.grad_fn.name(), [f[0].name() for f in y.grad_fn.next_functions if f[0] is not None]]
+        w = ten(T, np.ones(5), rg=True) if affine in ("weight", "both") else None
+        b = ten(T, np.zeros(5), rg=True) if affine in ("bias", "both") else None
+        y = T.nn.functional.layer_norm(ten(T, x, rg=True), (5,), w, b)
+        return [y.grad_fn.name(), [None if f[0] is None else f[0].name() for f in y.grad_fn.next_functions]]
 
     j, t = both(run)
     assert t[0] == "NativeLayerNormBackward0" and j == t
+
+
+def test_layer_norm_mixed_dtypes_raise_like_torch():
+    def run(T):
+        x = ten(T, np.ones((2, 3)))
+        w32 = T.ones(3, dtype=T.float32)
+        return dict(w=err(lambda: T.nn.functional.layer_norm(x, (3,), w32)),
+                    b=err(lambda: T.nn.functional.layer_norm(x, (3,), None, w32)))
+
+    both(run)
 
 
 def test_layer_norm_integer_input_raises_like_torch():

@@ -468,29 +468,48 @@ def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, log):
                 d[q] += g[q] - np.exp(y[q]) * s if log else y[q] * (g[q] - s)
 
 
-@jit
+# reassoc lets the row sums vectorise (see kernels/norm.py); NaN and inf still propagate
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
 def k_layer_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    """layer_norm over groups of k: dx = rstd * (g - mean(g) - y * mean(g * y)) with
-    y = (x - mean) * rstd rebuilt from the saved input, mean and rstd (as torch saves)."""
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
-    if t < 0:
-        return
+    """NativeLayerNormBackward0 (input, weight, bias) over rows of k, with y = (x - mean) * rstd
+    rebuilt from the saved input, mean and rstd (as torch saves): db = sum of g,
+    dw = sum of g * y, dx = rstd * (gy - mean(gy) - y * mean(gy * y)) with gy = g * w."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    ip = hdr[b + H_IP]
+    k, has_w, has_b = xs[ip + 1], xs[ip + 2], xs[ip + 3]
+    tx = edge_target(edges, e0, st)
+    tw = edge_target(edges, e0 + 1, st) if has_w else -1
+    tb = edge_target(edges, e0 + 2, st) if has_b else -1
     kp = hdr[b + H_KP]
     x = saved(slots, v, kp)
     mean = saved(slots, v, kp + 1)
     rstd = saved(slots, v, kp + 2)
-    k = xs[hdr[b + H_IP] + 1]
+    w = saved(slots, v, kp + 3) if has_w else np.ones(k, g.dtype)
+    dx = target_buffer(tx, x.size, g1, bslot, bigs) if tx >= 0 else x[0:0]
+    dw = target_buffer(tw, k, g1, bslot, bigs) if tw >= 0 else x[0:0]
+    db = target_buffer(tb, k, g1, bslot, bigs) if tb >= 0 else x[0:0]
     for r in range(mean.size):
         o = r * k
         mu, s = mean[r], rstd[r]
+        if tb >= 0:
+            for i in range(k):
+                db[U(i)] += g[U(o + i)]
+        if tw >= 0:
+            for i in range(k):
+                dw[U(i)] += g[U(o + i)] * (x[U(o + i)] - mu) * s
+        if tx < 0:
+            continue
         sg = 0.0
         sgy = 0.0
         for i in range(k):
-            sg += g[o + i]
-            sgy += g[o + i] * (x[o + i] - mu) * s
+            gy = g[U(o + i)] * w[U(i)]
+            sg += gy
+            sgy += gy * (x[U(o + i)] - mu) * s
         mg, mgy = sg / k, sgy / k
         for i in range(k):
-            d[o + i] += s * (g[o + i] - mg - (x[o + i] - mu) * s * mgy)
+            dx[U(o + i)] += s * (g[U(o + i)] * w[U(i)] - mg - (x[U(o + i)] - mu) * s * mgy)
 
 
 # --- embedding -------------------------------------------------------------------------------------

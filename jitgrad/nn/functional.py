@@ -7,6 +7,7 @@ from .._tensor import Tensor, _rng
 from ..ops import derivatives as D
 from ..ops import functional as _F
 from ..ops.record import record
+from ..kernels.norm import layer_norm_forward
 from ..ops.functional import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401
 
 
@@ -170,8 +171,8 @@ def _shape_list(shape):
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last len(normalized_shape) dims,
-    var with correction 0. The normalisation is one compiled node (NativeLayerNormBackward0);
-    the affine part is an ordinary mul and add."""
+    var with correction 0: one NativeLayerNormBackward0 node with torch's three inputs
+    (input, weight, bias; None where absent), compiled forward and backward."""
     if isinstance(normalized_shape, (int, np.integer)):
         normalized_shape = (int(normalized_shape),)
     normalized_shape = tuple(int(d) for d in normalized_shape)
@@ -185,32 +186,28 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         raise RuntimeError(f"Given normalized_shape={_shape_list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(str(d) for d in normalized_shape)}], but got input of size"
                            f"{_shape_list(shape)}")
-    out = _normalize_last(input, int(np.prod(normalized_shape, dtype=np.int64)), eps)
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
-    return out
-
-
-_SCALAR_NAME = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
-
-
-def _normalize_last(input, k, eps):
     x = input._data
     if x.dtype.kind != "f":
         raise NotImplementedError(f"\"LayerNormKernelImpl\" not implemented for '{_SCALAR_NAME.get(x.dtype.name, x.dtype.name)}'")
-    x2 = np.ascontiguousarray(x).reshape(-1, k)
-    mean = x2.mean(axis=1, keepdims=True)
-    c = x2 - mean
-    rstd = 1.0 / np.sqrt((c * c).mean(axis=1, keepdims=True) + eps)
-    out = (c * rstd).astype(x.dtype, copy=False).reshape(x.shape)
-    res = _F._wrap(out)
-    if not _F._needs(input):
+    if any(p is not None and p._data.dtype != x.dtype for p in (weight, bias)):
+        raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
+    k = int(np.prod(normalized_shape, dtype=np.int64))
+    none = np.zeros(0, x.dtype)
+    w = none if weight is None else np.ascontiguousarray(weight._data).reshape(-1)
+    b = none if bias is None else np.ascontiguousarray(bias._data).reshape(-1)
+    out, mean, rstd = layer_norm_forward(np.ascontiguousarray(x).reshape(-1, k), w, b, weight is not None,
+                                         bias is not None, float(eps))
+    res = _F._wrap(out.reshape(x.shape))
+    inputs = (input, _ABSENT if weight is None else weight, _ABSENT if bias is None else bias)
+    if not _F._needs(*inputs):
         return res
-    # x itself is saved (not x2), so saved_tensors_hooks and _saved_self see the input tensor
-    return record(D.LAYER_NORM, res, (input,), (x, mean.reshape(-1).astype(x.dtype, copy=False),
-                                                rstd.reshape(-1).astype(x.dtype, copy=False)), (float(eps),), [k])
+    # x itself is saved (not a reshaped copy), so saved_tensors_hooks and _saved_self see the input
+    saved = (x, mean, rstd) if weight is None else (x, mean, rstd, weight._data)
+    return record(D.LAYER_NORM, res, inputs, saved, (float(eps),), [k, int(weight is not None), int(bias is not None)])
+
+
+_SCALAR_NAME = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+_ABSENT = _F._wrap(np.zeros(0))  # an input slot without a tensor: the node's next_functions entry is None
 
 
 # --- Embedding -------------------------------------------------------------------------------

@@ -86,7 +86,7 @@ STACK = alias("stack", CAT, "StackBackward0")
 SOFTMAX = structural("softmax", "SoftmaxBackward0", saves=("result",), rule=R.softmax_rule)
 LOG_SOFTMAX = structural("log_softmax", "LogSoftmaxBackward0", saves=("result",), rule=R.log_softmax_rule)
 CONVOLUTION = structural("convolution", "ConvolutionBackward0", saves=("self", "other"), rule=R.conv_rule)
-LAYER_NORM = structural("layer_norm", "NativeLayerNormBackward0", saves=("self", "mean", "rstd"),
+LAYER_NORM = structural("layer_norm", "NativeLayerNormBackward0", saves=("self", "mean", "rstd", "other"),
                         rule=R.layer_norm_rule)
 EMBEDDING = structural("embedding", "EmbeddingBackward0", saves=("aux", "coef"), rule=R.embedding_rule)
 NLL_LOSS = structural("nll_loss", "NllLossBackward0", saves=("target", "weight"), rule=R.nll_rule)

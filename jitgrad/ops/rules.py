@@ -121,10 +121,11 @@ def log_softmax_rule(grad, ri):
 
 
 def layer_norm_rule(grad, ri):
-    """dx = rstd * (g - mean(g) - y * mean(g * y)) per group of k; y and rstd are rebuilt
-    from the saved input with Tensor ops, so that under create_graph the second
-    derivative sees how they depend on x (the compiled kernel reads the saved values)."""
-    (k,) = ri.ints()
+    """dx = rstd * (gy - mean(gy) - y * mean(gy * y)) per group of k with gy = grad * weight,
+    dw = sum of grad * y, db = sum of grad; y and rstd are rebuilt from the saved input
+    with Tensor ops, so that under create_graph the second derivative sees how they depend
+    on x (the compiled kernel reads the saved values)."""
+    k, has_w, has_b = ri.ints()
     (eps,) = ri.floats(1)
     shape = ri.in_shape(0)
     rows = int(np.prod(shape, dtype=np.int64)) // k
@@ -133,8 +134,11 @@ def layer_norm_rule(grad, ri):
     rstd = F.reciprocal(F.sqrt(F.mean(c * c, 1, keepdim=True) + eps))
     y = c * rstd
     g = F.reshape(grad, (rows, k))
-    dx = (g - F.mean(g, 1, keepdim=True) - y * F.mean(g * y, 1, keepdim=True)) * rstd
-    return (F.reshape(dx, shape),)
+    gy = g * F.reshape(ri.saved_input(3, 1), (k,)) if has_w else g
+    dx = (gy - F.mean(gy, 1, keepdim=True) - y * F.mean(gy * y, 1, keepdim=True)) * rstd
+    dw = F.reshape(F.sum(g * y, 0), ri.in_shape(1)) if has_w else None
+    db = F.reshape(F.sum(g, 0), ri.in_shape(2)) if has_b else None
+    return (F.reshape(dx, shape), dw, db)
 
 
 def conv_rule(grad, ri):
