@@ -16,7 +16,7 @@ from ._grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_infere
                          set_grad_enabled)
 from ._tensor import (Size, Tensor, arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like,
                       manual_seed, ones, ones_like, rand, rand_like, randn, randn_like, tensor, zeros, zeros_like)
-from .ops.functional import (abs, add, allclose, amax, amin, argmax, argmin, bmm, cat, clamp, clip, clone, cos,
+from .ops.functional import (abs, add, addmm, allclose, amax, amin, argmax, argmin, bmm, cat, clamp, clip, clone, cos,
                              div, dot, eq, equal, erf, exp, expand, flatten, ge, gt, isfinite, isnan, le, log,
                              log_softmax, logical_and, logical_not, logical_or, lt, matmul, max, maximum, mean,
                              min, minimum, mm, mul, mv, ne, neg, permute, pow, prod, reciprocal, relu, reshape,

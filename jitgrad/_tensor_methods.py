@@ -26,7 +26,7 @@ _METHODS = {
     "reciprocal": F.reciprocal, "maximum": F.maximum, "minimum": F.minimum,
     "sum": F.sum, "mean": F.mean, "max": F.max, "min": F.min, "amax": F.amax, "amin": F.amin, "prod": F.prod,
     "argmax": F.argmax, "argmin": F.argmin,
-    "matmul": F.matmul, "mm": F.mm, "dot": F.dot, "mv": F.mv, "bmm": F.bmm, "trace": F.trace,
+    "matmul": F.matmul, "mm": F.mm, "addmm": F.addmm, "dot": F.dot, "mv": F.mv, "bmm": F.bmm, "trace": F.trace,
     "t": F.t, "transpose": F.transpose, "permute": F.permute, "reshape": F.reshape, "view": F.view,
     "flatten": F.flatten, "squeeze": F.squeeze, "unsqueeze": F.unsqueeze, "expand": F.expand,
     "expand_as": F.expand_as, "softmax": F.softmax, "log_softmax": F.log_softmax,

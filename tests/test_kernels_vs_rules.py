@@ -68,6 +68,9 @@ CASES = {
     "dot": (lambda: (t(4), t(4)), lambda a, b: a @ b),
     "mv": (lambda: (t(3, 4), t(4)), lambda a, b: a @ b),
     "bmm": (lambda: (t(2, 1, 3, 4), t(3, 4, 2)), lambda a, b: a @ b),
+    "addmm": (lambda: (t(1, 3), t(2, 4), t(3, 4)), lambda i, a, b: J.addmm(i, a, b.t(), beta=0.5, alpha=2.0)),
+    "linear_mm": (lambda: (t(2, 4), t(3, 4)), lambda x, w: J.nn.functional.linear(x, w)),
+    "unsafe_view": (lambda: (t(2, 3, 4), t(5, 4)), lambda x, w: J.nn.functional.linear(x, w)),
     "trace": (lambda: (t(3, 4),), J.trace),
     "permute": (lambda: (t(2, 3, 4),), lambda a: a.permute(2, 0, 1)),
     "transpose": (lambda: (t(2, 3, 4),), lambda a: a.transpose(0, 2)),
@@ -94,7 +97,7 @@ CASES = {
     "nll_loss": (lambda: (t(5, 3),), lambda a: J.nn.functional.nll_loss(
         a, J.tensor([0, 2, -100, 2, 1]), weight=J.tensor([0.5, 1.0, 2.0], dtype=J.float64), reduction="none")),
 }
-NOT_COMPILED = {"to_copy", "unsafe_view"}  # casts run in Python; unsafe_view is not produced yet
+NOT_COMPILED = {"to_copy"}  # casts run in Python
 
 
 def test_every_primitive_has_a_case():

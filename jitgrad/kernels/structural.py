@@ -342,6 +342,49 @@ def k_matmul(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 
 @jit
+def k_addmm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """addmm (and linear without bias, which has no first input): out = beta * input +
+    alpha * (A @ B), A (n x k), B (k x m). An operand that is the transpose of a contiguous
+    array (x @ W.t()) is saved as that array, flagged ta / tb, so the forward copies nothing;
+    the gemm then reads it with the transposition flipped."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    nin = hdr[b + H_NIN]
+    ip = hdr[b + H_IP]
+    n, k, m, ta, tb = xs[ip + 1], xs[ip + 2], xs[ip + 3], xs[ip + 4], xs[ip + 5]
+    beta, alpha = fp[hdr[b + H_FP]], fp[hdr[b + H_FP] + 1]
+    if nin == 3:
+        ti = edge_target(edges, e0, st)
+        if ti >= 0:  # beta * grad, summed back to the input's (broadcast) shape
+            pin = edges[3 * e0 + 2]
+            d = target_buffer(ti, shape_numel(xs, pin), g1, bslot, bigs)
+            mode, mm, mp = bcast_plan(xs, hdr[b + H_SHP], pin)
+            for i in range(n * m):
+                d[bidx(mode, mm, mp, i)] += beta * g[i]
+    ea = e0 + nin - 2
+    fresh_a = edges[3 * ea] >= 0 and not (st[edges[3 * ea]] & HAS)
+    fresh_b = edges[3 * ea + 3] >= 0 and not (st[edges[3 * ea + 3]] & HAS)
+    t_a = edge_target(edges, ea, st)
+    t_b = edge_target(edges, ea + 1, st)
+    kp = hdr[b + H_KP]
+    g2 = (g if alpha == 1.0 else (g * alpha).astype(g.dtype)).reshape((n, m))
+    if t_a >= 0:  # dA = G @ B^T
+        bm = saved(slots, v, kp + 1)
+        if tb:
+            dot_into(t_a, fresh_a, g2, False, bm.reshape((m, k)), False, n, k, g1, bslot, bigs)
+        else:
+            dot_into(t_a, fresh_a, g2, False, bm.reshape((k, m)), True, n, k, g1, bslot, bigs)
+    if t_b >= 0:  # dB = A^T @ G
+        a = saved(slots, v, kp)
+        fresh = fresh_b and t_a != t_b
+        if ta:
+            dot_into(t_b, fresh, a.reshape((k, n)), False, g2, False, k, m, g1, bslot, bigs)
+        else:
+            dot_into(t_b, fresh, a.reshape((n, k)), True, g2, False, k, m, g1, bslot, bigs)
+
+
+@jit
 def _batch_maps(xs, pa, pb, bo):
     """For each output batch index, the batch index of each operand (broadcast batch dims)."""
     na = max(xs[pa] - 2, 0)
@@ -608,7 +651,7 @@ def k_nll(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 ARGS = "row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st"
 KERNELS = {name: f"{fn}({ARGS})" for name, fn in {
     "sum": "k_sum", "amax": "k_amax", "max_dim": "k_scatter", "index_put": "k_index_put", "prod": "k_prod",
-    "matmul": "k_matmul", "trace": "k_trace", "permute": "k_permute", "view": "k_view", "expand": "k_expand",
+    "matmul": "k_matmul", "addmm": "k_addmm", "trace": "k_trace", "permute": "k_permute", "view": "k_view", "expand": "k_expand",
     "cat": "k_cat", "nll_loss": "k_nll", "convolution": "k_conv",
     "embedding": "k_embedding",
     "layer_norm": "k_layer_norm"}.items()}

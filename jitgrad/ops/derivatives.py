@@ -71,6 +71,8 @@ MATMUL = structural("matmul", "MmBackward0", saves=("self", "other"), rule=R.mat
 DOT = alias("dot", MATMUL, "DotBackward0")
 MV = alias("mv", MATMUL, "MvBackward0")
 BMM = alias("bmm", MATMUL, "UnsafeViewBackward0")
+ADDMM = structural("addmm", "AddmmBackward0", saves=("mat1", "mat2"), rule=R.addmm_rule)
+LINEAR_MM = alias("linear_mm", ADDMM, "MmBackward0")  # x @ W.t() without a bias: addmm's kernel, no input
 TRACE = structural("trace", "TraceBackward0", rule=R.trace_rule)
 PERMUTE = structural("permute", "PermuteBackward0", rule=R.permute_rule)
 TRANSPOSE = alias("transpose", PERMUTE, "TransposeBackward0")

@@ -537,6 +537,73 @@ def matmul(a, b):
     return record(spec, res, (a, b), (ad, bd))
 
 
+_SCALAR = {"float64": "Double", "float32": "Float", "int64": "Long", "int32": "Int", "bool": "Bool"}
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """beta * input + alpha * (mat1 @ mat2), input broadcast to the product's shape."""
+    for name, t in (("mat1", mat1), ("mat2", mat2)):
+        if t._data.ndim != 2:
+            raise RuntimeError(f"{name} must be a matrix, got {t._data.ndim}-D tensor")
+    n, m = mat1._data.shape[0], mat2._data.shape[1]
+    try:
+        np.broadcast_shapes(input._data.shape, (n, m))
+    except ValueError:
+        raise RuntimeError(f"The expanded size of the tensor ({m}) must match the existing size "
+                           f"({input._data.shape[-1]}) at non-singleton dimension 1.  Target sizes: [{n}, {m}].  "
+                           f"Tensor sizes: [{', '.join(str(d) for d in input._data.shape)}]") from None
+    return _mm_into(D.ADDMM, input, mat1, mat2, float(beta), float(alpha))
+
+
+def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
+    """The addmm primitive (and linear's bias-free mm when input is None). A transposed
+    operand, such as linear's W.t(), is saved as its contiguous base, flagged, instead of
+    being copied into a contiguous transpose."""
+    ad, bd = a._data, b._data
+    if ad.shape[1] != bd.shape[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({ad.shape[0]}x{ad.shape[1]} and "
+                           f"{bd.shape[0]}x{bd.shape[1]})")
+    if input is None and ad.dtype != bd.dtype:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {ad.dtype.name} != {bd.dtype.name}"
+                           .replace("float64", "double").replace("float32", "float"))
+    if input is not None:  # torch checks the input against mat2 first, then mat1
+        for name, x in (("self", input._data), ("mat1", ad)):
+            if x.dtype != bd.dtype:
+                got = " and ".join(_SCALAR.get(d.name, d.name) for d in (x.dtype, bd.dtype))
+                raise RuntimeError(f"{name} and mat2 must have the same dtype, but got {got}")
+    prod = ad @ bd
+    if alpha != 1.0:
+        prod *= alpha
+    if input is not None and beta != 0.0:
+        prod += input._data * beta if beta != 1.0 else input._data
+    res = _wrap(prod)
+    inputs = (a, b) if input is None else (input, a, b)
+    if not _needs(*inputs):
+        return res
+    packing = _packing[0] and _saved_hooks.stack  # packed values keep the operands as they are
+    ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
+    tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
+    return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha),
+                  [ad.shape[0], ad.shape[1], bd.shape[1], ta, tb])
+
+
+def linear(input, weight, bias=None):
+    """input @ weight.t() + bias as torch records it: AddmmBackward0 (MmBackward0 without a
+    bias) over TBackward0 of the weight; other than 2-D input with a bias is viewed as 2-D
+    around the addmm; without a bias it is a matmul."""
+    wt = t(weight)
+    x = input._data
+    spec = D.LINEAR_MM if bias is None else D.ADDMM
+    if x.ndim == 2:
+        return _mm_into(spec, bias, input, wt)
+    if x.ndim == 0 or x.shape[-1] != wt._data.shape[0] or (bias is None and x.ndim == 1):
+        out = matmul(input, wt)  # and matmul raises torch's error for bad shapes
+        return out if bias is None else out + bias
+    out = _mm_into(spec, bias, reshape(input, (-1, x.shape[-1])), wt)
+    shape = x.shape[:-1] + (wt._data.shape[1],)
+    return reshape(out, shape) if bias is not None else _view_like(D.RESHAPE_ALIAS, out, out._data.reshape(shape))
+
+
 def mm(a, b):
     if a._data.ndim != 2:
         raise RuntimeError("self must be a matrix")

@@ -186,12 +186,17 @@ def record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     return _record(spec, result, inputs, saved, fparams, iparams)
 
 
+# the input a saved value of that name is (mat1 / mat2: addmm's last two, with or without its first)
+_SAVED_INPUT = {"self": 0, "other": 1, "mat1": -2, "mat2": -1}
+
+
 def _record_packed(spec, result, inputs, saved, fparams, iparams):
     from .functional import _wrap
     tensors = []
     for name, arr in zip(spec.saves, saved):
         # the tensor PyTorch would pack: the input itself for self / other
-        t = inputs[0] if name == "self" else inputs[1] if name == "other" else None
+        j = _SAVED_INPUT.get(name)
+        t = inputs[j] if j is not None else None
         tensors.append(t if t is not None and t._data is arr else (result if arr is result._data else _wrap(arr)))
     out = _record(spec, result, inputs, (), fparams, iparams)
     _pack_row(out._tape, out._row, tensors)

@@ -78,6 +78,30 @@ def matmul_rule(grad, ri):
     return (F.reshape(ga, a.shape), F.reshape(gb, b.shape))
 
 
+def addmm_rule(grad, ri):
+    """beta * input + alpha * A @ B: input gets beta * grad summed to its shape, A gets
+    alpha * grad @ B^T, B gets alpha * A^T @ grad (no input when the row has two inputs)."""
+    n, k, m, ta, tb = ri.ints()
+    beta, alpha = ri.floats(2)
+    nin = ri.n_inputs()
+    a = _mat_operand(ri, 0, nin - 2, (n, k), ta)
+    b = _mat_operand(ri, 1, nin - 1, (k, m), tb)
+    g = grad * alpha if alpha != 1.0 else grad
+    ga = F.matmul(g, F.transpose(b, 0, 1))
+    gb = F.matmul(F.transpose(a, 0, 1), g)
+    if nin == 2:
+        return (ga, gb)
+    gi = F.sum_to(grad, ri.in_shape(0))
+    return (gi * beta if beta != 1.0 else gi, ga, gb)
+
+
+def _mat_operand(ri, k, j, shape, transposed):
+    """Saved operand k (input j) of an addmm row; a transposed one was saved as its base."""
+    if not transposed or ri.tape.packed.get(ri.row) is not None:
+        return ri.saved_input(k, j)
+    return ri.input(j, np.asarray(ri.saved(k, shape[::-1])).reshape(shape[::-1]).T)
+
+
 def trace_rule(grad, ri):
     rows, cols = ri.in_shape(0)
     return (grad * F._wrap(np.eye(rows, cols, dtype=grad._data.dtype)),)
