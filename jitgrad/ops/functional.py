@@ -217,6 +217,11 @@ def _unary(spec, npfn):
     return op
 
 
+def _erf_array(x):
+    from scipy.special import erf as _erf  # imported on first use: scipy.special is slow to import
+    return np.asarray(_erf(x)).astype(x.dtype if x.dtype.kind == "f" else np.float32, copy=False)
+
+
 def _sigmoid(x):
     with np.errstate(over="ignore"):
         return 1.0 / (1.0 + np.exp(-x))
@@ -229,16 +234,11 @@ sqrt = _unary(D.SQRT, np.sqrt)
 sin = _unary(D.SIN, np.sin)
 cos = _unary(D.COS, np.cos)
 tanh = _unary(D.TANH, np.tanh)
-erf = _unary(D.ERF, lambda x: _erf_array(x))
-
-
-def _erf_array(x):
-    from scipy.special import erf as _erf  # imported on first use: scipy.special is slow to import
-    return np.asarray(_erf(x)).astype(x.dtype if x.dtype.kind == "f" else np.float32, copy=False)
 sigmoid = _unary(D.SIGMOID, lambda x: _sigmoid(x).astype(x.dtype, copy=False))
 relu = _unary(D.RELU, lambda x: np.maximum(x, 0).astype(x.dtype, copy=False))
 abs = _unary(D.ABS, np.abs)  # noqa: A001
 clone = _unary(D.CLONE, np.copy)
+erf = _unary(D.ERF, _erf_array)
 
 
 def sign(x):
