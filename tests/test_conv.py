@@ -340,3 +340,42 @@ def test_max_pool2d_nan_and_inf():
                     gx=X.grad)
 
     both(run)
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same'")
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("padding,kernel,shape", [(1, 3, (2, 2, 5, 6)), ((2, 1), (3, 2), (2, 5, 4)), ("same", (3, 4), (1, 2, 5, 6))],
+                         ids=["p1", "asym-unbatched", "same"])
+def test_conv2d_padding_modes(mode, padding, kernel, shape):
+    r = np.random.default_rng(12)
+    x = r.standard_normal(shape)
+    w = r.standard_normal((3, shape[-3]) + _kk(kernel))
+
+    def run(T):
+        conv = nn_(T).Conv2d(shape[-3], 3, kernel, padding=padding, padding_mode=mode).to(T.float64)
+        with T.no_grad():
+            conv.weight.copy_(T.tensor(w))
+            conv.bias.copy_(T.tensor(np.arange(3.0)))
+        X = T.tensor(x, requires_grad=True)
+        y = conv(X)
+        (gx,) = T.autograd.grad((y * y).sum(), X, create_graph=True)
+        gx.sum().backward()
+        node = y.grad_fn if y.dim() == 4 else y.grad_fn.next_functions[0][0]   # unbatched: under a squeeze
+        pad_node = node.next_functions[0][0].name()
+        return dict(y=y, gx=gx, ggx=X.grad, gw=conv.weight.grad, repr=repr(conv),
+                    pad_node=pad_node if mode != "circular" else None)
+
+    both(run)
+
+
+def test_conv2d_padding_mode_errors():
+    def run(T):
+        nn = nn_(T)
+        x = T.zeros(1, 2, 3, 3)
+        return [_err(lambda: nn.Conv2d(2, 3, 3, padding=(1, 3), padding_mode="reflect")(x)),
+                _err(lambda: nn.Conv2d(2, 3, 3, padding=(3, 1), padding_mode="reflect")(x)),
+                _err(lambda: nn.Conv2d(2, 3, 3, padding=(4, 1), padding_mode="circular")(x)),
+                # torch lists the modes from a set, in no fixed order: compare the start
+                _err(lambda: nn.Conv2d(2, 3, 3, padding=1, padding_mode="mirror"))[1][:27]]
+
+    both(run)

@@ -91,6 +91,8 @@ CASES = {
                    lambda a: J.nn.functional.max_pool2d(a, 3, stride=2, padding=1)),
     "embedding": (lambda: (t(5, 3),), lambda w: J.nn.functional.embedding(
         J.tensor([[4, 1, 4], [0, 2, 1]]), w, padding_idx=0, scale_grad_by_freq=True)),
+    "reflection_pad2d": (lambda: (t(2, 3, 4),), lambda a: J.nn.conv._pad2d(a, (1, 2, 3, 0), "reflect")),
+    "replication_pad2d": (lambda: (t(2, 3, 4),), lambda a: J.nn.conv._pad2d(a, (2, 0, 1, 3), "replicate")),
     "layer_norm": (lambda: (t(3, 2, 4, sign=True), t(2, 4, sign=True), t(2, 4)),
                    lambda a, w, b: J.nn.functional.layer_norm(a, (2, 4), w, b)),
     # repeated and ignored targets, class weights, one loss per row

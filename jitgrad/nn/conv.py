@@ -137,6 +137,42 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _convolution(input, weight, bias, stride, pads, dilation, groups)
 
 
+def _pad_source(n, lo, hi, mode):
+    """For each position of a dimension of size n padded by (lo, hi), where it reads from."""
+    i = np.arange(-lo, n + hi)
+    if mode == "reflect":
+        i = np.abs(i)
+        return np.where(i >= n, 2 * (n - 1) - i, i)
+    if mode == "replicate":
+        return np.clip(i, 0, n - 1)
+    return i % n  # circular
+
+
+_PAD_SPEC = {"reflect": D.REFLECTION_PAD2D, "replicate": D.REPLICATION_PAD2D, "circular": D.INDEX}
+
+
+def _pad2d(x, pads, mode):
+    """The last two dims of x padded by pads = (top, bottom, left, right) in a non-zero
+    padding mode: a gather from the input (its gradient scatter-adds back), recorded under
+    torch's node name (circular, which torch builds from copies, records IndexBackward0)."""
+    shape = tuple(x.shape)
+    h, w = shape[-2:]
+    pt, pb, pl, pr = pads
+    if mode == "reflect":
+        # torch checks the width first; its messages number the pads as arguments #4 and #6
+        for arg, dim, (lo, hi), size in ((4, len(shape) - 1, (pl, pr), w), (6, len(shape) - 2, (pt, pb), h)):
+            if lo >= size or hi >= size:
+                raise RuntimeError(f"Argument #{arg}: Padding size should be less than the corresponding input "
+                                   f"dimension, but got: padding ({lo}, {hi}) at dimension {dim} of input {_size(shape)}")
+    if mode == "circular" and max(pt, pb) > h or mode == "circular" and max(pl, pr) > w:
+        raise RuntimeError("Padding value causes wrapping around more than once.")
+    rows, cols = _pad_source(h, pt, pb, mode), _pad_source(w, pl, pr, mode)
+    planes = int(np.prod(shape[:-2], dtype=np.int64))
+    idx = (np.arange(planes)[:, None, None] * (h * w) + rows[None, :, None] * w + cols[None, None, :]).reshape(-1)
+    out_shape = shape[:-2] + (rows.size, cols.size)
+    return _F.index_flat(x, idx, out_shape, _PAD_SPEC[mode])
+
+
 class Conv2d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
                  bias=True, padding_mode="zeros", device=None, dtype=None):
@@ -150,8 +186,6 @@ class Conv2d(Module):
         if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
             raise ValueError("padding_mode must be one of ['zeros', 'reflect', 'replicate', 'circular'], "
                              f"but got padding_mode='{padding_mode}'")
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"jitgrad: Conv2d with padding_mode='{padding_mode}' is not supported")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = _pair(kernel_size, "kernel_size")
         self.stride = _pair(stride, "stride")
@@ -180,7 +214,12 @@ class Conv2d(Module):
         init.default_layer_init_(self.weight, self.bias)
 
     def forward(self, x):
-        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        if self.padding_mode == "zeros":
+            return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        # as torch: pad in the given mode, then convolve without padding
+        pads = _conv_pads(self.padding, self.kernel_size, self.dilation, self.stride)
+        return conv2d(_pad2d(x, pads, self.padding_mode), self.weight, self.bias, self.stride, 0, self.dilation,
+                      self.groups)
 
     def extra_repr(self):
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"

@@ -64,6 +64,8 @@ INDEX = alias("index", MAX_DIM, "IndexBackward0")  # same kernel: scatter grad a
 SELECT = alias("select", MAX_DIM, "SelectBackward0")
 SLICE = alias("slice", MAX_DIM, "SliceBackward0")
 MAX_POOL2D = alias("max_pool2d", MAX_DIM, "MaxPool2DWithIndicesBackward0")
+REFLECTION_PAD2D = alias("reflection_pad2d", MAX_DIM, "ReflectionPad2DBackward0")   # Conv2d padding modes
+REPLICATION_PAD2D = alias("replication_pad2d", MAX_DIM, "ReplicationPad2DBackward0")
 INDEX_PUT = structural("index_put", "IndexPutBackward0", saves=("aux",), rule=R.gather_rule)
 PROD = structural("prod", "ProdBackward1", saves=("self", "result"), rule=R.prod_rule)
 PROD_ALL = alias("prod_all", PROD, "ProdBackward0")
