@@ -6,12 +6,19 @@ them. The arithmetic is in the same order as torch's single-tensor Adam, with ev
 scalar computed in Python floats (1 - beta1, 1 - lr * wd, ...) and only then cast to the
 parameter's dtype (`sc` is an array of that dtype), as numpy and torch do for float32:
 computing 1 - beta1 in float32 would give a different rounding.
+
+A step is one compiled call over all of a group's parameters (per dtype): Python collects
+each parameter's arrays as addresses (`Batch`), and the kernel reads them in place
+through pointers, as the backward scheduler reads saved values (kernels/pointers.py).
 """
 import math
 
 import numba
 import numpy as np
 from numba import njit
+
+from ..autograd._tape import _address
+from ..kernels.pointers import view
 
 _jit = njit(cache=True, nogil=True, error_model="numpy")
 
@@ -43,11 +50,53 @@ def available(*arrays):
     return not numba.config.DISABLE_JIT and all(a.flags.c_contiguous for a in arrays)
 
 
-def adam_step(d, g, m, v, vmax, lr, b1, b2, eps, wd, step_size, bc2_sqrt, decoupled, amsgrad):
-    sc = np.array([1 - b1, b2, 1 - b2, eps, wd, step_size, bc2_sqrt, 1 - lr * wd], dtype=d.dtype)
-    g = np.ascontiguousarray(g, dtype=d.dtype)
-    _adam(d.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1), (vmax if vmax is not None else m).reshape(-1),
-          sc, decoupled, amsgrad)
+@_jit
+def _adam_all(ptrs, sizes, sc, like, decoupled, amsgrad):
+    """ptrs[p]: param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq addresses; sc[p] its scalars."""
+    for p in range(sizes.size):
+        n = sizes[p]
+        _adam(view(ptrs[p, 0], n, like), view(ptrs[p, 1], n, like), view(ptrs[p, 2], n, like),
+              view(ptrs[p, 3], n, like), view(ptrs[p, 4], n, like), sc[p], decoupled, amsgrad)
+
+
+class Batch:
+    """The parameters of one step that the kernel takes, by dtype: their arrays' addresses
+    and each one's scalars. The arrays are held until the call, so the addresses stay
+    valid. A parameter's own and state arrays live across steps, so their addresses are
+    kept in `cache` (the optimizer's) and reused while the same arrays are there; only the
+    gradient, new each step, is looked up every time."""
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.by_dtype = {}
+
+    def add(self, key, d, g, state, scalars):
+        if g.dtype != d.dtype or not g.flags.c_contiguous:
+            g = np.ascontiguousarray(g, dtype=d.dtype)
+        fixed = (d,) + state
+        hit = self.cache.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], fixed)):
+            hit = self.cache[key] = (fixed, [_address(a) for a in fixed])
+        held, ptrs, sizes, sc = self.by_dtype.setdefault(d.dtype, ([], [], [], []))
+        held.append(g)
+        addrs = hit[1]
+        ptrs.append([addrs[0], _address(g)] + addrs[1:])
+        sizes.append(d.size)
+        sc.append(scalars)
+
+    def groups(self):
+        for dtype, (held, ptrs, sizes, sc) in self.by_dtype.items():
+            yield (np.array(ptrs, np.int64), np.array(sizes, np.int64), np.array(sc, dtype), np.zeros(0, dtype))
+
+
+def adam_add(batch, p, d, g, m, v, vmax, lr, b1, b2, eps, wd, step_size, bc2_sqrt):
+    batch.add(p, d, g, (m, v, vmax if vmax is not None else m),
+              (1 - b1, b2, 1 - b2, eps, wd, step_size, bc2_sqrt, 1 - lr * wd))
+
+
+def adam_run(batch, decoupled, amsgrad):
+    for ptrs, sizes, sc, like in batch.groups():
+        _adam_all(ptrs, sizes, sc, like, decoupled, amsgrad)
 
 
 @_jit
@@ -66,8 +115,20 @@ def _sgd(d, g, buf, sc, first, momentum, nesterov):
         d[i] = d[i] - lr * gi
 
 
-def sgd_step(d, g, buf, lr, wd, mom, damp, first, nesterov):
-    sc = np.array([lr, wd, mom, 1 - damp], dtype=d.dtype)
-    g = np.ascontiguousarray(g, dtype=d.dtype)
-    _sgd(d.reshape(-1), g.reshape(-1), (buf if buf is not None else d).reshape(-1), sc, first, buf is not None,
-         nesterov)
+@_jit
+def _sgd_all(ptrs, sizes, sc, like, momentum, nesterov):
+    """ptrs[p]: param, grad, momentum buffer (or param) addresses; sc[p]: lr, wd, momentum,
+    1 - dampening, and 1 where the buffer was just created (torch clones the gradient)."""
+    for p in range(sizes.size):
+        n = sizes[p]
+        _sgd(view(ptrs[p, 0], n, like), view(ptrs[p, 1], n, like), view(ptrs[p, 2], n, like), sc[p],
+             sc[p, 4] != 0, momentum, nesterov)
+
+
+def sgd_add(batch, p, d, g, buf, lr, wd, mom, damp, first):
+    batch.add(p, d, g, (buf if buf is not None else d,), (lr, wd, mom, 1 - damp, float(first)))
+
+
+def sgd_run(batch, momentum, nesterov):
+    for ptrs, sizes, sc, like in batch.groups():
+        _sgd_all(ptrs, sizes, sc, like, momentum, nesterov)

@@ -21,6 +21,7 @@ class Adam(Optimizer):
 
     def _update(self, group):
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        batch = _kernels.Batch(self._addresses)
         for p in self._params_with_grad(group):
             d = _data(p)
             g = p.grad._data
@@ -40,11 +41,11 @@ class Adam(Optimizer):
             bc1 = 1 - b1 ** step
             bc2_sqrt = math.sqrt(1 - b2 ** step)
             if _kernels.available(d, m, v):
-                _kernels.adam_step(d, g, m, v, vmax, lr, b1, b2, eps, wd, lr / bc1, bc2_sqrt, self._decoupled,
-                                   group["amsgrad"])
+                _kernels.adam_add(batch, p, d, g, m, v, vmax, lr, b1, b2, eps, wd, lr / bc1, bc2_sqrt)
             else:
                 self._numpy_update(d, g, m, v, vmax, lr, b1, b2, eps, wd, bc1, bc2_sqrt)
             p._bump()
+        _kernels.adam_run(batch, self._decoupled, group["amsgrad"])  # one call for the whole group
 
     def _numpy_update(self, d, g, m, v, vmax, lr, b1, b2, eps, wd, bc1, bc2_sqrt):
         """The same update as _kernels._adam, for arrays it cannot take and for the

@@ -20,6 +20,7 @@ class Optimizer:
         self.defaults = defaults
         self.state = {}
         self.param_groups = []
+        self._addresses = {}  # the compiled step's cache of array addresses (optim/_kernels.Batch)
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, "
                             f"but got {type(params).__name__}")

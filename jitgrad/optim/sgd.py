@@ -18,6 +18,7 @@ class SGD(Optimizer):
 
     def _update(self, group):
         lr, mom, damp, wd = group["lr"], group["momentum"], group["dampening"], group["weight_decay"]
+        batch = _kernels.Batch(self._addresses)
         for p in self._params_with_grad(group):
             d = _data(p)
             g = p.grad._data
@@ -31,10 +32,11 @@ class SGD(Optimizer):
                     first = True
                 buf = state["momentum_buffer"]._data
             if _kernels.available(d, *(() if buf is None else (buf,))):
-                _kernels.sgd_step(d, g, buf, lr, wd, mom, damp, first, group["nesterov"])
+                _kernels.sgd_add(batch, p, d, g, buf, lr, wd, mom, damp, first)
             else:
                 self._numpy_update(d, g, buf, lr, wd, mom, damp, first, group["nesterov"])
             p._bump()
+        _kernels.sgd_run(batch, bool(mom), group["nesterov"])  # one call for the whole group
 
     @staticmethod
     def _numpy_update(d, g, buf, lr, wd, mom, damp, first, nesterov):
