@@ -61,3 +61,35 @@ def set_default_dtype(d):
     if not (isinstance(d, dtype) and d.is_floating_point):
         raise TypeError("only floating-point types are supported as the default type")
     _default_dtype[0] = d
+
+
+# -- type promotion, as torch.result_type ---------------------------------------------
+# numpy's rules differ from torch's in two ways that matter to users: an int array with a
+# float32 one gives float64 (torch: float32), and a 0-d float64 array beside a float32 one
+# gives float64 (torch: float32, since a 0-d operand only decides the result's category).
+_CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2}
+
+
+def promote_types(a, b):
+    """torch.promote_types on numpy dtypes: the higher category wins; within one, the wider."""
+    ca, cb = _CATEGORY[a.kind], _CATEGORY[b.kind]
+    if ca == cb:
+        return np.promote_types(a, b)
+    return a if ca > cb else b
+
+
+def result_type(a, b):
+    """torch's result dtype of an op on arrays a and b (0-d arrays and numpy scalars count as
+    zero-dim tensors, which rank below dimensioned ones)."""
+    da, db = a.dtype, b.dtype
+    if da == db:
+        return da
+    if (a.ndim == 0) == (b.ndim == 0):
+        return promote_types(da, db)
+    dim, zero = (db, da) if a.ndim == 0 else (da, db)
+    # c10's combine_categories(dim result, zero-dim result)
+    if dim.kind == "f":
+        return dim
+    if dim.kind == "b" or zero.kind == "f":
+        return promote_types(dim, zero)
+    return dim

@@ -120,12 +120,18 @@ class Tape:
         self.xs.extend(values)
         return p
 
-    def save(self, arr, check=True):
+    def save(self, arr, check=True, want=None):
         """Save an ndarray for the kernels; returns its slot. One-element values are copied
         inline (cheaper than holding them), larger ones are held and read by address.
         check=False: no gradient that will be computed reads it, so an in-place write to
-        it later is no error (PyTorch would not have saved it)."""
+        it later is no error (PyTorch would not have saved it).
+        want: the dtype the kernel reads this value at (None: only the Python engine reads
+        it). The compiled code reads by address, so a value of any other dtype or layout is
+        converted here; the copy is version-stamped by the storage it came from."""
         k = len(self.slots) // 3
+        src = arr
+        if want is not None and arr.dtype != want:
+            arr = arr.astype(want)
         n = arr.size
         if n == 1 and arr.dtype == np.float64:
             self.slots.frombytes(pack_slot(-len(self.v64) - 1, 1, 0))
@@ -134,13 +140,17 @@ class Tape:
             self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1, 1))
             self.v32.append(arr.item())
         else:
+            if not isinstance(arr, np.ndarray):
+                arr = np.asarray(arr)
             if not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr)
             self.slots.frombytes(pack_slot(_address(arr), n, len(self.keep)))
             # the row these saves belong to is the next one; until some in-place write has
-            # happened in this process every storage is at version 0, so no stamp is needed
+            # happened in this process every storage is at version 0, so no stamp is needed,
+            # except on a copy, whose own storage no in-place write will ever reach
             if check:
-                self.kept.append((k, self.nrows, versions.stamp(arr) if versions.generation[0] else None))
+                stamp = versions.stamp(src) if versions.generation[0] or arr is not src else None
+                self.kept.append((k, self.nrows, stamp))
             self.keep.append(arr)
             self.keep_bytes += arr.nbytes
             if self.keep_bytes >= MAX_KEEP_BYTES:

@@ -18,6 +18,7 @@ _gm_state = _grad_mode._state
 _new = object.__new__
 
 _f64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
 
 
 def _wrap(arr):
@@ -59,9 +60,13 @@ def _broadcast_error(sa, sb):
 
 
 def _scalar_dtype(t, s):
+    """The result dtype of tensor t with Python number s, as torch: a number only decides the
+    category (float beside an int tensor gives the default dtype, int beside bool int64)."""
     d = t._data.dtype
     if isinstance(s, float) and d.kind != "f":
         return _dtype.get_default_dtype().np
+    if d.kind == "b" and type(s) is int:
+        return _I64
     return d
 
 
@@ -135,10 +140,16 @@ def _binary(spec, npfn, a, b):
     else:
         if not isinstance(b, Tensor):
             b = _wrap(np.asarray(b, dtype=ad.dtype))
+        bd = b._data
+        if bd.dtype != ad.dtype:
+            # compute at torch's result dtype, not numpy's (recording casts the saved copies)
+            dt = _dtype.result_type(ad, bd)
+            ad = ad if ad.dtype == dt else ad.astype(dt)
+            bd = bd if bd.dtype == dt else bd.astype(dt)
         try:
-            out = npfn(ad, b._data)
+            out = npfn(ad, bd)
         except ValueError:
-            raise _broadcast_error(ad.shape, b._data.shape) from None
+            raise _broadcast_error(ad.shape, bd.shape) from None
     return _ew(spec, out, a, b)
 
 
@@ -174,7 +185,10 @@ def div(a, b, rounding_mode=None):
             return _binary(D.DIV, fn, a, b)
     if not isinstance(a, Tensor):
         return mul(reciprocal(b), a)  # PyTorch: 2 / x is reciprocal then MulBackward0
-    return _binary(D.DIV, np.true_divide, _as_float(a), _as_float(b))
+    if a._data.dtype.kind != "f" and not (isinstance(b, Tensor) and b._data.dtype.kind == "f"):
+        # true division of integers gives the default dtype; with a float operand, promotion does
+        a, b = _as_float(a), _as_float(b)
+    return _binary(D.DIV, np.true_divide, a, b)
 
 
 def _as_float(t):
@@ -278,8 +292,9 @@ def where(cond, a, b):
         out = np.asarray(np.where(c, ad, bd))
     except ValueError:
         raise _broadcast_error(ad.shape, bd.shape) from None
-    if out.dtype != like._data.dtype and like._data.dtype.kind == "f":
-        out = out.astype(np.result_type(ad.dtype, bd.dtype) if ta is not None and tb is not None else like._data.dtype)
+    dt = _dtype.result_type(ad, bd)  # a Python number was made a 0-d array of its torch dtype
+    if out.dtype != dt:
+        out = out.astype(dt)
     ta = ta if ta is not None else _wrap(np.asarray(ad, dtype=out.dtype))
     tb = tb if tb is not None else _wrap(np.asarray(bd, dtype=out.dtype))
     aux = _wrap(np.broadcast_to(c, out.shape))

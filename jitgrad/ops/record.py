@@ -102,13 +102,20 @@ def _link(tape, row, result):
     return result
 
 
-def _save_all(tape, saved, dt, unneeded=()):
+_NP = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}
+_I64 = np.dtype(np.int64)
+
+
+def _save_all(tape, saved, dt, unneeded=(), index=()):
+    """Save each value at the dtype its kernel reads it: int64 where `index` says so, else
+    the row's float dtype (a bool mask, an int or other-float operand is cast here)."""
     kp = len(tape.slots) // 3
+    want = _NP.get(dt)
     for i, x in enumerate(saved):
         if type(x) is float:
             tape.save_scalar(x, dt)
         else:
-            tape.save(x, i not in unneeded)
+            tape.save(x, i not in unneeded, _I64 if index and index[i] else want)
     return kp
 
 
@@ -235,7 +242,7 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
             edges.append(-1)
             edges.append(0)
         edges.append(tape.shape(t._data.shape))
-    kp = _save_all(tape, saved, dt)
+    kp = _save_all(tape, saved, dt, (), spec.index_saves)
     fp = len(tape.fp)
     if fparams:
         tape.fp.extend(fparams)

@@ -21,6 +21,9 @@ from ..autograd.graph import SPECS, _make_node_class
 
 FUNCS = ("exp", "log", "cos", "sin", "sqrt", "sign", "where", "erf", "tanh")
 _VARS = ("self", "other", "result", "aux")
+# Saved values a structural kernel reads as int64 indices (saved_index in kernels/structural.py);
+# every other saved value is read at the row's float dtype. Recording casts to these (_tape.save).
+INDEX_SAVES = ("aux", "target")
 
 REGISTRY = {}   # name -> OpSpec
 BY_OP = SPECS   # opcode -> OpSpec (shared with autograd.graph, which names rows by it)
@@ -28,7 +31,7 @@ BY_OP = SPECS   # opcode -> OpSpec (shared with autograd.graph, which names rows
 
 class OpSpec:
     __slots__ = ("name", "node_name", "op", "base", "kind", "grads", "saves", "rule", "cls",
-                 "nparams", "_code", "save_users")
+                 "nparams", "_code", "save_users", "index_saves")
 
     def __init__(self, name, node_name, kind, grads=(), saves=(), rule=None, nparams=0):
         self.name = name
@@ -47,6 +50,8 @@ class OpSpec:
         # per saved value, the inputs whose gradient formula reads it (elementwise ops)
         self.save_users = tuple(tuple(j for j, g in enumerate(grads) if g and name in re.findall(r"[A-Za-z_]\w*", g))
                                 for name in self.saves) if kind == "ew" else ()
+        # per saved value: read as int64 indices (True) or at the row's dtype
+        self.index_saves = tuple(kind == "struct" and n in INDEX_SAVES for n in self.saves)
         self.cls = _make_node_class(node_name)
         self._code = None
         BY_OP.append(self)
