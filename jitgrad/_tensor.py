@@ -145,9 +145,13 @@ class Tensor:
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}")
             if value._data.dtype != self._data.dtype:
-                raise RuntimeError("assigned grad has data of a different type")
+                raise RuntimeError(f"attempting to assign a gradient with dtype '{_C_NAMES[value._data.dtype.name]}' "
+                                   f"to a tensor with grad_dtype '{_C_NAMES[self._data.dtype.name].capitalize()}'. "
+                                   "The gradient must match the tensor's grad_dtype (defaults to the tensor's dtype).")
             if value._data.shape != self._data.shape:
-                raise RuntimeError("assigned grad has data of a different size")
+                raise RuntimeError(f"attempting to assign a gradient of size '{_shape_str(value._data.shape)}' to a "
+                                   f"tensor of size '{_shape_str(self._data.shape)}'. Please ensure that the "
+                                   "gradient and the tensor are the same size")
         self._grad = value
 
     @grad.deleter
@@ -222,7 +226,15 @@ class Tensor:
 
     @data.setter
     def data(self, value):
+        old = self._data
         self._data = value._data
+        if old.shape != self._data.shape or old.dtype != self._data.dtype:
+            # rows already recorded keep the old size: backward checks the tapes this
+            # tensor's gradient flows through (autograd/_compiled.check_edge_shapes)
+            acc = self._acc() if self._acc is not None else None
+            for tape in (self._tape, acc._tape if acc is not None else None):
+                if tape is not None:
+                    tape.reshaped = True
 
     def detach(self):
         return Tensor._make(self._data)  # shares the storage, hence its version counter
@@ -480,3 +492,11 @@ rand_like = _like(rand)
 
 def full_like(t, fill_value, dtype=None, requires_grad=False, device=None):
     return full(t._data.shape, fill_value, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+# scalar type names as PyTorch's C++ messages print them
+_C_NAMES = {"float64": "double", "float32": "float", "int64": "long int", "int32": "int", "bool": "bool"}
+
+
+def _shape_str(shape):
+    return f"[{', '.join(str(s) for s in shape)}]"

@@ -18,10 +18,10 @@ from ..ops import functional as F
 from ..ops.record import OP_OUT
 from . import _pyengine as pyengine
 from ._pyengine import _freed_error, input_grads
-from .function import FunctionNode
-from .graph import AccumulateGrad, node_for
+from .function import FunctionNode, validate_gradient
+from .graph import SPECS, AccumulateGrad, node_for
 from .hooks import leaf_hooks, run_node_posthooks, run_node_prehooks, run_tensor_hooks
-from ._tape import DT_F32, DT_F64, DT_OTHER, H_E0, H_IP, H_SHP, HW, close_current_tape, live_tape
+from ._tape import DT_F32, DT_F64, H_DT, H_E0, H_IP, H_NIN, H_NUMEL, H_OP, H_SHP, HW, close_current_tape, live_tape
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 
@@ -66,6 +66,13 @@ class _TapeRun:
             offs = np.zeros(len(vals) + 1, np.int64)
             np.cumsum([a.size for a in vals], out=offs[1:])
             vals = np.concatenate(vals)
+        numel = np.frombuffer(tape.hdr, np.int64)[H_NUMEL::HW]
+        bad = np.flatnonzero(numel[rows] != np.diff(offs))
+        if bad.size:  # the kernels would copy one size into a buffer of another
+            row = int(rows[bad[0]])
+            raise RuntimeError(f"Function {node_for(tape, row).name()} got a gradient of {int(np.diff(offs)[bad[0]])} "
+                               f"elements, but its output has {int(numel[row])}: a tensor's .data changed size "
+                               "after it was used")
         sink_rows = np.fromiter(sinks, np.int64, len(sinks))
         self.where = {r: i for i, r in enumerate(sinks)}
         sched = scheduler()
@@ -133,9 +140,19 @@ class _TapeRun:
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
         return F._wrap(scheduler().grad_of(row, _view(self.tape.hdr, np.int64, HW), g1, bslot, bigs).reshape(shape))
 
+    def _buffer(self, row, g):
+        """g's data as the flat array the scheduler copies into row's gradient buffer: at
+        the run's dtype and, checked here, of the row's size (hooks and Python nodes are
+        validated before this; this is the last line before compiled code writes it)."""
+        a = np.ascontiguousarray(g._data, dtype=self.npd).reshape(-1)
+        n = self.tape.hdr[row * HW + H_NUMEL]
+        if a.size != n:
+            raise RuntimeError(f"Function {node_for(self.tape, row).name()} got a gradient of {a.size} elements, "
+                               f"but its output has {n}")
+        return a
+
     def _set_grad(self, row, g, g1, bslot, bigs):
-        scheduler().set_grad(row, np.ascontiguousarray(g._data, dtype=self.npd).reshape(-1),
-                             _view(self.tape.hdr, np.int64, HW), g1, bslot, bigs, self.st)
+        scheduler().set_grad(row, self._buffer(row, g), _view(self.tape.hdr, np.int64, HW), g1, bslot, bigs, self.st)
 
     def _run_pre_hooks(self, row, g1, bslot, bigs):
         """The hooks of the tensor whose gradient is `row`'s, then (at a node's own row)
@@ -207,8 +224,8 @@ class _TapeRun:
             t = tape.edges[3 * (e0 + j)]
             if g is None or t < 0 or not st[t] & RECV:
                 continue
-            scheduler().contribute(t, np.ascontiguousarray(g._data, dtype=self.npd).reshape(-1),
-                                   _view(tape.hdr, np.int64, HW), g1, bslot, bigs, st)
+            g = validate_gradient(node.name(), j, g, tape.shape_at(tape.edges[3 * (e0 + j) + 2]), self.npd)
+            scheduler().contribute(t, self._buffer(t, g), _view(tape.hdr, np.int64, HW), g1, bslot, bigs, st)
 
 
 def _n_outputs(tape, row):
@@ -253,11 +270,19 @@ def run(roots, grads, targets, retain):
                 if runs[ft.id].st[frow] & RECV:
                     r.st[row] |= RECV
             mark_need(_view(t.hdr, np.int64, HW), _view(t.edges, np.int64, 3), t.nrows, r.st)
+    code = _DT[npd]
     for t in tapes:
-        if (t.needs_python() or leaf_hooks[0]) and _mixed(t):
-            # decided before any hook runs: a run abandoned halfway would run hooks twice
+        if not _runs_at(t, code):
+            # decided before any tape is swept: a run abandoned halfway would already have
+            # run hooks and freed the saved values of the tapes swept before
             return FALLBACK
-    for tg, g in zip(roots, grads):
+        if t.reshaped:
+            check_edge_shapes(t)
+    for i, (tg, g) in enumerate(zip(roots, grads)):
+        shape = tg.tape.shape_at(tg.tape.hdr[tg.row * HW + H_SHP])
+        if g._data.shape != shape:  # the output's .data changed shape after it was recorded
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {F._torch_size(g._data.shape)} "
+                               f"and output[{i}] has a shape of {F._torch_size(shape)}.")
         runs[tg.tape.id].seed(tg.row, g._data)
     captured = {}
     leaves = []
@@ -300,10 +325,48 @@ def run(roots, grads, targets, retain):
     return captured, leaves, retained
 
 
-def _mixed(tape):
-    """Whether the tape holds a row the compiled path does not run (mixed dtypes)."""
-    dts = np.frombuffer(tape.hdr, np.int64)[1::HW]
-    return bool((dts == DT_OTHER).any())
+_is_sink = [np.zeros(0, bool)]
+
+
+def _sinks():
+    """Per opcode: a sink row (leaf, edge into another tape, a node run in Python)."""
+    if len(_is_sink[0]) != len(SPECS):
+        _is_sink[0] = np.array([s.kind == "sink" for s in SPECS], bool)
+    return _is_sink[0]
+
+
+def _runs_at(tape, code):
+    """Whether every node row of the tape runs at dtype `code` (the compiled path keeps one
+    dtype per call). Each row is scanned once in the tape's life: the dtypes seen so far
+    are kept as a bit mask."""
+    n = tape.dt_scanned
+    if n < tape.nrows:
+        hdr = np.frombuffer(tape.hdr, np.int64).reshape(-1, HW)[n:]
+        for d in np.unique(hdr[~_sinks()[hdr[:, H_OP]], H_DT]):
+            tape.dt_seen |= 1 << int(d)
+        tape.dt_scanned = tape.nrows
+    return not tape.dt_seen & ~(1 << code)
+
+
+def check_edge_shapes(tape):
+    """After `.data` gave a recorded tensor another shape or dtype, ops recorded since read
+    it at the new one, but its row (and so its gradient buffer) has the old: PyTorch's
+    error, before the kernels would write one size into a buffer of another."""
+    hdr = np.frombuffer(tape.hdr, np.int64).reshape(-1, HW)
+    edges = np.frombuffer(tape.edges, np.int64).reshape(-1, 3)
+    target = edges[:, 0]
+    # shapes are interned per tape, so equal shapes have equal pointers
+    bad = np.flatnonzero((target >= 0) & (edges[:, 2] != hdr[np.maximum(target, 0), H_SHP]))
+    if bad.size:
+        e = int(bad[0])
+        row = int(np.searchsorted(hdr[:, H_E0], e, side="right")) - 1
+        while hdr[row, H_NIN] == 0:  # sinks own no edges but share the next row's start
+            row -= 1
+        name = node_for(tape, row).name()
+        raise RuntimeError(f"Function {name} returned an invalid gradient at index {e - int(hdr[row, H_E0])} - got "
+                           f"{F._size_str(tape.shape_at(edges[e, 2]))} but expected shape compatible with "
+                           f"{F._size_str(tape.shape_at(hdr[target[e], H_SHP]))}")
+    tape.reshaped = False
 
 
 def _release(tape, r):

@@ -43,8 +43,8 @@ def _make_grads(outputs, grad_outputs):
             if not isinstance(g, Tensor):
                 g = F._wrap(np.asarray(g, dtype=t._data.dtype))
             if g._data.shape != t._data.shape:
-                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {F._size_str(g._data.shape)} "
-                                   f"and output[{i}] has a shape of {F._size_str(t._data.shape)}.")
+                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {F._torch_size(g._data.shape)} "
+                                   f"and output[{i}] has a shape of {F._torch_size(t._data.shape)}.")
         out.append(g)
     return out
 

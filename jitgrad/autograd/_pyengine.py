@@ -223,6 +223,11 @@ def accumulate_grad(t, grad, create_graph, owned=False):
     if grad._data.dtype != t._data.dtype:
         grad = F.to_dtype(grad, t.dtype)
     old = t._grad
+    shape = grad._data.shape
+    if shape != t._data.shape or (old is not None and old._data.shape != shape):
+        # the leaf's .data changed size after the graph was recorded: no silent broadcast
+        raise F._broadcast_error(shape, t._data.shape) if shape != t._data.shape else \
+            F._broadcast_error(old._data.shape, shape)
     if old is None:
         t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
     elif create_graph or old._requires_grad:

@@ -73,7 +73,7 @@ class Tape:
     __slots__ = ("id", "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "keep", "keep_bytes",
                  "nrows", "shape_ptr", "leaves", "ext", "ext_rows", "retained", "freed", "closed",
                  "nodes", "metadata", "py_nodes", "packed", "kept", "stale", "tensor_hooks", "node_prehooks", "node_hooks",
-                 "__weakref__")
+                 "dt_seen", "dt_scanned", "reshaped", "__weakref__")
 
     def __init__(self):
         self.id = next(_tape_ids)
@@ -103,6 +103,9 @@ class Tape:
         self.tensor_hooks = {}   # row -> {id: hook} of the tensor whose gradient is that row's (hooks.py)
         self.node_prehooks = {}  # node row -> {id: hook}
         self.node_hooks = {}     # node row -> {id: hook}: post-hooks; the node then runs in Python
+        self.dt_seen = 0         # bit mask of the dtype codes of node rows scanned (_compiled._runs_at)
+        self.dt_scanned = 0      # rows scanned so far
+        self.reshaped = False    # a recorded tensor's .data changed shape or dtype (_compiled.check_edge_shapes)
 
     # -- recording helpers ---------------------------------------------------------
     def shape(self, shape):

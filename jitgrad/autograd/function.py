@@ -98,18 +98,7 @@ class FunctionState(FunctionCtx):
                 continue
             shape, dtype = self._in_meta[k]
             k += 1
-            if g is not None:
-                if not isinstance(g, Tensor):
-                    raise RuntimeError(f"expected Variable or None (got {type(g).__name__})")
-                if tuple(g._data.shape) != shape:
-                    if not _expandable(shape, g._data.shape):
-                        raise RuntimeError(f"Function {self.name()} returned an invalid gradient at index {i} - got "
-                                           f"{F._size_str(g._data.shape)} but expected shape compatible with "
-                                           f"{F._size_str(shape)}")
-                    g = F.sum_to(g, shape)
-                if g._data.dtype != dtype:
-                    g = F.to_dtype(g, F._dtype.from_numpy_dtype(dtype))
-            out.append(g)
+            out.append(validate_gradient(self.name(), i, g, shape, dtype))
         return out
 
     def name(self):
@@ -144,6 +133,24 @@ class FunctionNode(Node):
             object.__setattr__(self, name, value)
         else:
             setattr(self._state, name, value)
+
+
+def validate_gradient(name, i, g, shape, dtype):
+    """PyTorch's validate_outputs for gradient i that node `name` returned for an input of
+    `shape` and `dtype`: reduced if it is broadcast, cast if it has another dtype, else
+    an error. Every gradient Python hands back to the engine passes here."""
+    if g is None:
+        return g
+    if not isinstance(g, Tensor):
+        raise RuntimeError(f"expected Variable or None (got {type(g).__name__})")
+    if tuple(g._data.shape) != tuple(shape):
+        if not _expandable(shape, g._data.shape):
+            raise RuntimeError(f"Function {name} returned an invalid gradient at index {i} - got "
+                               f"{F._size_str(g._data.shape)} but expected shape compatible with {F._size_str(shape)}")
+        g = F.sum_to(g, shape)
+    if g._data.dtype != dtype:
+        g = F.to_dtype(g, F._dtype.from_numpy_dtype(dtype))
+    return g
 
 
 def _expandable(shape, target):

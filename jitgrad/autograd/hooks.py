@@ -51,7 +51,8 @@ def add_hook(registry, where, fn, on_leaf=False):
     return RemovableHandle(registry, (where, hid), on_leaf)
 
 
-_TYPE_NAMES = {"float64": "torch.DoubleTensor", "float32": "torch.FloatTensor", "int64": "torch.LongTensor"}
+_TYPE_NAMES = {"float64": "torch.DoubleTensor", "float32": "torch.FloatTensor", "int64": "torch.LongTensor",
+               "int32": "torch.IntTensor", "bool": "torch.BoolTensor"}
 
 
 def run_tensor_hooks(hooks, grad):
@@ -60,16 +61,30 @@ def run_tensor_hooks(hooks, grad):
     for fn in list(hooks.values()):
         r = fn(grad)
         if r is not None:
-            name = getattr(fn, "__name__", "hook")
             if not isinstance(r, Tensor):
                 raise TypeError(f"expected a Tensor or None from a hook, got {type(r).__name__}")
-            if grad is not None and r._data.dtype != grad._data.dtype:
-                raise RuntimeError(f"hook '{name}' has changed the type of value (was "
-                                   f"{_TYPE_NAMES.get(grad._data.dtype.name)} got {_TYPE_NAMES.get(r._data.dtype.name)})")
-            if grad is not None and tuple(r._data.shape) != tuple(grad._data.shape):
-                raise RuntimeError(f"hook '{name}' has changed the size of value")
+            _check_value(fn, grad, r)
             grad = r
     return grad
+
+
+def _check_value(fn, old, new):
+    """A hook may replace a gradient only by one of the same dtype and shape (the engine
+    writes it into the old one's buffer)."""
+    if old is None or new is None:
+        return
+    name = getattr(fn, "__name__", "hook")
+    if not isinstance(new, Tensor):
+        raise TypeError(f"expected a Tensor or None from a hook, got {type(new).__name__}")
+    if new._data.dtype != old._data.dtype:
+        raise RuntimeError(f"hook '{name}' has changed the type of value (was "
+                           f"{_type_name(old)} got {_type_name(new)})")
+    if tuple(new._data.shape) != tuple(old._data.shape):
+        raise RuntimeError(f"hook '{name}' has changed the size of value")
+
+
+def _type_name(t):
+    return _TYPE_NAMES.get(t._data.dtype.name, f"torch.{t._data.dtype.name}")
 
 
 def _replacement(fn, r, old):
@@ -84,7 +99,10 @@ def run_node_prehooks(hooks, grads):
     for fn in list(hooks.values()):
         r = fn(tuple(grads))
         if r is not None:
-            grads = _replacement(fn, r, grads)
+            new = _replacement(fn, r, grads)
+            for a, b in zip(grads, new):
+                _check_value(fn, a, b)
+            grads = new
     return grads
 
 
@@ -96,6 +114,7 @@ def run_node_posthooks(hooks, grad_inputs, grad_outputs):
             for a, b in zip(grad_inputs, new):
                 if a is None and b is not None:
                     raise RuntimeError("can't replace a None gradient with a non-None value")
+                _check_value(fn, a, b)
             grad_inputs = new
     return grad_inputs
 

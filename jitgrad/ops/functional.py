@@ -949,3 +949,8 @@ def log_softmax(x, dim, dtype=None):
 
 def _size_str(shape):
     return f"[{', '.join(str(s) for s in shape)}]"
+
+
+def _torch_size(shape):
+    """A shape as PyTorch prints a torch.Size in its messages."""
+    return f"torch.Size({_size_str(shape)})"
