@@ -11,6 +11,13 @@ and state dicts rely on all three, so every container is written as a tagged JSO
   {"tensor": i, "ref": n, "requires_grad": bool, "parameter": bool}, {"ndarray": i}, {"npscalar": i}.
 ("ref" numbers tensor objects: one saved twice loads as one object, as pickle's memo gives torch.)
 Scalars (None, bool, int, float incl. inf/nan, str) are plain JSON values.
+
+load() treats the file as untrusted and reads the zip itself rather than through np.load: members
+must be stored uncompressed (as save writes them), uniquely named, within the file; each .npy
+header must account for exactly its member's bytes before anything is allocated, and the
+structure record is capped, so memory stays bounded by the file's size. Arrays come back
+native-endian, C-contiguous and owned; tensors only in the dtypes jitgrad supports (the compiled
+engine reads them by address). Every refusal is RuntimeError("Invalid jitgrad file ...").
 """
 import io
 import json
