@@ -108,11 +108,11 @@ class _Archive:
         start = fh.tell()
         if fh.read(len(_NPY_MAGIC)) == _NPY_MAGIC:  # what np.save writes: one bare array
             raise _Corrupt("not an .npz archive")
-        size = fh.seek(0, os.SEEK_END) - start
+        end = fh.seek(0, os.SEEK_END)
         fh.seek(start)
         self.zip = zipfile.ZipFile(fh)
         try:
-            self.members = _index_members(self.zip.infolist(), size)
+            self.members = _index_members(self.zip.infolist(), end, end - start)
         except BaseException:
             self.zip.close()
             raise
@@ -136,7 +136,8 @@ class _Archive:
             return _read_npy(member, info)
 
 
-def _index_members(infos, archive_size):
+def _index_members(infos, end, archive_size):
+    # end: where the file ends (zipfile's offsets are positions in fh); archive_size: the archive's bytes
     members = {}
     total = 0
     for info in infos:
@@ -152,7 +153,7 @@ def _index_members(infos, archive_size):
             # (2 MB of deflate inflates to 2 GiB); save() never compresses
             raise _Corrupt(f"member {name!r} is compressed (jitgrad.save writes members uncompressed)")
         total += info.file_size
-        if info.header_offset + info.file_size > archive_size or total > archive_size:
+        if info.header_offset + info.file_size > end or total > archive_size:
             # members that overlap or run past the end would let a small file declare a lot of data
             raise _Corrupt(f"member {name!r} declares {info.file_size} bytes, more than the file holds")
         members[name[:-4]] = info

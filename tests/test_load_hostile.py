@@ -264,6 +264,15 @@ def test_loaded_arrays_are_independent_and_writable(tmp_path):
     assert b["w"].numpy()[0] == 1.0 and jitgrad.load(p)["w"].numpy()[0] == 1.0
 
 
+def test_file_object_positioned_after_other_data_loads(tmp_path):
+    buf = io.BytesIO()
+    buf.write(b"header of some container" * 3)
+    start = buf.tell()
+    jitgrad.save({"w": jitgrad.tensor([1.0, 2.0])}, buf)
+    buf.seek(start)
+    np.testing.assert_array_equal(jitgrad.load(buf)["w"].numpy(), [1.0, 2.0])
+
+
 # -- archive structure -------------------------------------------------------------------------
 
 def test_duplicate_member_names_are_refused(tmp_path):
