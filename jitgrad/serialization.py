@@ -11,15 +11,27 @@ and state dicts rely on all three, so every container is written as a tagged JSO
   {"tensor": i, "ref": n, "requires_grad": bool, "parameter": bool}, {"ndarray": i}, {"npscalar": i}.
 ("ref" numbers tensor objects: one saved twice loads as one object, as pickle's memo gives torch.)
 Scalars (None, bool, int, float incl. inf/nan, str) are plain JSON values.
+
+load() treats the file as untrusted and reads the zip itself rather than through np.load: members
+must be stored uncompressed (as save writes them), uniquely named, within the file; each .npy
+header must account for exactly its member's bytes before anything is allocated, and the
+structure record is capped, so memory stays bounded by the file's size. Arrays come back
+native-endian, C-contiguous and owned; tensors only in the dtypes jitgrad supports (the compiled
+engine reads them by address). Every refusal is RuntimeError("Invalid jitgrad file ...").
 """
+import io
 import json
+import math
 import os
+import struct
+import sys
 import zipfile
 import zlib
 from collections import OrderedDict
 
 import numpy as np
 
+from . import _dtype
 from ._tensor import Tensor
 
 _META = "__jitgrad__"
@@ -56,27 +68,181 @@ def load(f, weights_only=True, map_location=None):
 
 
 def _read(fh, name):
-    # every way a damaged file can fail inside numpy/zipfile/json becomes one clear RuntimeError
+    # every way a damaged file can fail inside zipfile/numpy/json becomes one clear RuntimeError
     try:
-        npz = np.load(fh, allow_pickle=False)
-        if not isinstance(npz, np.lib.npyio.NpzFile):  # .npy content loads as a bare ndarray
-            raise _Corrupt("not an .npz archive")
-        with npz:
-            if _META not in npz.files:
-                raise _Corrupt("not a jitgrad checkpoint (no structure record)")
-            meta = json.loads(str(npz[_META][()]))
+        with _Archive(fh) as archive:
+            meta = _structure_record(archive)
             if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
                 raise _Corrupt(f"unsupported format {meta.get('format') if isinstance(meta, dict) else meta!r}")
-            return _Decoder(npz).decode(meta["obj"])
+            return _Decoder(archive).decode(meta["obj"])
     except _Corrupt as e:
         raise RuntimeError(f"Invalid jitgrad file {name!r}: {e}") from None
     except (zipfile.BadZipFile, zlib.error, ValueError, KeyError, IndexError, TypeError, EOFError, OSError,
-            RecursionError) as e:
+            RecursionError, OverflowError, struct.error) as e:
         raise RuntimeError(f"Invalid jitgrad file {name!r}: failed reading archive: {type(e).__name__}: {e}") from e
 
 
 class _Corrupt(Exception):
     pass
+
+
+# -- reading members -------------------------------------------------------------------------
+# The file is untrusted, so nothing is allocated from a size the file merely declares: every
+# member must be stored uncompressed (as save() writes it), so its declared size is bytes the
+# file really holds, and the .npy header inside it must account for exactly those bytes. Memory
+# used by load() is then bounded by the file's size, as safetensors bounds it.
+
+_NPY_MAGIC = b"\x93NUMPY"
+_MAX_HEADER = 10000          # numpy's own limit on a .npy header (np.load's max_header_size)
+_MAX_DIMS = 64               # numpy's limit on ndim
+_MAX_META_CHARS = 1 << 24    # the JSON structure record: ~100 chars per tensor, so 150k tensors
+# array members may hold any plain numpy data (save() accepts any ndarray that needs no pickle);
+# tensors are narrowed further to the dtypes jitgrad tensors support, in _Decoder._tensor
+_DATA_KINDS = "biufcUSmM"
+
+
+class _Archive:
+    """The .npz's members by key ("a0", "__jitgrad__"), checked as a whole when opened."""
+
+    def __init__(self, fh):
+        start = fh.tell()
+        if fh.read(len(_NPY_MAGIC)) == _NPY_MAGIC:  # what np.save writes: one bare array
+            raise _Corrupt("not an .npz archive")
+        end = fh.seek(0, os.SEEK_END)
+        fh.seek(start)
+        self.zip = zipfile.ZipFile(fh)
+        try:
+            self.members = _index_members(self.zip.infolist(), end, end - start)
+        except BaseException:
+            self.zip.close()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.zip.close()
+
+    def __contains__(self, key):
+        return key in self.members
+
+    def read(self, key, max_bytes=None):
+        """The member as a new, writable, C-contiguous native-endian array."""
+        info = self.members[key]
+        if max_bytes is not None and info.file_size > max_bytes:
+            raise _Corrupt(f"member {info.filename!r} is {info.file_size} bytes, more than the {max_bytes} "
+                           "allowed for it")
+        with self.zip.open(info) as member:
+            return _read_npy(member, info)
+
+
+def _index_members(infos, end, archive_size):
+    # end: where the file ends (zipfile's offsets are positions in fh); archive_size: the archive's bytes
+    members = {}
+    total = 0
+    for info in infos:
+        name = info.filename
+        if not name.endswith(".npy"):
+            raise _Corrupt(f"unexpected member {name!r} (every member of a jitgrad file is an .npy array)")
+        if name[:-4] in members:
+            raise _Corrupt(f"duplicate member {name!r}")
+        if info.flag_bits & 0x1:
+            raise _Corrupt(f"member {name!r} is encrypted")
+        if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+            # a compressed member's declared size says nothing about the bytes the file holds
+            # (2 MB of deflate inflates to 2 GiB); save() never compresses
+            raise _Corrupt(f"member {name!r} is compressed (jitgrad.save writes members uncompressed)")
+        total += info.file_size
+        if info.header_offset + info.file_size > end or total > archive_size:
+            # members that overlap or run past the end would let a small file declare a lot of data
+            raise _Corrupt(f"member {name!r} declares {info.file_size} bytes, more than the file holds")
+        members[name[:-4]] = info
+    return members
+
+
+def _read_npy(member, info):
+    shape, fortran_order, dtype, header_size = _read_npy_header(member, info.filename)
+    count = _check_shape(shape, dtype, info.filename)
+    if header_size + count * dtype.itemsize != info.file_size:
+        raise _Corrupt(f"member {info.filename!r} declares shape {shape} of {dtype} ({count * dtype.itemsize} bytes)"
+                       f" but holds {info.file_size - header_size} bytes")
+    arr = np.empty(count, dtype)
+    _read_into(member, arr.view(np.uint8), info.filename)
+    if not dtype.isnative:
+        # compiled code reads native values by address: big-endian data is swapped here, once
+        arr = arr.byteswap(inplace=True).view(dtype.newbyteorder("="))
+    if dtype == np.bool_:
+        # any byte but 0/1 is not a bool numpy or compiled code can rely on; nonzero is True, as astype gives
+        np.minimum(arr.view(np.uint8), 1, out=arr.view(np.uint8))
+    if fortran_order:
+        return np.ascontiguousarray(arr.reshape(shape[::-1]).T)
+    return arr.reshape(shape)
+
+
+def _read_npy_header(member, name):
+    """(shape, fortran_order, dtype, header bytes), reading no more than a bounded header."""
+    magic = _read_exact(member, len(_NPY_MAGIC) + 2, name)
+    if magic[:len(_NPY_MAGIC)] != _NPY_MAGIC:
+        raise _Corrupt(f"member {name!r} is not an .npy array")
+    version = (magic[-2], magic[-1])
+    if version not in ((1, 0), (2, 0)):  # 3.0 only exists for structured dtypes, which are refused anyway
+        raise _Corrupt(f"member {name!r} has unsupported .npy version {version}")
+    length_format = "<H" if version == (1, 0) else "<I"
+    length_bytes = _read_exact(member, struct.calcsize(length_format), name)
+    (length,) = struct.unpack(length_format, length_bytes)
+    if length > _MAX_HEADER:
+        raise _Corrupt(f"member {name!r} has a {length}-byte header")
+    header = _read_exact(member, length, name)
+    parse = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    try:
+        shape, fortran_order, dtype = parse(io.BytesIO(length_bytes + header), max_header_size=_MAX_HEADER)
+    except (SyntaxError, MemoryError, RecursionError) as e:  # from literal_eval on a hostile header
+        raise _Corrupt(f"member {name!r} has an unreadable header ({type(e).__name__})") from None
+    if dtype.kind not in _DATA_KINDS or dtype.fields is not None or dtype.subdtype is not None or not dtype.itemsize:
+        raise _Corrupt(f"member {name!r} has unsupported dtype {dtype}")
+    return shape, fortran_order, dtype, len(magic) + len(length_bytes) + length
+
+
+def _check_shape(shape, dtype, name):
+    """The element count, once the shape is known to be one numpy can allocate."""
+    if len(shape) > _MAX_DIMS or any(type(d) is not int or d < 0 for d in shape):
+        raise _Corrupt(f"member {name!r} has invalid shape {shape}")
+    # numpy also refuses shapes whose nonzero dims overflow, even when another dim is 0
+    if math.prod(d for d in shape if d) * dtype.itemsize > sys.maxsize:
+        raise _Corrupt(f"member {name!r} has invalid shape {shape} (too large)")
+    return math.prod(shape)
+
+
+def _read_exact(member, n, name):
+    data = member.read(n)
+    if len(data) != n:
+        raise _Corrupt(f"member {name!r} is truncated")
+    return data
+
+
+def _read_into(member, out, name, chunk=1 << 24):
+    # in chunks straight into the array: never a second whole-member copy
+    view = memoryview(out)
+    pos = 0
+    while pos < len(view):
+        n = member.readinto(view[pos:pos + chunk])
+        if not n:
+            raise _Corrupt(f"member {name!r} is truncated")
+        pos += n
+
+
+def _structure_record(archive):
+    if _META not in archive:
+        raise _Corrupt("not a jitgrad checkpoint (no structure record)")
+    rec = archive.read(_META, max_bytes=_MAX_HEADER + 4 * _MAX_META_CHARS)
+    if rec.dtype.kind != "U" or rec.ndim != 0:
+        raise _Corrupt(f"structure record has dtype {rec.dtype} and shape {rec.shape}, not a string")
+    try:
+        # not str(rec[()]): numpy hands code points beyond U+10FFFF to CPython unchecked (SystemError)
+        text = rec.tobytes().decode("utf-32-le" if sys.byteorder == "little" else "utf-32-be")
+    except UnicodeDecodeError:
+        raise _Corrupt("structure record is not valid text") from None
+    return json.loads(text.rstrip("\0"))
 
 
 class _Encoder:
@@ -138,16 +304,16 @@ def _plain(x):
 
 
 class _Decoder:
-    def __init__(self, npz):
-        self.npz = npz
+    def __init__(self, archive):
+        self.archive = archive
         self.arrays = {}   # member index -> ndarray, so shared storage stays shared
-        self.tensors = {}  # "ref" -> Tensor, so a tensor saved twice loads as one object
+        self.tensors = {}  # "ref" -> (member index, Tensor), so a tensor saved twice loads as one object
 
     def _array(self, i):
-        if not isinstance(i, int) or isinstance(i, bool) or f"a{i}" not in self.npz.files:
+        if not isinstance(i, int) or isinstance(i, bool) or f"a{i}" not in self.archive:
             raise _Corrupt(f"reference to missing array {i!r}")
         if i not in self.arrays:
-            self.arrays[i] = self.npz[f"a{i}"]
+            self.arrays[i] = self.archive.read(f"a{i}")
         return self.arrays[i]
 
     def decode(self, x):
@@ -168,20 +334,36 @@ class _Decoder:
             if "ndarray" in x:
                 return self._array(x["ndarray"])
             if "npscalar" in x:
-                return self._array(x["npscalar"])[()]
+                arr = self._array(x["npscalar"])
+                if arr.ndim:
+                    raise _Corrupt(f"numpy scalar record refers to an array of shape {arr.shape}")
+                return arr[()]
         raise _Corrupt(f"unrecognised record {str(x)[:80]}")
 
     def _tensor(self, x):
-        key = x.get("ref")
-        if key not in self.tensors:
-            arr = self._array(x["tensor"])
-            if x.get("parameter"):
-                from .nn.parameter import Parameter
-                t = Parameter(arr, requires_grad=bool(x.get("requires_grad")))
-            else:
-                # a leaf, like torch.load's result; requires_grad is restored as torch restores it
-                t = Tensor._make(arr)
-                if x.get("requires_grad"):
-                    t.requires_grad_(True)
-            self.tensors[key] = t
-        return self.tensors[key]
+        key, i = x.get("ref"), x["tensor"]
+        if not isinstance(key, int) or isinstance(key, bool):
+            raise _Corrupt(f"tensor record with invalid ref {key!r}")
+        if key in self.tensors:
+            if self.tensors[key][0] != i:
+                raise _Corrupt(f"tensor ref {key} names two different arrays")
+            return self.tensors[key][1]
+        arr = self._array(i)
+        # the compiled engine reads a tensor's array by address at the tensor's dtype: only the
+        # dtypes a tensor can have get in (the array is already native, C-contiguous and its own)
+        if arr.dtype not in _dtype._FROM_NP:
+            raise _Corrupt(f"tensor record refers to an array of dtype {arr.dtype}, which jitgrad tensors do not "
+                           "support (float32, float64, int64, int32, bool)")
+        requires_grad = x.get("requires_grad")
+        if requires_grad and arr.dtype.kind != "f":
+            raise _Corrupt(f"tensor of dtype {arr.dtype} marked requires_grad")
+        if x.get("parameter"):
+            from .nn.parameter import Parameter
+            t = Parameter(arr, requires_grad=bool(requires_grad))
+        else:
+            # a leaf, like torch.load's result; requires_grad is restored as torch restores it
+            t = Tensor._make(arr)
+            if requires_grad:
+                t.requires_grad_(True)
+        self.tensors[key] = (i, t)
+        return t
