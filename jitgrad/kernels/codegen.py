@@ -388,11 +388,14 @@ def module_source():
 
 
 def _read(path):
+    """The file's text; None if there is no file, False if it cannot be read as text."""
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
-    except (OSError, ValueError):  # missing, unreadable, or not text
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError):  # unreadable, or not UTF-8
+        return False
 
 
 def _write(path, src):
