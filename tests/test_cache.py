@@ -35,6 +35,15 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+# no temporary directory can be made either
+NO_TMP = textwrap.dedent("""
+    import tempfile
+    def _no_tmp(*a, **k):
+        raise PermissionError(13, "Permission denied")
+    tempfile.mkdtemp = _no_tmp
+""")
+
+
 def expected_grad():
     torch = pytest.importorskip("torch")
     x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
@@ -89,11 +98,25 @@ def test_unwritable_cache_dir_falls_back_to_a_temporary_one(tmp_path):
 def test_no_writable_directory_at_all_runs_from_memory(tmp_path):
     (tmp_path / "file").write_text("")
     # no temporary directory can be made either: the module runs from its source, uncached
-    code = ("import tempfile\n"
-            "def _no_tmp(*a, **k):\n    raise PermissionError(13, 'Permission denied')\n"
-            "tempfile.mkdtemp = _no_tmp\n") + SCRIPT
-    line = check(run(code, tmp_path / "file" / "jitgrad", jit=False), warns=1)
+    line = check(run(NO_TMP + SCRIPT, tmp_path / "file" / "jitgrad", jit=False), warns=1)
     assert "using memory" in line
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_no_writable_directory_at_all_loads_the_module(tmp_path, jit):
+    # with the JIT the module's @njit(cache=True) functions have no file: numba keeps them in
+    # memory (only loaded here: calling them would compile the whole engine)
+    (tmp_path / "file").write_text("")
+    code = NO_TMP + textwrap.dedent("""
+        from jitgrad.kernels import codegen
+        m = codegen.load()
+        assert callable(m.backward)
+        print(getattr(getattr(m.backward, "_cache", None), "_enabled", None))  # numba's cache of it: off
+    """)
+    proc = run(code, tmp_path / "file" / "jitgrad", jit=jit)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == [str(False if jit else None)]
+    assert proc.stderr.count("CacheWarning: jitgrad:") == 1, proc.stderr[-3000:]
 
 
 def test_first_backward_from_eight_threads(tmp_path):

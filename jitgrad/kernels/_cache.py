@@ -111,11 +111,15 @@ def _fallback_locator(caching):
             self._py_file = py_file
             self._lineno = py_func.__code__.co_firstlineno
             d = temp_dir()
-            self.in_memory = d is None
+            # no directory, or a module run from its source string (codegen, when nothing is writable)
+            self.in_memory = d is None or not os.path.exists(py_file)
             self._cache_path = os.path.join(d or "", self.get_suitable_cache_subpath(py_file))
 
         def get_cache_path(self):
             return self._cache_path
+
+        def get_source_stamp(self):
+            return None if self.in_memory else super().get_source_stamp()
 
         def ensure_cache_path(self):
             if not self.in_memory:
@@ -123,7 +127,7 @@ def _fallback_locator(caching):
 
         @classmethod
         def from_function(cls, py_func, py_file):
-            if not _ours(py_func) or not os.path.exists(py_file):
+            if not _ours(py_func):
                 return None
             self = cls(py_func, py_file)
             try:
