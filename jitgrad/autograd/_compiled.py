@@ -66,12 +66,12 @@ class _TapeRun:
             offs = np.zeros(len(vals) + 1, np.int64)
             np.cumsum([a.size for a in vals], out=offs[1:])
             vals = np.concatenate(vals)
-        numel = np.frombuffer(tape.hdr, np.int64)[H_NUMEL::HW]
-        bad = np.flatnonzero(numel[rows] != np.diff(offs))
+        numel = np.frombuffer(tape.hdr, np.int64)[H_NUMEL::HW][rows]
+        bad = np.flatnonzero(numel != np.diff(offs))
         if bad.size:  # the kernels would copy one size into a buffer of another
             row = int(rows[bad[0]])
             raise RuntimeError(f"Function {node_for(tape, row).name()} got a gradient of {int(np.diff(offs)[bad[0]])} "
-                               f"elements, but its output has {int(numel[row])}: a tensor's .data changed size "
+                               f"elements, but its output has {int(numel[bad[0]])}: a tensor's .data changed size "
                                "after it was used")
         sink_rows = np.fromiter(sinks, np.int64, len(sinks))
         self.where = {r: i for i, r in enumerate(sinks)}
@@ -278,6 +278,10 @@ def run(roots, grads, targets, retain):
             return FALLBACK
         if t.reshaped:
             check_edge_shapes(t)
+            if _leaf_resized(t):
+                # torch's saved leaf is the tensor itself, so its rules see the new .data:
+                # the Python engine reads leaves that way, the kernels read what was saved
+                return FALLBACK
     for i, (tg, g) in enumerate(zip(roots, grads)):
         shape = tg.tape.shape_at(tg.tape.hdr[tg.row * HW + H_SHP])
         if g._data.shape != shape:  # the output's .data changed shape after it was recorded
@@ -362,11 +366,16 @@ def check_edge_shapes(tape):
         row = int(np.searchsorted(hdr[:, H_E0], e, side="right")) - 1
         while hdr[row, H_NIN] == 0:  # sinks own no edges but share the next row's start
             row -= 1
-        name = node_for(tape, row).name()
-        raise RuntimeError(f"Function {name} returned an invalid gradient at index {e - int(hdr[row, H_E0])} - got "
-                           f"{F._size_str(tape.shape_at(edges[e, 2]))} but expected shape compatible with "
-                           f"{F._size_str(tape.shape_at(hdr[target[e], H_SHP]))}")
-    tape.reshaped = False
+        j, got, want = e - int(hdr[row, H_E0]), int(edges[e, 2]), int(hdr[target[e], H_SHP])
+        del hdr, edges, target  # views of the tape's columns must not live on in the traceback
+        raise RuntimeError(f"Function {node_for(tape, row).name()} returned an invalid gradient at index {j} - got "
+                           f"{F._size_str(tape.shape_at(got))} but expected shape compatible with "
+                           f"{F._size_str(tape.shape_at(want))}")
+
+
+def _leaf_resized(tape):
+    return any(acc.variable._data.shape != tape.shape_at(tape.hdr[row * HW + H_SHP])
+               for row, acc in tape.leaves.items())
 
 
 def _release(tape, r):

@@ -127,7 +127,14 @@ def _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumul
             tape.check_versions()
     out = _compiled.FALLBACK
     if not create_graph and not _anomaly[0]:  # anomaly mode: the Python engine checks each node
-        out = _compiled.run(roots, grads, targets, bool(retain_graph))
+        try:
+            out = _compiled.run(roots, grads, targets, bool(retain_graph))
+        except BaseException:
+            # an error (a hook's, a check's, Ctrl-C) may leave numpy views of the tapes'
+            # columns alive in its traceback: the current tape must not grow under them
+            if any(r.tape is _tape.live_tape() for r in roots):
+                _tape.close_current_tape()
+            raise
     if out is _compiled.FALLBACK:
         captured = _pyengine.run(roots, grads, targets, create_graph, accumulate)
         if not retain_graph:

@@ -218,16 +218,25 @@ def leaf_post(acc, grad):
         run_node_posthooks(post[0], [], [grad])
 
 
+def _check_in_place_add(out, other):
+    try:
+        full = np.broadcast_shapes(out, other)
+    except ValueError:
+        raise F._broadcast_error(out, other) from None
+    if full != out:
+        raise RuntimeError(f"output with shape {F._size_str(out)} doesn't match the broadcast shape "
+                           f"{F._size_str(full)}")
+
+
 def accumulate_grad(t, grad, create_graph, owned=False):
     """AccumulateGrad: add `grad` into t.grad (owned: grad's data is ours to keep as is)."""
     if grad._data.dtype != t._data.dtype:
         grad = F.to_dtype(grad, t.dtype)
     old = t._grad
-    shape = grad._data.shape
-    if shape != t._data.shape or (old is not None and old._data.shape != shape):
-        # the leaf's .data changed size after the graph was recorded: no silent broadcast
-        raise F._broadcast_error(shape, t._data.shape) if shape != t._data.shape else \
-            F._broadcast_error(old._data.shape, shape)
+    if old is not None and old._data.shape != grad._data.shape:
+        # the leaf's .data changed size since its .grad was made: torch adds in place, so a
+        # gradient broadcasts into .grad, and one that would have to grow it is an error
+        _check_in_place_add(old._data.shape, grad._data.shape)
     if old is None:
         t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
     elif create_graph or old._requires_grad:

@@ -211,6 +211,9 @@ class Tape:
                 if now is None:
                     continue
             if now != saved:
+                src = stamp[0]() if stamp is not None and stamp[0] is not None else None
+                if src is not None and src.dtype != arr.dtype:  # a cast copy: name the tensor that was saved
+                    arr = np.broadcast_to(np.zeros((), src.dtype), arr.shape)
                 self.stale[row] = (arr, now, saved)
                 self.grow_freed()
                 self.freed[row] = 1

@@ -198,11 +198,15 @@ def _unpack(ctx, s):
     return t
 
 
+_TENSOR_TYPES = {"float64": "torch.DoubleTensor", "float32": "torch.FloatTensor", "int64": "torch.LongTensor",
+                 "int32": "torch.IntTensor", "bool": "CPUBoolType"}
+
+
 def modified_error(data, now, saved):
-    kind = {np.dtype(np.float64): "Double", np.dtype(np.float32): "Float"}.get(np.asarray(data).dtype, "")
+    kind = _TENSOR_TYPES.get(np.asarray(data).dtype.name, "torch.Tensor")
     return RuntimeError(
         "one of the variables needed for gradient computation has been modified by an inplace operation: "
-        f"[torch.{kind}Tensor [{', '.join(str(n) for n in np.shape(data))}]] is at version {now}; expected version "
+        f"[{kind} [{', '.join(str(n) for n in np.shape(data))}]] is at version {now}; expected version "
         f"{saved} instead. Hint: enable anomaly detection to find the operation that failed to compute its "
         "gradient, with torch.autograd.set_detect_anomaly(True).")
 
