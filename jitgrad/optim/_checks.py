@@ -50,9 +50,3 @@ def lerp_dtype(self_dtype, end_dtype):
         raise RuntimeError(f"expected dtype {torch_dtype_name(self_dtype)} for `end` but got dtype "
                            f"{torch_dtype_name(end_dtype)}")
 
-
-def plain(d, g, states):
-    """True when the gradient and every state array have the parameter's shape: nothing to
-    replay (the common case, a few attribute reads per parameter)."""
-    s = d.shape
-    return g.shape == s and all(a.shape == s for a in states if a is not None)

@@ -20,30 +20,39 @@ class Adam(Optimizer):
                                       maximize=maximize))
 
     def _check(self, group):
+        """What torch's ops would say of each parameter (`_replay`); the common case, where
+        gradient and state have the parameter's shape and dtype, costs a few attribute reads."""
+        params = self._params_with_grad(group)
+        amsgrad = group["amsgrad"]
+        for p in params:
+            d, g = p._data, p.grad._data
+            m = v = vmax = None
+            state = self.state.get(p)
+            if state:
+                m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
+                vmax = state.get("max_exp_avg_sq") if amsgrad else None
+                vmax = None if vmax is None else vmax._data
+            s, dt = d.shape, d.dtype
+            if g.shape == s and g.dtype == dt and (m is None or (m.shape == s and m.dtype == dt and v.shape == s)) \
+                    and (vmax is None or vmax.shape == s):
+                continue
+            self._replay(group, d, g, m, v, vmax)
+        return params
+
+    def _replay(self, group, d, g, m, v, vmax):
         """torch's ops, by shape and dtype: grad (+ wd * param), exp_avg.lerp_(grad),
         exp_avg_sq.mul_().addcmul_(grad, grad), max(max_exp_avg_sq, exp_avg_sq),
         param.addcdiv_(exp_avg, denom). A new state is made like the parameter."""
-        params = self._params_with_grad(group)
         coupled_wd = group["weight_decay"] != 0 and not self._decoupled
-        for p in params:
-            d, g = _data(p), p.grad._data
-            state = self.state.get(p) or {}
-            m, v, vmax = (state[k]._array() if k in state else None for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"))
-            if not group["amsgrad"]:
-                vmax = None
-            plain = _checks.plain(d, g, (m, v, vmax))
-            gs = _checks.broadcast(g.shape, d.shape) if coupled_wd and not plain else g.shape
-            # grad + wd * param promotes, then lerp_ wants exp_avg's dtype (made like the param)
-            g_dtype = np.result_type(g.dtype, d.dtype) if coupled_wd else g.dtype
-            _checks.lerp_dtype(d.dtype if m is None else m.dtype, g_dtype)
-            if plain:
-                continue
-            m = _checks.inplace(d.shape if m is None else m.shape, gs)
-            v = _checks.inplace(d.shape if v is None else v.shape, gs)
-            if vmax is not None:
-                v = _checks.inplace(vmax.shape, v)
-            _checks.inplace(d.shape, _checks.broadcast(m, v))
-        return params
+        gs = _checks.broadcast(g.shape, d.shape) if coupled_wd else g.shape
+        # grad + wd * param promotes, then lerp_ wants exp_avg's dtype (made like the param)
+        g_dtype = np.result_type(g.dtype, d.dtype) if coupled_wd else g.dtype
+        _checks.lerp_dtype(d.dtype if m is None else m.dtype, g_dtype)
+        ms = _checks.inplace(d.shape if m is None else m.shape, gs)
+        vs = _checks.inplace(d.shape if v is None else v.shape, gs)
+        if vmax is not None:
+            vs = _checks.inplace(vmax.shape, vs)
+        _checks.inplace(d.shape, _checks.broadcast(ms, vs))
 
     def _update(self, group, params):
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]

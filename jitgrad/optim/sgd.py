@@ -17,23 +17,28 @@ class SGD(Optimizer):
                                       nesterov=nesterov, maximize=maximize))
 
     def _check(self, group):
-        """torch's ops, by shape: grad (+ wd * param), buf.mul_().add_(grad), param.add_(buf)."""
-        mom = group["momentum"]
+        """What torch's ops would say of each parameter (`_replay`); the common case, where
+        gradient and buffer have the parameter's shape, costs a few attribute reads."""
         params = self._params_with_grad(group)
+        mom = group["momentum"]
         for p in params:
-            d, g = _data(p), p.grad._data
+            d, g = p._data, p.grad._data
             buf = self.state.get(p, {}).get("momentum_buffer") if mom else None
-            buf = None if buf is None else buf._array()
-            if _checks.plain(d, g, (buf,)):
+            buf = None if buf is None else buf._data
+            if g.shape == d.shape and (buf is None or buf.shape == d.shape):
                 continue
-            g = _checks.broadcast(g.shape, d.shape) if group["weight_decay"] else g.shape
-            if mom:
-                if buf is not None:
-                    _checks.inplace(buf.shape, g)
-                g = _checks.broadcast(g, buf.shape) if group["nesterov"] and buf is not None else \
-                    (g if buf is None else buf.shape)
-            _checks.inplace(d.shape, g)
+            self._replay(group, d, g, buf)
         return params
+
+    @staticmethod
+    def _replay(group, d, g, buf):
+        """torch's ops, by shape: grad (+ wd * param), buf.mul_().add_(grad) (or buf = grad),
+        grad (+ momentum * buf), param.add_(grad)."""
+        gs = _checks.broadcast(g.shape, d.shape) if group["weight_decay"] else g.shape
+        if group["momentum"]:
+            bs = gs if buf is None else _checks.inplace(buf.shape, gs)
+            gs = _checks.broadcast(gs, bs) if group["nesterov"] else bs
+        _checks.inplace(d.shape, gs)
 
     def _update(self, group, params):
         lr, mom, damp, wd = group["lr"], group["momentum"], group["dampening"], group["weight_decay"]
