@@ -49,6 +49,7 @@ class _TapeRun:
         self.seeds = {}
         self.out = self.where = None
         self.accumulated = set()  # leaf rows already accumulated during the sweep
+        self.hooked = None  # uint8 per row: leaves with hooks (set when the sweep runs them)
 
     def seed(self, row, arr):
         s = self.seeds.get(row)
@@ -96,7 +97,7 @@ class _TapeRun:
         g1, bslot, bigs, self.out, self.offs = sched.start(cols[0], self.st, rows, offs, vals, sink_rows, cols[5])
         self.pend = np.zeros(0, np.int64)
         if hooked_leaves:  # leaves with hooks run when they become ready, as in PyTorch
-            hooked = np.zeros(tape.nrows, np.uint8)
+            self.hooked = hooked = np.zeros(tape.nrows, np.uint8)
             hooked[list(hooked_leaves)] = 1
             self.pend = sched.count_pending(cols[0], cols[1], self.st, hi, hooked)
         del cols
@@ -183,7 +184,10 @@ class _TapeRun:
         e0 = tape.hdr[row * HW + H_E0]
         for j in range(tape.hdr[row * HW + 2]):
             t = tape.edges[3 * (e0 + j)]
-            if t < 0 or not pend.size or (not decrement and pend[t] != 0) or t in self.accumulated:
+            # pend is 0 for every row without leaf hooks too (an intermediate, a leaf with
+            # none): only the hooked leaves are this method's to accumulate
+            if t < 0 or not pend.size or not self.hooked[t] or (not decrement and pend[t] != 0) \
+                    or t in self.accumulated:
                 continue
             if decrement:
                 if pend[t] <= 0:

@@ -44,10 +44,10 @@ def _adam(d, g, m, v, vmax, sc, decoupled, amsgrad):
         d[i] = d[i] - step_size * (m[i] / denom)
 
 
-def available(*arrays):
-    """The kernel works on flat views it can write through; anything else (and the
-    NUMBA_DISABLE_JIT test pass, where the loop would run in Python) takes numpy."""
-    return not numba.config.DISABLE_JIT and all(a.flags.c_contiguous for a in arrays)
+def available():
+    """The NUMBA_DISABLE_JIT test pass takes numpy (the loop would run in Python), so that
+    both forms are checked against torch in CI."""
+    return not numba.config.DISABLE_JIT
 
 
 @_jit
@@ -64,33 +64,65 @@ class Batch:
     and each one's scalars. The arrays are held until the call, so the addresses stay
     valid. A parameter's own and state arrays live across steps, so their addresses are
     kept in `cache` (the optimizer's) and reused while the same arrays are there; only the
-    gradient, new each step, is looked up every time."""
+    gradient, new each step, is looked up every time.
+
+    The kernel reads and writes d.size elements of d's dtype at every address it is given,
+    unchecked. So an entry enters the cache only when each of its arrays is one the kernel
+    may do that to (`_fits`), and is rebuilt when any of them is replaced (p.data assigned,
+    a state dict loaded); the gradient is made to fit on every call."""
 
     def __init__(self, cache):
         self.cache = cache
         self.by_dtype = {}
 
     def add(self, key, d, g, state, scalars):
-        if g.dtype != d.dtype or not g.flags.c_contiguous:
-            g = np.ascontiguousarray(g, dtype=d.dtype)
+        """Take the parameter into the call, or return False (numpy runs it) when its arrays
+        are not all C-contiguous, writable and of d's shape and dtype."""
         fixed = (d,) + state
         hit = self.cache.get(key)
-        if hit is None or any(a is not b for a, b in zip(hit[0], fixed)):
+        if hit is None or len(hit[0]) != len(fixed) or any(a is not b for a, b in zip(hit[0], fixed)):
+            self.cache.pop(key, None)  # what the old entry holds is no longer the parameter's
+            if not _fits(d, fixed):
+                return False
             hit = self.cache[key] = (fixed, [_address(a) for a in fixed])
+        g = _grad_for(d, g)
         held, ptrs, sizes, sc = self.by_dtype.setdefault(d.dtype, ([], [], [], []))
         held.append(g)
         addrs = hit[1]
         ptrs.append([addrs[0], _address(g)] + addrs[1:])
         sizes.append(d.size)
         sc.append(scalars)
+        return True
 
     def groups(self):
         for dtype, (held, ptrs, sizes, sc) in self.by_dtype.items():
             yield (np.array(ptrs, np.int64), np.array(sizes, np.int64), np.array(sc, dtype), np.zeros(0, dtype))
 
 
+def _fits(d, arrays):
+    """Every array is a plain ndarray the kernel can read and write as d.size elements of
+    d's dtype. Checked once per array, when its address is cached."""
+    return all(type(a) is np.ndarray and a.shape == d.shape and a.dtype == d.dtype and a.flags.c_contiguous
+               and a.flags.writeable for a in arrays)
+
+
+def _grad_for(d, g):
+    """The gradient as the kernel reads it: d's shape (a broadcastable one is expanded, as
+    torch's in-place ops do), d's dtype, contiguous. The optimizers have raised torch's error
+    for a gradient that does not broadcast; this is the guard that no read goes past it."""
+    if g.shape != d.shape:
+        try:
+            g = np.broadcast_to(g, d.shape)
+        except ValueError:
+            raise RuntimeError(f"The size of the gradient {list(g.shape)} does not match the parameter's "
+                               f"{list(d.shape)}") from None
+    if type(g) is not np.ndarray or g.dtype != d.dtype or not g.flags.c_contiguous:
+        g = np.ascontiguousarray(g, dtype=d.dtype)
+    return g
+
+
 def adam_add(batch, p, d, g, m, v, vmax, lr, b1, b2, eps, wd, step_size, bc2_sqrt):
-    batch.add(p, d, g, (m, v, vmax if vmax is not None else m),
+    return batch.add(p, d, g, (m, v, vmax if vmax is not None else m),
               (1 - b1, b2, 1 - b2, eps, wd, step_size, bc2_sqrt, 1 - lr * wd))
 
 
@@ -126,7 +158,7 @@ def _sgd_all(ptrs, sizes, sc, like, momentum, nesterov):
 
 
 def sgd_add(batch, p, d, g, buf, lr, wd, mom, damp, first):
-    batch.add(p, d, g, (buf if buf is not None else d,), (lr, wd, mom, 1 - damp, float(first)))
+    return batch.add(p, d, g, (buf if buf is not None else d,), (lr, wd, mom, 1 - damp, float(first)))
 
 
 def sgd_run(batch, momentum, nesterov):

@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from . import _kernels
+from . import _checks, _kernels
 from .optimizer import Optimizer, _data, _state_tensor
 
 
@@ -19,10 +19,46 @@ class Adam(Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize))
 
-    def _update(self, group):
+    def _check(self, group):
+        """What torch's ops would say of each parameter (`_replay`); the common case, where
+        gradient and state have the parameter's shape and dtype, costs a few attribute reads."""
+        params = self._params_with_grad(group)
+        amsgrad = group["amsgrad"]
+        for p in params:
+            d, g = p._data, p.grad._data
+            m = v = vmax = None
+            state = self.state.get(p)
+            if state:
+                m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
+                vmax = state.get("max_exp_avg_sq") if amsgrad else None
+                vmax = None if vmax is None else vmax._data
+            s, dt = d.shape, d.dtype
+            if g.shape == s and g.dtype == dt and (m is None or (m.shape == s and m.dtype == dt and v.shape == s)) \
+                    and (vmax is None or vmax.shape == s):
+                continue
+            self._replay(group, d, g, m, v, vmax)
+        return params
+
+    def _replay(self, group, d, g, m, v, vmax):
+        """torch's ops, by shape and dtype: grad (+ wd * param), exp_avg.lerp_(grad),
+        exp_avg_sq.mul_().addcmul_(grad, grad), max(max_exp_avg_sq, exp_avg_sq),
+        param.addcdiv_(exp_avg, denom). A new state is made like the parameter."""
+        coupled_wd = group["weight_decay"] != 0 and not self._decoupled
+        gs = _checks.broadcast(g.shape, d.shape) if coupled_wd else g.shape
+        # grad + wd * param promotes, then lerp_ wants exp_avg's dtype (made like the param)
+        g_dtype = np.result_type(g.dtype, d.dtype) if coupled_wd else g.dtype
+        _checks.lerp_dtype(d.dtype if m is None else m.dtype, g_dtype)
+        ms = _checks.inplace(d.shape if m is None else m.shape, gs)
+        vs = _checks.inplace(d.shape if v is None else v.shape, gs)
+        if vmax is not None:
+            vs = _checks.inplace(vmax.shape, vs)
+        _checks.inplace(d.shape, _checks.broadcast(ms, vs))
+
+    def _update(self, group, params):
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         batch = _kernels.Batch(self._addresses)
-        for p in self._params_with_grad(group):
+        compiled = _kernels.available()
+        for p in params:
             d = _data(p)
             g = p.grad._data
             if group["maximize"]:
@@ -32,17 +68,16 @@ class Adam(Optimizer):
                 state["step"] = 0.0
                 state["exp_avg"] = _state_tensor(np.zeros_like(d))
                 state["exp_avg_sq"] = _state_tensor(np.zeros_like(d))
-                if group["amsgrad"]:
-                    state["max_exp_avg_sq"] = _state_tensor(np.zeros_like(d))
+            if group["amsgrad"] and "max_exp_avg_sq" not in state:
+                state["max_exp_avg_sq"] = _state_tensor(np.zeros_like(d))
             state["step"] += 1
             step = state["step"]
-            m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
-            vmax = state["max_exp_avg_sq"]._data if group["amsgrad"] else None
+            m, v = state["exp_avg"]._array(), state["exp_avg_sq"]._array()
+            vmax = state["max_exp_avg_sq"]._array() if group["amsgrad"] else None
             bc1 = 1 - b1 ** step
             bc2_sqrt = math.sqrt(1 - b2 ** step)
-            if _kernels.available(d, m, v):
-                _kernels.adam_add(batch, p, d, g, m, v, vmax, lr, b1, b2, eps, wd, lr / bc1, bc2_sqrt)
-            else:
+            if not (compiled and _kernels.adam_add(batch, p, d, g, m, v, vmax, lr, b1, b2, eps, wd, lr / bc1,
+                                                   bc2_sqrt)):
                 self._numpy_update(d, g, m, v, vmax, lr, b1, b2, eps, wd, bc1, bc2_sqrt)
             p._bump()
         _kernels.adam_run(batch, self._decoupled, group["amsgrad"])  # one call for the whole group

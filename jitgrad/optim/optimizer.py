@@ -60,11 +60,19 @@ class Optimizer:
             with _grad_mode.enable_grad():
                 loss = closure()
         with _grad_mode.no_grad():
-            for group in self.param_groups:
-                self._update(group)
+            # every parameter of every group is checked before any is updated: a step that
+            # raises (torch's error for a state or gradient that does not fit) changes nothing
+            todo = [self._check(group) for group in self.param_groups]
+            for group, params in zip(self.param_groups, todo):
+                self._update(group, params)
         return loss
 
-    def _update(self, group):
+    def _check(self, group):
+        """The group's parameters that this step updates; raises torch's error (optim/_checks)
+        for one whose gradient or state does not fit it."""
+        raise NotImplementedError
+
+    def _update(self, group, params):
         raise NotImplementedError
 
     def state_dict(self):
@@ -82,19 +90,27 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
+        """As torch: the groups must match in number and size; floating state is cast to its
+        parameter's dtype (but 'step'). State whose shape differs from its parameter's is
+        loaded, as in torch, and the next step raises torch's error for it."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):
             raise ValueError("loaded state dict has a different number of parameter groups")
-        by_index = {}
+        if any(len(mine["params"]) != len(theirs["params"]) for mine, theirs in zip(self.param_groups, groups)):
+            raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                             "optimizer's group")
+        by_index = {i: p for mine, theirs in zip(self.param_groups, groups)
+                    for p, i in zip(mine["params"], theirs["params"])}
+        state = {}
+        for i, s in state_dict["state"].items():
+            p = by_index.get(i)
+            # torch keeps the state of an index no group names under that index
+            state[i if p is None else p] = {k: _load_value(v, p, k) for k, v in s.items()}
+        # nothing above changed the optimizer: a state dict that raises leaves it as it was
         for mine, theirs in zip(self.param_groups, groups):
-            if len(mine["params"]) != len(theirs["params"]):
-                raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
-                                 "optimizer's group")
-            for p, i in zip(mine["params"], theirs["params"]):
-                by_index[i] = p
             mine.update({k: v for k, v in theirs.items() if k != "params"})
-        self.state = {by_index[i]: {k: _copy_value(v) for k, v in s.items()}
-                      for i, s in state_dict["state"].items()}
+        self.state = state
+        self._addresses.clear()  # holds the replaced state arrays until the next step otherwise
 
     def __repr__(self):
         lines = [type(self).__name__ + " ("]
@@ -114,6 +130,15 @@ def _state_tensor(arr):
     """Per-parameter state (exp_avg, momentum_buffer...) is a Tensor, as in torch, so users
     can inspect it; the update writes its array in place."""
     return Tensor._make(arr)
+
+
+def _load_value(v, p, key):
+    """A loaded state value: a copy, cast to a floating parameter's dtype (torch's
+    _process_value_according_to_param_policy; 'step' is kept as it is)."""
+    v = _copy_value(v)
+    if isinstance(v, Tensor) and key != "step" and p is not None and p._data.dtype.kind in "fc":
+        v._data = np.asarray(v._data, dtype=p._data.dtype)
+    return v
 
 
 def _copy_value(v):

@@ -1,7 +1,7 @@
 """SGD with momentum, dampening, Nesterov and weight decay, as torch.optim.SGD."""
 import numpy as np
 
-from . import _kernels
+from . import _checks, _kernels
 from .optimizer import Optimizer, _data, _state_tensor, required
 
 
@@ -16,10 +16,35 @@ class SGD(Optimizer):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov, maximize=maximize))
 
-    def _update(self, group):
+    def _check(self, group):
+        """What torch's ops would say of each parameter (`_replay`); the common case, where
+        gradient and buffer have the parameter's shape, costs a few attribute reads."""
+        params = self._params_with_grad(group)
+        mom = group["momentum"]
+        for p in params:
+            d, g = p._data, p.grad._data
+            buf = self.state.get(p, {}).get("momentum_buffer") if mom else None
+            buf = None if buf is None else buf._data
+            if g.shape == d.shape and (buf is None or buf.shape == d.shape):
+                continue
+            self._replay(group, d, g, buf)
+        return params
+
+    @staticmethod
+    def _replay(group, d, g, buf):
+        """torch's ops, by shape: grad (+ wd * param), buf.mul_().add_(grad) (or buf = grad),
+        grad (+ momentum * buf), param.add_(grad)."""
+        gs = _checks.broadcast(g.shape, d.shape) if group["weight_decay"] else g.shape
+        if group["momentum"]:
+            bs = gs if buf is None else _checks.inplace(buf.shape, gs)
+            gs = _checks.broadcast(gs, bs) if group["nesterov"] else bs
+        _checks.inplace(d.shape, gs)
+
+    def _update(self, group, params):
         lr, mom, damp, wd = group["lr"], group["momentum"], group["dampening"], group["weight_decay"]
         batch = _kernels.Batch(self._addresses)
-        for p in self._params_with_grad(group):
+        compiled = _kernels.available()
+        for p in params:
             d = _data(p)
             g = p.grad._data
             if group["maximize"]:
@@ -30,10 +55,8 @@ class SGD(Optimizer):
                 if state.get("momentum_buffer") is None:
                     state["momentum_buffer"] = _state_tensor(np.empty_like(d))
                     first = True
-                buf = state["momentum_buffer"]._data
-            if _kernels.available(d, *(() if buf is None else (buf,))):
-                _kernels.sgd_add(batch, p, d, g, buf, lr, wd, mom, damp, first)
-            else:
+                buf = state["momentum_buffer"]._array()
+            if not (compiled and _kernels.sgd_add(batch, p, d, g, buf, lr, wd, mom, damp, first)):
                 self._numpy_update(d, g, buf, lr, wd, mom, damp, first, group["nesterov"])
             p._bump()
         _kernels.sgd_run(batch, bool(mom), group["nesterov"])  # one call for the whole group
