@@ -24,9 +24,9 @@ def _parse(s):
 class device:
     """torch.device: a type and an optional index. Making one never fails for a known type,
     as in PyTorch; using an unavailable one does (see `check`)."""
-    __slots__ = ("type", "index")
+    __slots__ = ("index", "type")
 
-    def __init__(self, type, index=None):  # noqa: A002  (torch's argument name)
+    def __init__(self, type, index=None):  # torch names the argument type
         if isinstance(type, device):
             type, index = type.type, type.index
         elif not isinstance(type, str):
@@ -69,7 +69,7 @@ def check(dev, fn):
     if isinstance(dev, str):
         dev = device(dev)
     elif isinstance(dev, int) and not isinstance(dev, bool):
-        raise RuntimeError("Cannot access accelerator device when none is available.")
+        raise RuntimeError("Cannot access accelerator device when none is available.")  # noqa: TRY004  (torch's type)
     elif not isinstance(dev, device):
         if not isinstance(getattr(dev, "type", None), str):  # e.g. a torch.device
             raise TypeError(f"{fn}(): argument 'device' must be torch.device, not {_tname(dev)}")
