@@ -41,13 +41,6 @@ CASES = {
     "expand_inner_minus_two": lambda L: _t(L, [1.]).expand(-2),
     "expand_float": lambda L: _t(L, [1.]).expand(2.5),
     "eye_int_requires_grad": lambda L: L.eye(3, dtype=L.int64, requires_grad=True),
-    "zeros_int_requires_grad": lambda L: L.zeros(3, dtype=L.int64, requires_grad=True),
-    "ones_bool_requires_grad": lambda L: L.ones(3, dtype=L.bool, requires_grad=True),
-    "full_int_requires_grad": lambda L: L.full((3,), 1, requires_grad=True),
-    "arange_int_requires_grad": lambda L: L.arange(3, requires_grad=True),
-    "zeros_like_int_requires_grad": lambda L: L.zeros_like(_t(L, [1, 2]), requires_grad=True),
-    "requires_grad_on_int": lambda L: _t(L, [1, 2]).requires_grad_(),
-    "requires_grad_set_on_int": lambda L: setattr(_t(L, [1, 2]), "requires_grad", True),
     "requires_grad_str": lambda L: _t(L, [1.]).requires_grad_("a"),
     "randn_int": lambda L: L.randn(3, dtype=L.int64),
     "rand_bool": lambda L: L.rand(3, dtype=L.bool),
@@ -68,11 +61,9 @@ CASES = {
     "radd_none": lambda L: None + _t(L, [1.]),
     "add_str": lambda L: _t(L, [1.]) + "a",
     "sub_none": lambda L: _t(L, [1.]) - None,
-    "rsub_none": lambda L: None - _t(L, [1.]),
     "mul_none": lambda L: _t(L, [1.]) * None,
     "div_none": lambda L: _t(L, [1.]) / None,
     "rdiv_none": lambda L: None / _t(L, [1.]),
-    "pow_none": lambda L: _t(L, [1.]) ** None,
     "matmul_none": lambda L: _t(L, [1.]) @ None,
     "torch_add_none": lambda L: L.add(_t(L, [1.]), None),
     "torch_add_none_first": lambda L: L.add(None, None),
@@ -84,7 +75,6 @@ CASES = {
     "flatten_reversed": lambda L: L.zeros(1, 1, 2).flatten(2, 0),
     "fill_tensor_not_0d": lambda L: _t(L, [1., 2.]).fill_(_t(L, [1., 2.])),
     "fill_none": lambda L: _t(L, [1.]).fill_(None),
-    "copy_shape": lambda L: _t(L, [1., 2.]).copy_(_t(L, [1., 2., 3.])),
     # devices: jitgrad is CPU-only, like a CPU build of torch
     "ones_cuda": lambda L: L.ones(3, device="cuda"),
     "ones_cuda0": lambda L: L.ones(3, device="cuda:0"),
@@ -133,17 +123,6 @@ def test_cpu_devices_keep_working(dev):
     assert str(jitgrad.ones(1).device) == str(torch.ones(1).device)
     assert repr(jitgrad.device("cpu:0")) == repr(torch.device("cpu:0"))
     assert jitgrad.ones(1, device=torch.device("cpu")).shape == (1,)  # a torch.device is read by its name
-
-
-def test_ops_still_accept_numbers_and_arrays():
-    x = jitgrad.tensor([1., 2.], requires_grad=True)
-    y = 2 + x * 3 - 1 / (x ** 2) + np.float64(1.0) + np.array([1., 1.])
-    y.sum().backward()
-    tx = torch.tensor([1., 2.], requires_grad=True)
-    ty = 2 + tx * 3 - 1 / (tx ** 2) + 1.0 + 1.0
-    ty.sum().backward()
-    np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy())
-    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
 
 
 # --- class 12: in-place overwrites --------------------------------------------------------
@@ -244,10 +223,9 @@ def test_saved_hooks_left_open_in_unpack_hook_do_not_outlive_backward():
 def test_saved_hooks_exit_restores_exactly_even_on_exception():
     before = _stack()
     hooks = jitgrad.autograd.graph.saved_tensors_hooks
-    with pytest.raises(ValueError):
-        with hooks(lambda t: t, lambda t: t):
-            hooks(lambda t: t, lambda t: t).__enter__()  # left open inside
-            raise ValueError
+    with pytest.raises(ValueError), hooks(lambda t: t, lambda t: t):
+        hooks(lambda t: t, lambda t: t).__enter__()  # left open inside
+        raise ValueError
     assert _stack() == before
     outer, inner = hooks(lambda t: t, lambda t: t), hooks(lambda t: t, lambda t: t)
     with outer:
