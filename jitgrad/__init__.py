@@ -10,6 +10,7 @@ The path a gradient takes:
 """
 from . import autograd  # noqa: F401  (first: the ops modules import the graph classes through it)
 from . import _tensor_methods  # noqa: F401  (binds Tensor methods)
+from ._device import device
 from ._dtype import (bool_ as bool, double, dtype, float, float32, float64, get_default_dtype,  # noqa: A004
                      int, int32, int64, long, set_default_dtype)
 from ._grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,

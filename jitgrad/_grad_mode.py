@@ -91,10 +91,11 @@ class inference_mode(_DecoratorContextManager):
         return (self.mode,)
 
     def __enter__(self):
+        # as torch's InferenceMode guard: both modes are set, either way; inference_mode(False)
+        # inside inference_mode() turns inference off and grad on for its body
         self.prev = (is_grad_enabled(), is_inference_mode_enabled())
-        if self.mode:
-            _set(False)
-            _state.inference = True
+        _set(not self.mode)
+        _state.inference = self.mode
 
     def __exit__(self, *exc):
         _set(self.prev[0])

@@ -1,7 +1,7 @@
 """Tensor: a numpy array plus the autograd fields PyTorch exposes."""
 import numpy as np
 
-from . import _dtype
+from . import _device, _dtype
 from ._dtype import from_numpy_dtype
 from .autograd import versions
 from .autograd.graph import node_for
@@ -93,7 +93,7 @@ class Tensor:
 
     @property
     def device(self):
-        return "cpu"
+        return _device.CPU
 
     def is_floating_point(self):
         return self._data.dtype.kind == "f"
@@ -209,12 +209,15 @@ class Tensor:
         return add_hook(self._x.post_hooks, 0, hook, on_leaf=True)
 
     def requires_grad_(self, requires_grad=True):
+        if not isinstance(requires_grad, (bool, np.bool_)):
+            raise TypeError("requires_grad_(): argument 'requires_grad' (position 1) must be bool, not "
+                            f"{type(requires_grad).__name__}")
         if not requires_grad and self._tape is not None:
             raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to use a "
                                "computed variable in a subgraph that doesn't require differentiation use "
                                "var_no_grad = var.detach().")
         if requires_grad and self._data.dtype.kind != "f":
-            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")  # sic: torch's words
         self.requires_grad = bool(requires_grad)
         return self
 
@@ -304,10 +307,19 @@ class Tensor:
         return (self[i] for i in range(self._data.shape[0]))
 
     def to(self, *args, **kwargs):
+        """to(dtype) / to(device[, dtype]) / to(other); an unavailable device raises (jitgrad is CPU-only)."""
         dt = kwargs.get("dtype")
+        dev = kwargs.get("device")
         for a in args:
             if isinstance(a, _dtype.dtype):
                 dt = a
+            elif isinstance(a, Tensor):
+                dt = a.dtype
+            else:
+                dev = a
+        _device.check(dev, "to")
+        if dt is not None and not isinstance(dt, _dtype.dtype):
+            raise TypeError(f"to(): argument 'dtype' must be torch.dtype, not {type(dt).__name__}")
         if dt is None or dt.np == self._data.dtype:
             return self
         from .ops import functional as F
@@ -328,6 +340,10 @@ class Tensor:
 
     def cpu(self):
         return self
+
+    def cuda(self, device=None, non_blocking=False):
+        _device.check("cuda" if device is None or isinstance(device, int) else device, "cuda")
+        return self  # not reached while jitgrad has no CUDA target: check raises
 
     def contiguous(self):
         return self
@@ -371,6 +387,8 @@ def _wrap_dim(dim, ndim):
 
 
 # -- creation -----------------------------------------------------------------------
+# Factories are where user values enter: sizes, dtypes, devices and data are checked here,
+# with PyTorch's errors, so that nothing past them sees a negative size or a wrapped integer.
 def _unwrap_nested(data):
     if isinstance(data, Tensor):
         return data._data
@@ -384,12 +402,88 @@ def _check_requires_grad(arr, requires_grad):
         raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
 
 
+def _tname(x):
+    return type(x).__name__
+
+
+def _dtype_arg(dtype, fn):
+    """numpy dtype for a dtype argument (None: None). numpy would read a string such as
+    "float32" as a dtype; torch does not."""
+    if dtype is None or isinstance(dtype, _dtype.dtype):
+        return _dtype.to_numpy_dtype(dtype)
+    if not isinstance(dtype, str):
+        try:
+            return from_numpy_dtype(np.dtype(dtype)).np  # a numpy dtype, or Python's float/int/bool
+        except TypeError:
+            pass
+    raise TypeError(f"{fn}(): argument 'dtype' must be torch.dtype, not {_tname(dtype)}")
+
+
+_INT64_MAX = np.iinfo(np.int64).max
+_INT64_MIN = np.iinfo(np.int64).min
+
+
+def _leaf_error(x):
+    """torch's error for a scalar in tensor()'s data that has no dtype of ours, or None."""
+    if x is None or isinstance(x, (dict, set)) or not isinstance(x, (int, float, bool, complex, np.generic, str, bytes)):
+        return RuntimeError(f"Could not infer dtype of {_tname(x)}")
+    if isinstance(x, (str, bytes)):
+        return TypeError(f"new(): invalid data type '{_tname(x)}'")
+    if isinstance(x, int) and not _INT64_MIN <= x <= _INT64_MAX:
+        return ValueError("Overflow when unpacking long long")
+    return None
+
+
+def _data_error(data, dims=None, d=0):
+    """Why numpy could not make a numeric array of `data`, as torch reports it: ragged
+    nesting, None, strings, integers beyond int64. Runs only on the error path."""
+    if dims is None:
+        if isinstance(data, (str, bytes)):
+            return TypeError(f"new(): invalid data type '{_tname(data)}'")
+        dims, x = [], data
+        while isinstance(x, (list, tuple)):
+            dims.append(len(x))
+            if not x:
+                break
+            x = x[0]
+        if dims and isinstance(x, str):
+            return ValueError("too many dimensions 'str'")
+    if not isinstance(data, (list, tuple)):
+        if d < len(dims):
+            return TypeError("not a sequence")
+        return _leaf_error(data)
+    if d >= len(dims):
+        return TypeError(f"'{_tname(data)}' object cannot be interpreted as an integer")
+    if len(data) != dims[d]:
+        return ValueError(f"expected sequence of length {dims[d]} at dim {d} (got {len(data)})")
+    for x in data:
+        e = _data_error(x, dims, d + 1)
+        if e is not None:
+            return e
+    return None
+
+
+def _array_from(data, npd):
+    """np.array(data) with torch's errors for what numpy rejects or would silently misread."""
+    data = _unwrap_nested(data)
+    try:
+        arr = np.array(data, dtype=npd)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise (_data_error(data) or e) from None
+    if arr.dtype.kind in "OUSV":
+        raise _data_error(data) or RuntimeError(f"Could not infer dtype of {_tname(data)}")
+    if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:
+        raise ValueError("Overflow when unpacking long long")  # numpy chose uint64; int64 would wrap
+    return arr
+
+
 def tensor(data, dtype=None, device=None, requires_grad=False):
-    npd = _dtype.to_numpy_dtype(dtype)
+    npd = _dtype_arg(dtype, "tensor")
+    _device.check(device, "tensor")
     if npd is None and isinstance(data, (np.ndarray, np.generic)):
         npd = from_numpy_dtype(data.dtype).np  # numpy data keeps its dtype, as in PyTorch
     if npd is None:
-        arr = np.array(_unwrap_nested(data))
+        arr = _array_from(data, None)
         if arr.dtype.kind == "f":
             arr = arr.astype(_dtype.get_default_dtype().np, copy=False)
         elif arr.dtype.kind in "iu":
@@ -397,41 +491,71 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         elif arr.dtype.kind != "b":
             raise TypeError(f"Could not infer dtype of {type(data).__name__}")
     else:
-        arr = np.array(_unwrap_nested(data), dtype=npd)
+        arr = _array_from(data, npd)
     _check_requires_grad(arr, requires_grad)
     t = Tensor._make(arr)
     t._requires_grad = bool(requires_grad)
     return t
 
 
-def as_tensor(data, dtype=None):
+def as_tensor(data, dtype=None, device=None):
+    _device.check(device, "as_tensor")
     if isinstance(data, Tensor) and (dtype is None or dtype.np == data._data.dtype):
         return data
     return tensor(data, dtype=dtype)
 
 
 def from_numpy(arr):
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {_tname(arr)})")
     from_numpy_dtype(arr.dtype)  # raises for unsupported dtypes
     return Tensor._make(arr)
 
 
-def _shape_args(size):
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):
-        return tuple(size[0])
-    return tuple(size)
+def _is_int(x):
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
-def _factory(fill):
+def _size_arg(size, fn):
+    """The shape from a factory's *size: (2, 3), ((2, 3),) or ([2, 3],); torch's errors."""
+    if len(size) == 1 and not _is_int(size[0]):
+        if not isinstance(size[0], (tuple, list)):
+            raise TypeError(f"{fn}(): argument 'size' (position 1) must be tuple of ints, not {_tname(size[0])}")
+        size = tuple(size[0])
+    for i, s in enumerate(size):
+        if not _is_int(s):
+            raise TypeError(f"{fn}(): argument 'size' failed to unpack the object at pos {i + 1} with error "
+                            f"\"type must be tuple of ints,but got {_tname(s)}\"")
+    size = tuple(int(s) for s in size)
+    for s in size:
+        if s < 0:
+            if fn == "zeros":
+                raise RuntimeError("zeros: Dimension size must be non-negative.")
+            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(size)}")
+    return size
+
+
+def _finish(arr, requires_grad):
+    _check_requires_grad(arr, requires_grad)
+    t = Tensor._make(arr)
+    t._requires_grad = bool(requires_grad)
+    return t
+
+
+def _factory(fill, fn, float_only=None):
+    """float_only: torch's kernel name when the fill exists only for floating dtypes (random)."""
     def make(*size, dtype=None, requires_grad=False, device=None):
-        npd = _dtype.to_numpy_dtype(dtype) or _dtype.get_default_dtype().np
-        arr = fill(_shape_args(size), npd)
-        _check_requires_grad(arr, requires_grad)
-        t = Tensor._make(arr)
-        t._requires_grad = bool(requires_grad)
-        return t
+        npd = _dtype_arg(dtype, fn) or _dtype.get_default_dtype().np
+        shape = _size_arg(size, fn)
+        _device.check(device, fn)
+        if float_only and npd.kind != "f":
+            raise NotImplementedError(f"\"{float_only}\" not implemented for '{_SCALAR[npd.name]}'")
+        return _finish(fill(shape, npd), requires_grad)
+    make.__name__ = fn
     return make
 
 
+_SCALAR = {"int64": "Long", "int32": "Int", "bool": "Bool", "float32": "Float", "float64": "Double"}
 _rng = [np.random.default_rng()]
 
 
@@ -439,48 +563,91 @@ def manual_seed(seed):
     _rng[0] = np.random.default_rng(seed)
 
 
-zeros = _factory(lambda s, d: np.zeros(s, d))
-ones = _factory(lambda s, d: np.ones(s, d))
-empty = _factory(lambda s, d: np.empty(s, d))
-randn = _factory(lambda s, d: _rng[0].standard_normal(s).astype(d))
-rand = _factory(lambda s, d: _rng[0].random(s).astype(d))
+zeros = _factory(lambda s, d: np.zeros(s, d), "zeros")
+ones = _factory(lambda s, d: np.ones(s, d), "ones")
+empty = _factory(lambda s, d: np.empty(s, d), "empty")
+randn = _factory(lambda s, d: _rng[0].standard_normal(s).astype(d), "randn", "normal_kernel_cpu")
+rand = _factory(lambda s, d: _rng[0].random(s).astype(d), "rand", "check_uniform_bounds")
+
+
+def _number(x):
+    return isinstance(x, (int, float, np.number, np.bool_)) or (isinstance(x, Tensor) and x._data.size == 1)
 
 
 def full(size, fill_value, dtype=None, requires_grad=False, device=None):
-    if dtype is None:
-        dtype = (_dtype.bool_ if isinstance(fill_value, bool) else
-                 _dtype.int64 if isinstance(fill_value, int) else _dtype.get_default_dtype())
-    arr = np.full(tuple(size), fill_value, dtype=dtype.np)
-    _check_requires_grad(arr, requires_grad)
-    t = Tensor._make(arr)
-    t._requires_grad = bool(requires_grad)
-    return t
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"full(): argument 'size' (position 1) must be tuple of ints, not {_tname(size)}")
+    shape = _size_arg((size,), "full")
+    if not _number(fill_value):
+        raise TypeError(f"full(): argument 'fill_value' (position 2) must be Number, not {_tname(fill_value)}")
+    _device.check(device, "full")
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    npd = _dtype_arg(dtype, "full")
+    if npd is None:
+        npd = (np.dtype(np.bool_) if isinstance(fill_value, bool) else
+               np.dtype(np.int64) if isinstance(fill_value, int) else _dtype.get_default_dtype().np)
+    return _finish(np.full(shape, fill_value, dtype=npd), requires_grad)
+
+
+def _arange_error(start, end, step):
+    """torch's error for arange's arguments, or None: numpy would divide by a zero step, or
+    give an empty or endless range where torch refuses."""
+    names = (("start", start), ("end", end), ("step", step))
+    for pos, (name, v) in enumerate(names, 1):
+        if not _number(v) or isinstance(v, Tensor):
+            return TypeError(f"arange(): argument '{name}' (position {pos}) must be Number, not {_tname(v)}")
+    if not (np.isfinite(start) and np.isfinite(end)):
+        return RuntimeError(f"unsupported range: {start} -> {end}")
+    if step == 0:
+        return RuntimeError("step must be nonzero")
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        return RuntimeError("upper bound and lower bound inconsistent with step sign")
+    return None
 
 
 def arange(start, end=None, step=1, dtype=None, requires_grad=False, device=None):
     if end is None:
         start, end = 0, start
-    npd = _dtype.to_numpy_dtype(dtype)
+        if not _number(end):  # torch.arange(x) names x 'end'
+            raise TypeError(f"arange(): argument 'end' (position 1) must be Number, not {_tname(end)}")
+    e = _arange_error(start, end, step)
+    if e is not None:
+        raise e
+    _device.check(device, "arange")
+    npd = _dtype_arg(dtype, "arange")
     if npd is None:
         npd = np.int64 if all(isinstance(v, int) for v in (start, end, step)) else _dtype.get_default_dtype().np
-    arr = np.arange(start, end, step, dtype=npd)
-    _check_requires_grad(arr, requires_grad)
-    t = Tensor._make(arr)
-    t._requires_grad = bool(requires_grad)
-    return t
+    return _finish(np.arange(start, end, step, dtype=npd), requires_grad)
 
 
-def eye(n, m=None, dtype=None, requires_grad=False):
-    npd = _dtype.to_numpy_dtype(dtype) or _dtype.get_default_dtype().np
-    t = Tensor._make(np.eye(n, m, dtype=npd))
-    t._requires_grad = bool(requires_grad)
-    return t
+def eye(n, m=None, dtype=None, requires_grad=False, device=None):
+    for name, v in (("n", n), ("m", m)):
+        if v is None and name == "m":
+            continue
+        if not _is_int(v):
+            raise TypeError(f"eye(): argument '{name}' (position {1 if name == 'n' else 2}) must be int, "
+                            f"not {_tname(v)}")
+        if v < 0:
+            raise RuntimeError(f"{name} must be greater or equal to 0, got {v}")
+    npd = _dtype_arg(dtype, "eye") or _dtype.get_default_dtype().np
+    _device.check(device, "eye")
+    return _finish(np.eye(n, m, dtype=npd), requires_grad)
 
 
-def _like(fn):
-    def make(t, dtype=None, requires_grad=False, device=None):
-        return fn(*t._data.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
-    return make
+def _like_input(t, fn):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{fn}(): argument 'input' (position 1) must be Tensor, not {_tname(t)}")
+
+
+def _like(make):
+    fn = make.__name__ + "_like"
+
+    def make_like(t, dtype=None, requires_grad=False, device=None):
+        _like_input(t, fn)
+        return make(*t._data.shape, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device)
+    make_like.__name__ = fn
+    return make_like
 
 
 zeros_like = _like(zeros)
@@ -491,7 +658,8 @@ rand_like = _like(rand)
 
 
 def full_like(t, fill_value, dtype=None, requires_grad=False, device=None):
-    return full(t._data.shape, fill_value, dtype=dtype or t.dtype, requires_grad=requires_grad)
+    _like_input(t, "full_like")
+    return full(t._data.shape, fill_value, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device)
 
 
 # scalar type names as PyTorch's C++ messages print them

@@ -3,20 +3,38 @@ from ._tensor import Tensor
 from .ops import functional as F
 
 
+def _operator(fn):
+    """A binary operator: an operand that is not a Tensor or a number gives NotImplemented,
+    so that Python raises "unsupported operand type(s)" as for torch (x + None is a TypeError)."""
+    def op(self, other):
+        try:
+            return fn(self, other)
+        except F.OperandTypeError:
+            return NotImplemented
+    return op
+
+
 def _r(fn):
-    return lambda self, other: fn(other, self)
+    return _operator(lambda self, other: fn(other, self))
 
 
 def _direct(spec, npfn):
-    """a (op) b without the functional wrapper: operators are the hottest call sites."""
+    """a (op) b without the functional wrapper: operators are the hottest call sites (a try
+    costs nothing until it raises)."""
     binary = F._binary
-    return lambda self, other: binary(spec, npfn, self, other)
+
+    def op(self, other):
+        try:
+            return binary(spec, npfn, self, other)
+        except F.OperandTypeError:
+            return NotImplemented
+    return op
 
 
 _METHODS = {
-    "__add__": _direct(F.D.ADD, F.np.add), "__radd__": _direct(F.D.ADD, F.np.add), "__sub__": F.sub, "__rsub__": lambda s, o: F.rsub(s, o),
-    "__mul__": _direct(F.D.MUL, F.np.multiply), "__rmul__": _direct(F.D.MUL, F.np.multiply), "__truediv__": F.div, "__rtruediv__": _r(F.div),
-    "__pow__": F.pow, "__rpow__": _r(F.pow), "__neg__": F.neg, "__matmul__": F.matmul,
+    "__add__": _direct(F.D.ADD, F.np.add), "__radd__": _direct(F.D.ADD, F.np.add), "__sub__": _operator(F.sub), "__rsub__": _operator(F.rsub),
+    "__mul__": _direct(F.D.MUL, F.np.multiply), "__rmul__": _direct(F.D.MUL, F.np.multiply), "__truediv__": _operator(F.div), "__rtruediv__": _r(F.div),
+    "__pow__": _operator(F.pow), "__rpow__": _r(F.pow), "__neg__": F.neg, "__matmul__": _operator(F.matmul),
     "__rmatmul__": _r(F.matmul), "__abs__": F.abs, "__getitem__": F.getitem,
     "__eq__": F.eq, "__ne__": F.ne, "__lt__": F.lt, "__le__": F.le, "__gt__": F.gt, "__ge__": F.ge,
     "__and__": F.bitwise_and, "__or__": F.bitwise_or, "__xor__": F.bitwise_xor, "__invert__": F.bitwise_not,

@@ -48,6 +48,11 @@ CASES = {
     "maximum": (lambda: (t(3, 4), t(4)), J.maximum),
     "minimum": (lambda: (t(3, 4), t(4)), J.minimum),
     "where": (lambda: (t(3, 4, sign=True), t(4)), lambda a, b: J.where(a > 0, a, b)),
+    # in-place overwrites (where(False, old, value) under torch's names): the old value gets zero
+    "fill": (lambda: (t(3, 4),), lambda a: (a * 1.0).fill_(2.0)),
+    "fill_tensor": (lambda: (t(3, 4), t()), lambda a, v: (a * 1.0).fill_(v)),
+    "zero": (lambda: (t(3, 4),), lambda a: (a * 1.0).zero_()),
+    "copy": (lambda: (t(3, 4), t(4)), lambda a, b: (a * 1.0).copy_(b)),
     "sum": (lambda: (t(3, 4, 2),), lambda a: a.sum((0, 2))),
     "sum_all": (lambda: (t(3, 4),), lambda a: a.sum()),
     "mean": (lambda: (t(3, 4),), lambda a: a.mean(1, keepdim=True)),

@@ -17,7 +17,7 @@ from ..ops import functional as F
 from . import _compiled, _pyengine, _tape, versions
 from ..ops.record import _leaf_row
 from .function import FunctionNode
-from ..ops.record import _anomaly
+from ..ops.record import _anomaly, restore_saved_hooks, saved_hooks_state
 from .graph import AccumulateGrad, node_for
 from .hooks import leaf_hooks
 
@@ -106,6 +106,10 @@ def queue_callback(fn):
 def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
     outer = (_calls.call, _calls.callbacks)
     _calls.call, _calls.callbacks = next(_call_ids), []
+    # user code run by the backward (unpack hooks, hooks, Functions) may leave a
+    # saved_tensors_hooks context entered; torch runs each node under the thread state the
+    # call began with, so such a context must not outlive the call
+    saved_hooks = saved_hooks_state()
     try:
         result = _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate)
         for fn in _calls.callbacks:
@@ -113,6 +117,7 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
         return result
     finally:
         _calls.call, _calls.callbacks = outer
+        restore_saved_hooks(saved_hooks)
 
 
 def _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
@@ -192,9 +197,18 @@ def _free(roots):
     _close(roots)
 
 
+def _check_grad_types(grads):
+    """torch checks each gradient's type before counting them: backward([1., 1.]) is a
+    TypeError about the float, not a count mismatch."""
+    for g in grads:
+        if g is not None and not isinstance(g, Tensor):
+            raise TypeError(f"gradients can be either Tensors or None, but got {type(g).__name__}")
+
+
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None, inputs=None):
     tensors = _as_tuple(tensors)
     grad_tensors = _as_tuple(grad_tensors) or (None,) * len(tensors)
+    _check_grad_types(grad_tensors)
     if len(grad_tensors) != len(tensors):
         raise RuntimeError(f"got {len(grad_tensors)} tensors and {len(tensors)} gradients")
     inputs = _as_tuple(inputs) if inputs is not None else None
@@ -213,6 +227,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     outputs = _as_tuple(outputs)
     inputs = _as_tuple(inputs)
     grad_outputs = _as_tuple(grad_outputs) or (None,) * len(outputs)
+    _check_grad_types(grad_outputs)
     if len(grad_outputs) != len(outputs):
         raise RuntimeError(f"grad requires one grad_output per output: got {len(grad_outputs)} grad_outputs and "
                            f"{len(outputs)} outputs")

@@ -188,9 +188,10 @@ class saved_tensors_hooks:
 
     def __enter__(self):
         from ..ops import record
-        record.push_saved_hooks(self.pack_hook, self.unpack_hook)
+        self._tokens = getattr(self, "_tokens", [])  # one object may be entered again while entered
+        self._tokens.append(record.push_saved_hooks(self.pack_hook, self.unpack_hook))
         return self
 
     def __exit__(self, *exc):
         from ..ops import record
-        record.pop_saved_hooks()
+        record.pop_saved_hooks(self._tokens.pop())

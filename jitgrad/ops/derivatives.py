@@ -95,3 +95,10 @@ LAYER_NORM = structural("layer_norm", "NativeLayerNormBackward0", saves=("self",
 EMBEDDING = structural("embedding", "EmbeddingBackward0", saves=("aux", "coef"), rule=R.embedding_rule)
 NLL_LOSS = structural("nll_loss", "NllLossBackward0", saves=("target", "weight"), rule=R.nll_rule)
 TO_COPY = structural("to_copy", "ToCopyBackward0", rule=R.to_copy_rule)
+
+# --- in-place overwrites: where(False, old, value) under torch's node names -------------
+# the value lands everywhere and the old values (NaN and inf included) get an exact zero
+FILL = alias("fill", WHERE, "FillBackward2")              # fill_(number)
+FILL_TENSOR = alias("fill_tensor", WHERE, "FillBackward3")  # fill_(0-d tensor)
+ZERO = alias("zero", WHERE, "ZeroBackward0")
+COPY = alias("copy", WHERE, "CopyBackwards")

@@ -6,6 +6,7 @@ composition needs no gradient rule of its own.
 import builtins
 import collections
 import math
+import operator
 
 import numpy as np
 
@@ -125,11 +126,23 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
     return record_ew(spec, res, a, b, saved, (p0, p1)[:spec.nparams] if spec.nparams else (), unneeded=unneeded)
 
 
+class OperandTypeError(TypeError):
+    """An operand that is neither a Tensor nor a number. Tensor's operators turn it into
+    NotImplemented, so Python raises its own "unsupported operand type(s)" TypeError, as torch does."""
+
+
+def _operand_error(fn, x, pos=2):
+    name = "other" if pos == 2 else "input"
+    return OperandTypeError(f"{fn}(): argument '{name}' (position {pos}) must be Tensor, not {type(x).__name__}")
+
+
 def _binary(spec, npfn, a, b):
     """a (op) b where at least one is a Tensor. Callers with a Python number first are
     commutative (others have their own reflected ops: rsub, rpow, 2 / x)."""
     if not isinstance(a, Tensor):
         a, b = b, a
+        if not isinstance(a, Tensor):
+            raise _operand_error(spec.name, b, 1)
     ad = a._data
     if type(b) in _NUMBER:
         if ad.dtype.kind == "f":
@@ -139,6 +152,8 @@ def _binary(spec, npfn, a, b):
         b = float(b)
     else:
         if not isinstance(b, Tensor):
+            if not isinstance(b, _ARRAYLIKE):  # None, str...: numpy would make nan or raise its own error
+                raise _operand_error(spec.name, b)
             b = _wrap(np.asarray(b, dtype=ad.dtype))
         bd = b._data
         if bd.dtype != ad.dtype:
@@ -169,6 +184,8 @@ def sub(a, b, alpha=1):
 
 def rsub(t, s):
     """s - t for a Python number s (PyTorch's RsubBackward1)."""
+    if not isinstance(s, _NUMBER + _ARRAYLIKE):
+        raise _operand_error("sub", s, 1)
     out = np.asarray(np.subtract(s, t._data))
     out = out.astype(_scalar_dtype(t, s), copy=False)
     return _ew(D.RSUB, out, t, p0=float(s))
@@ -203,6 +220,9 @@ def reciprocal(x):
 
 
 def pow(a, b):  # noqa: A001
+    for pos, x in ((1, a), (2, b)):
+        if not isinstance(x, (Tensor,) + _NUMBER + _ARRAYLIKE):
+            raise _operand_error("pow", x, pos)
     if not isinstance(a, Tensor):
         out = np.power(np.asarray(a, dtype=_scalar_dtype(b, a) if isinstance(a, float) else b._data.dtype), b._data)
         return _ew(D.RPOW, np.asarray(out, dtype=b._data.dtype), b, p0=float(a))
@@ -221,6 +241,8 @@ def pow(a, b):  # noqa: A001
 def _unary(spec, npfn):
     def op(x):
         if not isinstance(x, Tensor):
+            if not isinstance(x, _NUMBER + _ARRAYLIKE):
+                raise _operand_error(spec.name, x, 1)
             return npfn(x)  # a number, e.g. inside a gradient formula such as log(p0)
         if x._data.dtype.kind != "f" and spec is not D.NEG and spec is not D.ABS:
             x = _as_float(x)
@@ -511,6 +533,9 @@ def sum_to(t, shape):
 
 # --- linear algebra ----------------------------------------------------------------------
 def matmul(a, b):
+    for pos, x in ((1, a), (2, b)):
+        if not isinstance(x, Tensor):
+            raise _operand_error("matmul", x, pos)
     ad, bd = a._data, b._data
     if ad.ndim == 0 or bd.ndim == 0:
         raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {ad.ndim}D and {bd.ndim}D")
@@ -652,21 +677,34 @@ def trace(x):
 
 
 # --- shape ----------------------------------------------------------------------------------
-def _shape_arg(shape):
+def _shape_arg(shape, fn="view", arg="shape"):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    return tuple(int(s) for s in shape)
+    try:
+        if any(isinstance(s, (bool, np.bool_)) for s in shape):
+            raise TypeError
+        return tuple(operator.index(s) for s in shape)  # ints, numpy ints, one-element int tensors
+    except TypeError:
+        bad = next(s for s in shape if isinstance(s, (bool, np.bool_)) or not hasattr(s, "__index__"))
+        raise TypeError(f"{fn}(): argument '{arg}' (position 1) must be tuple of ints, not {type(bad).__name__}") \
+            from None
 
 
 def _infer_shape(shape, numel):
     shape = list(shape)
     if shape.count(-1) > 1:
         raise RuntimeError("only one dimension can be inferred")
+    for i, s in enumerate(shape):
+        if s < -1:
+            raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape {shape}")
     if -1 in shape:
         known = 1
         for s in shape:
             if s != -1:
                 known *= s
+        if known == 0 and numel == 0:
+            raise RuntimeError(f"cannot reshape tensor of 0 elements into shape {shape} because the unspecified "
+                               "dimension size -1 can be any value and is ambiguous")
         if known == 0 or numel % known:
             raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
         shape[shape.index(-1)] = numel // known
@@ -700,7 +738,7 @@ def _view_like(spec, x, out, fn=None):
 
 
 def reshape(x, *shape):
-    shape = _infer_shape(_shape_arg(shape), x._data.size)
+    shape = _infer_shape(_shape_arg(shape, "reshape"), x._data.size)
     return _view_like(D.VIEW, x, x._data.reshape(shape))
 
 
@@ -713,6 +751,8 @@ def flatten(x, start_dim=0, end_dim=-1):
         return reshape(x, (1,))
     s = _wrap_dim(start_dim, d.ndim)
     e = _wrap_dim(end_dim, d.ndim)
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
     if s == e:
         return x
     shape = d.shape[:s] + (int(np.prod(d.shape[s:e + 1])),) + d.shape[e + 1:]
@@ -735,13 +775,19 @@ def unsqueeze(x, dim):
 
 
 def expand(x, *sizes):
-    sizes = _shape_arg(sizes)
+    sizes = _shape_arg(sizes, "expand", "size")
     d = x._data
     if len(sizes) < d.ndim:
         raise RuntimeError(f"expand(torch.FloatTensor{{{list(d.shape)}}}, size={list(sizes)}): the number of sizes "
                            f"provided ({len(sizes)}) must be greater or equal to the number of dimensions in the "
                            f"tensor ({d.ndim})")
     lead = len(sizes) - d.ndim
+    for i, s in enumerate(sizes):
+        if s == -1 and i < lead:  # -1 keeps an existing size; a new leading dim has none
+            raise RuntimeError(f"The expanded size of the tensor (-1) isn't allowed in a leading, non-existing "
+                               f"dimension {i}")
+        if s < -1 and (i < lead or d.shape[i - lead] == 1):  # else the size mismatch below reports it
+            raise RuntimeError("numel: integer multiplication overflow")  # sic: what torch says
     shape = tuple(d.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
     for i in range(d.ndim):
         if d.shape[i] != 1 and d.shape[i] != shape[lead + i]:
@@ -761,7 +807,7 @@ def expand_as(x, other):
 
 
 def permute(x, *dims, spec=None):
-    dims = _shape_arg(dims)
+    dims = _shape_arg(dims, "permute", "dims")
     d = x._data
     if len(dims) != d.ndim:
         raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "

@@ -138,23 +138,49 @@ def clamp_(t, min=None, max=None):  # noqa: A002
     return _apply(t, lambda a: F.clamp(a, min, max))
 
 
+def _overwritten(spec, a, value):
+    """value broadcast over a's shape, recorded as where(False, a, value): the old values
+    are really dropped (x * 0 + v would keep NaN and inf), and get a zero gradient."""
+    vd = value._data if isinstance(value, Tensor) else value
+    out = np.empty_like(np.asarray(a._data))
+    try:
+        out[...] = vd
+    except ValueError:
+        raise F._broadcast_error(out.shape, np.shape(vd)) from None
+    keep_none = F._wrap(np.zeros(out.shape, dtype=bool))
+    b = value if isinstance(value, Tensor) else float(value)
+    return F._ew(spec, out, a, b, aux=keep_none)
+
+
+def _overwrite(t, spec, value):
+    others = (value,) if isinstance(value, Tensor) else ()
+    return _apply(t, lambda a: _overwritten(spec, a, value), *others)
+
+
 def copy_(t, src):
     if not isinstance(src, Tensor):
         src = F._wrap(np.asarray(src, dtype=t._data.dtype))
     if src._data.dtype != t._data.dtype:
         src = F.to_dtype(src, t.dtype)
-    # the old value gets no gradient, src all of it (summed over broadcast dims)
-    return _apply(t, lambda a: F.add(F.mul(a, 0.0), src), src)
+    return _overwrite(t, F.D.COPY, src)
 
 
 def fill_(t, value):
     if isinstance(value, Tensor):
-        return copy_(t, value)
-    return _apply(t, lambda a: F.add(F.mul(a, 0.0), float(value)))
+        if value._data.ndim != 0:
+            raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
+                               f"{value._data.ndim} dimensions.")
+        if value._data.dtype != t._data.dtype:
+            value = F.to_dtype(value, t.dtype)
+        return _overwrite(t, F.D.FILL_TENSOR, value)
+    if not isinstance(value, (int, float, np.number, np.bool_)):
+        raise TypeError(f"fill_() received an invalid combination of arguments - got ({type(value).__name__}), "
+                        "but expected one of:\n * (Tensor value)\n * (Number value)")
+    return _overwrite(t, F.D.FILL, value)
 
 
 def zero_(t):
-    return fill_(t, 0.0)
+    return _overwrite(t, F.D.ZERO, 0.0)
 
 
 def setitem(t, index, value):
