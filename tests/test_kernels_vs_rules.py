@@ -43,6 +43,7 @@ CASES = {
     "sigmoid": (lambda: (t(4, sign=True),), J.sigmoid),
     "relu": (lambda: (t(6, sign=True),), J.relu),
     "abs": (lambda: (t(6, sign=True),), J.abs),
+    "sign": (lambda: (t(6, sign=True),), J.sign),
     "clamp": (lambda: (t(6, lo=0.0, hi=2.0),), lambda a: a.clamp(0.5, 1.5)),
     "clone": (lambda: (t(3, 2),), J.clone),
     "maximum": (lambda: (t(3, 4), t(4)), J.maximum),

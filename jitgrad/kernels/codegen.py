@@ -46,12 +46,32 @@ def where(c, a, b):
     return a if c else b
 
 
+@jit
+def sign(x):
+    # torch's sign (0 at NaN; np.sign gives NaN), as functional.sign
+    return 1.0 if x > 0.0 else (-1.0 if x < 0.0 else 0.0)
+
+
+@jit
+def pow(x, e):
+    # torch's pow(Tensor, Scalar), as functional._pow_scalar: sqrt / rsqrt for 0.5 / -0.5
+    if e == 0.5:
+        return np.sqrt(x)
+    if e == -0.5:
+        return 1.0 / np.sqrt(x)
+    return x ** e
+
+
+@jit
+def zeros_like(x):
+    return 0.0
+
+
 exp = np.exp
 log = np.log
 cos = np.cos
 sin = np.sin
 sqrt = np.sqrt
-sign = np.sign
 erf = math.erf
 tanh = np.tanh
 '''

@@ -218,8 +218,11 @@ def k_expand(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 
 @jit
-def k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    """amax/amin/max()/min(): the gradient is shared evenly among the tied extrema."""
+def k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, evenly):
+    """amax/amin: torch's (grad / count) * mask with mask = (x == result), so a group whose
+    result is NaN (nothing equals it) gets NaN everywhere, as does a masked-out element
+    under an infinite grad. max()/min() (evenly): torch's evenly_distribute_backward,
+    grad / count on the mask, exactly 0 elsewhere, and the mask of a NaN result is isnan(x)."""
     b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
@@ -231,16 +234,25 @@ def k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     cnt = np.zeros(r.size, np.float64)
     for i in range(n):
         s = bidx(mode, m, mp, i)
-        if x[i] == r[s]:
+        if x[i] == r[s] or (evenly and np.isnan(x[i]) and np.isnan(r[s])):
             cnt[s] += 1.0
+    q = np.empty(r.size, np.float64)
+    for s in range(r.size):
+        q[s] = g[s] / cnt[s] if cnt[s] > 0.0 else np.nan  # torch: (grad / 0) * 0
     for i in range(n):
         s = bidx(mode, m, mp, i)
-        if x[i] == r[s]:
-            d[i] += g[s] / cnt[s]
+        if x[i] == r[s] or (evenly and np.isnan(x[i]) and np.isnan(r[s])):
+            d[i] += q[s]
+        elif not evenly:
+            d[i] += q[s] * 0.0
 
 
 @jit
-def k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, full):
+    """torch's prod_backward: grad * (result / x) when x has no zero anywhere; else, per
+    slice, grad * (product of the elements before) * (product of those after), so NaN and
+    inf among the others propagate as torch's (prod_safe_zeros_backward). The full
+    reduction with more than one zero is zero (torch's no-grad shortcut)."""
     b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
@@ -249,20 +261,28 @@ def k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     x = saved(slots, v, kp)
     r = saved(slots, v, kp + 1)
     mode, m, mp = bcast_plan(xs, pin, hdr[b + H_IP])
-    zeros = np.zeros(r.size, np.int64)
-    nonzero_prod = np.ones(r.size, np.float64)
+    zeros = 0
     for i in range(n):
-        s = bidx(mode, m, mp, i)
         if x[i] == 0:
-            zeros[s] += 1
-        else:
-            nonzero_prod[s] *= x[i]
+            zeros += 1
+    if zeros == 0:
+        for i in range(n):
+            s = bidx(mode, m, mp, i)
+            d[i] += g[s] * (r[s] / x[i])
+        return
+    if full and zeros > 1:
+        return
+    before = np.empty(n, np.float64)
+    run = np.ones(r.size, np.float64)
     for i in range(n):
         s = bidx(mode, m, mp, i)
-        if zeros[s] == 0:
-            d[i] += g[s] * r[s] / x[i]
-        elif zeros[s] == 1 and x[i] == 0:
-            d[i] += g[s] * nonzero_prod[s]
+        before[i] = run[s]
+        run[s] *= x[i]
+    run[:] = 1.0
+    for i in range(n - 1, -1, -1):
+        s = bidx(mode, m, mp, i)
+        d[i] += g[s] * (before[i] * run[s])
+        run[s] *= x[i]
 
 
 @jit
@@ -650,11 +670,15 @@ def k_nll(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 # arguments ARGS; aliases share their base's
 ARGS = "row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st"
 KERNELS = {name: f"{fn}({ARGS})" for name, fn in {
-    "sum": "k_sum", "amax": "k_amax", "max_dim": "k_scatter", "index_put": "k_index_put", "prod": "k_prod",
+    "sum": "k_sum", "max_dim": "k_scatter", "index_put": "k_index_put",
     "matmul": "k_matmul", "addmm": "k_addmm", "trace": "k_trace", "permute": "k_permute", "view": "k_view", "expand": "k_expand",
     "cat": "k_cat", "nll_loss": "k_nll", "convolution": "k_conv",
     "embedding": "k_embedding",
     "layer_norm": "k_layer_norm"}.items()}
+KERNELS["amax"] = f"k_amax({ARGS}, False)"     # flags: the full reductions' torch rules
+KERNELS["prod"] = f"k_prod({ARGS}, False)"
+KERNELS["prod_all"] = f"k_prod({ARGS}, True)"
+KERNELS["max_all"] = f"k_amax({ARGS}, True)"
 KERNELS["softmax"] = f"k_softmax({ARGS}, False)"
 KERNELS["log_softmax"] = f"k_softmax({ARGS}, True)"
 

@@ -12,14 +12,19 @@ ADD = elementwise("add", "AddBackward0", "grad", "grad")
 SUB = elementwise("sub", "SubBackward0", "grad", "-grad")
 RSUB = elementwise("rsub", "RsubBackward1", "-grad")                       # p0 - self
 MUL = elementwise("mul", "MulBackward0", "grad * other", "grad * self")
-DIV = elementwise("div", "DivBackward0", "grad / other", "-grad * self / (other * other)")
+# other: torch's -grad * ((self / other) / other); self / (other * other) underflows to inf for small other
+DIV = elementwise("div", "DivBackward0", "grad / other", "-grad * ((self / other) / other)")
 RECIPROCAL = elementwise("reciprocal", "ReciprocalBackward0", "-grad * result * result")
+# The pow rules are torch's pow_backward, pow_backward_self and pow_backward_exponent: the
+# where()s give 0, not 0 * inf = NaN, at a zero exponent and at a zero base with exponent >= 0;
+# pow() is torch's pow(Tensor, Scalar) (sqrt / rsqrt for 0.5 / -0.5, which differ from C pow at -0, -inf)
 POW = elementwise("pow", "PowBackward0",                                    # self ** p0
-                  "grad * p0 * self ** (p0 - 1.0) if p0 != 0.0 else grad * 0.0")
+                  "grad * p0 * pow(self, p0 - 1.0) if p0 != 0.0 else zeros_like(grad)")
 POW_TT = elementwise("pow_tt", "PowBackward1",                              # self ** other
-                     "grad * other * self ** (other - 1.0)",
+                     "where(other == 0.0, 0.0, grad * other * self ** (other - 1.0))",
                      "where((self == 0.0) & (other >= 0.0), grad * 0.0, grad * result * log(self))")
-RPOW = elementwise("rpow", "PowBackward2", "grad * result * log(p0)")      # p0 ** self
+RPOW = elementwise("rpow", "PowBackward2",                                  # p0 ** self
+                   "grad * where(self >= 0.0, 0.0, result * log(p0)) if p0 == 0.0 else grad * result * log(p0)")
 NEG = elementwise("neg", "NegBackward0", "-grad")
 EXP = elementwise("exp", "ExpBackward0", "grad * result")
 LOG = elementwise("log", "LogBackward0", "grad / self")
@@ -37,17 +42,20 @@ GELU = elementwise("gelu", "GeluBackward0",
                    "grad * (0.5 * (1.0 + tanh(0.7978845608028654 * (self + 0.044715 * self * self * self))) + "
                    "0.5 * self * (1.0 - tanh(0.7978845608028654 * (self + 0.044715 * self * self * self)) ** 2.0) * "
                    "0.7978845608028654 * (1.0 + 3.0 * 0.044715 * self * self))")
-RELU = elementwise("relu", "ReluBackward0", "where(result > 0.0, grad, 0.0)")
+# threshold_backward: a NaN result passes the gradient; sign() is torch's (0 at NaN)
+RELU = elementwise("relu", "ReluBackward0", "where(result <= 0.0, 0.0, grad)")
 ABS = elementwise("abs", "AbsBackward0", "grad * sign(self)")
 CLAMP = elementwise("clamp", "ClampBackward1", "where((self >= p0) & (self <= p1), grad, 0.0)")
 CLONE = elementwise("clone", "CloneBackward0", "grad")
+# torch's masked_fill form: where a NaN meets a number neither side is smaller, so both get grad
 MAXIMUM = elementwise("maximum", "MaximumBackward0",
-                      "where(self == other, grad / 2.0, where(self > other, grad, 0.0))",
-                      "where(self == other, grad / 2.0, where(self < other, grad, 0.0))")
+                      "where(self == other, grad / 2.0, where(self < other, 0.0, grad))",
+                      "where(self == other, grad / 2.0, where(self > other, 0.0, grad))")
 MINIMUM = elementwise("minimum", "MinimumBackward0",
-                      "where(self == other, grad / 2.0, where(self < other, grad, 0.0))",
-                      "where(self == other, grad / 2.0, where(self > other, grad, 0.0))")
+                      "where(self == other, grad / 2.0, where(self > other, 0.0, grad))",
+                      "where(self == other, grad / 2.0, where(self < other, 0.0, grad))")
 WHERE = elementwise("where", "WhereBackward0", "where(aux, grad, 0.0)", "where(aux, 0.0, grad)")
+SIGN = elementwise("sign", "SignBackward0", "zeros_like(grad)")            # zeros, even for a NaN grad
 
 # --- structural: kernel in kernels/structural.py, rule in rules.py ------------------
 SUM = structural("sum", "SumBackward1", rule=R.sum_rule)
@@ -56,8 +64,8 @@ MEAN = alias("mean", SUM, "MeanBackward1")         # the kernel scales by fp[0]
 MEAN_ALL = alias("mean_all", SUM, "MeanBackward0")
 AMAX = structural("amax", "AmaxBackward0", saves=("self", "result"), rule=R.extremum_rule)
 AMIN = alias("amin", AMAX, "AminBackward0")
-MAX_ALL = alias("max_all", AMAX, "MaxBackward1")
-MIN_ALL = alias("min_all", AMAX, "MinBackward1")
+MAX_ALL = structural("max_all", "MaxBackward1", saves=("self", "result"), rule=R.evenly_rule)  # torch's own rule
+MIN_ALL = alias("min_all", MAX_ALL, "MinBackward1")
 MAX_DIM = structural("max_dim", "MaxBackward0", saves=("aux",), rule=R.scatter_rule)
 MIN_DIM = alias("min_dim", MAX_DIM, "MinBackward0")
 INDEX = alias("index", MAX_DIM, "IndexBackward0")  # same kernel: scatter grad at saved flat indices
@@ -68,7 +76,7 @@ REFLECTION_PAD2D = alias("reflection_pad2d", MAX_DIM, "ReflectionPad2DBackward0"
 REPLICATION_PAD2D = alias("replication_pad2d", MAX_DIM, "ReplicationPad2DBackward0")
 INDEX_PUT = structural("index_put", "IndexPutBackward0", saves=("aux",), rule=R.gather_rule)
 PROD = structural("prod", "ProdBackward1", saves=("self", "result"), rule=R.prod_rule)
-PROD_ALL = alias("prod_all", PROD, "ProdBackward0")
+PROD_ALL = structural("prod_all", "ProdBackward0", saves=("self", "result"), rule=R.prod_all_rule)
 MATMUL = structural("matmul", "MmBackward0", saves=("self", "other"), rule=R.matmul_rule)
 DOT = alias("dot", MATMUL, "DotBackward0")
 MV = alias("mv", MATMUL, "MvBackward0")

@@ -232,10 +232,21 @@ def pow(a, b):  # noqa: A001
     if ad.dtype.kind != "f" and isinstance(b, float):
         a = _as_float(a)
         ad = a._data
-    out = np.power(ad, b)
+    out = _pow_scalar(ad, b)
     if out.dtype != ad.dtype:
         out = out.astype(ad.dtype)
     return _ew(D.POW, out, a, p0=float(b))
+
+
+def _pow_scalar(ad, e):
+    """torch's pow(Tensor, Scalar) computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt, which differ
+    from C pow at -0 and -inf (rsqrt(-0) = -inf, sqrt(-inf) = NaN); PowBackward0 reads it too."""
+    if e == 0.5:
+        return np.sqrt(ad)
+    if e == -0.5:
+        with np.errstate(divide="ignore"):
+            return np.reciprocal(np.sqrt(ad))
+    return np.power(ad, e)
 
 
 def _unary(spec, npfn):
@@ -278,9 +289,17 @@ erf = _unary(D.ERF, _erf_array)
 
 
 def sign(x):
-    if isinstance(x, Tensor):
-        return _wrap(np.sign(x._data))
-    return np.sign(x)
+    """torch's sign: 0 at NaN, where np.sign gives NaN (AbsBackward0 is grad * sign(self))."""
+    d = x._data if isinstance(x, Tensor) else np.asarray(x)
+    out = np.sign(d)
+    if d.dtype.kind == "f":
+        out = np.where(np.isnan(d), out.dtype.type(0), out)
+    return _ew(D.SIGN, out, x) if isinstance(x, Tensor) else out
+
+
+def zeros_like(x):
+    """Zeros at x's shape and dtype, with no graph (torch's zeros_like in a gradient formula)."""
+    return _wrap(np.zeros_like(x._data))
 
 
 def clamp(x, min=None, max=None):  # noqa: A002

@@ -9,7 +9,7 @@ back from its tape row.
 """
 import numpy as np
 
-from .. import _dtype
+from .. import _dtype, _grad_mode
 from . import functional as F
 
 
@@ -32,6 +32,17 @@ def extremum_rule(grad, ri):
     return (F.reshape(grad, kd) * mask / count,)
 
 
+def evenly_rule(grad, ri):
+    """max()/min(): torch's evenly_distribute_backward, grad / count where self equals the
+    result (where self is NaN when the result is NaN), exactly 0 elsewhere."""
+    self = ri.saved_input(0, 0)
+    x = np.asarray(self._data)
+    r = np.asarray(ri.saved(1, ri.out_shape()))
+    mask = np.isnan(x) if np.isnan(r).all() else x == r
+    g = F.reshape(grad, ()) / float(mask.sum())
+    return (F.where(F._wrap(mask), g, 0.0),)
+
+
 def scatter_rule(grad, ri):
     idx = ri.saved(0, None)
     return (F.index_put_flat(grad, idx, ri.in_shape(0)),)
@@ -42,13 +53,21 @@ def gather_rule(grad, ri):
     return (F.index_flat(grad, idx, ri.in_shape(0), F.D.INDEX),)
 
 
+def prod_all_rule(grad, ri):
+    """torch's prod_backward without a dim: with more than one zero and grad mode off, zeros."""
+    zeros = int((np.asarray(ri.saved_input(0, 0)._data) == 0).sum())
+    if zeros > 1 and not _grad_mode.is_grad_enabled():
+        return (F.zeros_like(F._wrap(np.empty(ri.in_shape(0), grad._data.dtype))),)
+    return prod_rule(grad, ri)
+
+
 def prod_rule(grad, ri):
     kd = ri.ints()
     self = ri.saved_input(0, 0)
     g = F.reshape(grad, kd)
     x = np.asarray(self._data)
     if not (x == 0).any():
-        return (g * F.reshape(ri.result(1), kd) / self,)
+        return (g * (F.reshape(ri.result(1), kd) / self),)
     # With zeros, result/self is undefined: use the product of the other elements,
     # computed without a graph (its second derivative is not tracked here).
     return (g * F._wrap(_prod_others(x, _dims_of(x.shape, kd))),)

@@ -19,7 +19,7 @@ import re
 
 from ..autograd.graph import SPECS, _make_node_class
 
-FUNCS = ("exp", "log", "cos", "sin", "sqrt", "sign", "where", "erf", "tanh")
+FUNCS = ("exp", "log", "cos", "sin", "sqrt", "sign", "where", "erf", "tanh", "pow", "zeros_like")
 _VARS = ("self", "other", "result", "aux")
 # Saved values a structural kernel reads as int64 indices (saved_index in kernels/structural.py);
 # every other saved value is read at the row's float dtype. Recording casts to these (_tape.save).
