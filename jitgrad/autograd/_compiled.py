@@ -7,10 +7,20 @@ a root of the older tape it points into (every row of an older tape precedes eve
 a newer one, so order is kept).
 
 numpy views of a tape's columns exist only for the duration of the call: while a view
-is alive, the array.array behind it cannot grow.
+is alive, the array.array behind it cannot grow. A backward in a thread that does not
+own the tape reads copies instead (see _tape's module doc); the caller holds the locks.
+
+Nothing here changes what the user or a later backward sees: the compiled code is told
+to keep the graph (retain), and what a call frees comes back as a _Commit that the
+engine applies together with the .grad updates, in one block that Ctrl-C cannot split
+(_threads.deferred_interrupts). So an exception at any point before that block leaves
+.grad untouched and the graph intact for a retry.
 """
+import threading
+
 import numpy as np
 
+from .._threads import deferred_interrupts
 from ..kernels import codegen
 from .._grad_mode import no_grad
 from ..kernels.structural import DONE, EXEC, HAS, PRE, PYRUN, RECV, mark_need
@@ -39,6 +49,19 @@ def _view(col, dtype, empty_len):
     return np.frombuffer(col, dtype) if len(col) else np.zeros(empty_len, dtype)
 
 
+def _copy(col, dtype, empty_len):
+    """A private copy of a column: bytearray copies it while holding the GIL, so no view of
+    the shared array is left for its owner's next append to trip over."""
+    return np.frombuffer(bytearray(col), dtype) if len(col) else np.zeros(empty_len, dtype)
+
+
+def _boxed(fn, *args):
+    """A compiled call returning arrays: Numba boxes them through a Python-level helper
+    where a Ctrl-C would tear the call apart (SystemError, lost result); defer it."""
+    with deferred_interrupts:
+        return fn(*args)
+
+
 class _TapeRun:
     """One tape's part of a backward call: row states, seeds, and the sinks' gradients."""
 
@@ -49,6 +72,17 @@ class _TapeRun:
         self.seeds = {}
         self.out = self.where = None
         self.accumulated = set()  # leaf rows already accumulated during the sweep
+        self.to_release = []      # custom Function nodes whose saved tensors go at commit
+        # a thread other than the owner reads a snapshot (rows <= any seed are complete in it)
+        self.snapshot = None
+        self.leaves, self.ext, self.retained = tape.leaves, tape.ext, tape.retained
+        if tape.owner != threading.get_ident():
+            self.snapshot = self._read_columns(_copy)
+            # the owner may be adding rows (and their entries) right now: this call sees
+            # the rows that existed when it started, which include every row it reaches
+            n = self.st.size
+            self.leaves, self.ext, self.retained = ({k: v for k, v in d.copy().items() if k < n}
+                                                    for d in (tape.leaves, tape.ext, tape.retained))
 
     def seed(self, row, arr):
         s = self.seeds.get(row)
@@ -70,9 +104,11 @@ class _TapeRun:
         self.where = {r: i for i, r in enumerate(sinks)}
         sched = scheduler()
         hi = int(rows.max())
+        # the kernels read `freed` and are told to retain: freeing is the commit's job
+        freed = _copy(tape.freed, np.int8, 1)
         if not tape.needs_python() and not hooked_leaves:  # the whole tape in one compiled call
-            status, self.row, self.out, self.offs = sched.backward(*self._columns(), self.st, np.frombuffer(
-                tape.freed, np.int8), rows, offs, vals, sink_rows, hi, retain, _DT[self.npd])
+            status, self.row, self.out, self.offs = _boxed(sched.backward, *self._columns(), self.st, freed, rows,
+                                                           offs, vals, sink_rows, hi, True, _DT[self.npd])
             return status
         # rows that need Python: the sweep hands each back and resumes
         for row in (*tape.tensor_hooks, *tape.node_prehooks):
@@ -86,16 +122,17 @@ class _TapeRun:
             # forward): they must go to a new tape, not grow the one being swept
             close_current_tape()
         cols = self._columns()
-        g1, bslot, bigs, self.out, self.offs = sched.start(cols[0], self.st, rows, offs, vals, sink_rows, cols[5])
+        g1, bslot, bigs, self.out, self.offs = _boxed(sched.start, cols[0], self.st, rows, offs, vals, sink_rows,
+                                                      cols[5])
         self.pend = np.zeros(0, np.int64)
         if hooked_leaves:  # leaves with hooks run when they become ready, as in PyTorch
-            hooked = np.zeros(tape.nrows, np.uint8)
+            hooked = np.zeros(self.st.size, np.uint8)
             hooked[list(hooked_leaves)] = 1
-            self.pend = sched.count_pending(cols[0], cols[1], self.st, hi, hooked)
+            self.pend = _boxed(sched.count_pending, cols[0], cols[1], self.st, hi, hooked)
         del cols
         while True:
-            status, row = sched.sweep(*self._columns(), g1, self.st, bslot, bigs, np.frombuffer(tape.freed, np.int8),
-                                      hi, retain, _DT[self.npd], self.pend)
+            status, row = sched.sweep(*self._columns(), g1, self.st, bslot, bigs, freed, hi, True, _DT[self.npd],
+                                      self.pend)
             with no_grad():  # Python in a backward without create_graph records nothing
                 if status == 4:  # hooks before the row, then the row itself
                     self._run_pre_hooks(row, g1, bslot, bigs)
@@ -109,16 +146,23 @@ class _TapeRun:
                 else:
                     break
             hi = row - 1
-        sched.finish(_view(tape.hdr, np.int64, HW), g1, sink_rows, self.offs, self.out)
+        sched.finish(self._hdr(), g1, sink_rows, self.offs, self.out)
         self.row = row
         return status
 
     def _columns(self):
-        """Fresh numpy views of the tape's columns (none may outlive a call: see module doc)."""
+        """Fresh numpy views of the tape's columns (none may outlive a call: see module doc),
+        or in a thread that does not own the tape, its snapshot."""
+        return self.snapshot or self._read_columns(_view)
+
+    def _read_columns(self, how):
         tape = self.tape
         v = tape.v64 if self.npd == np.float64 else tape.v32
-        return (_view(tape.hdr, np.int64, HW), _view(tape.edges, np.int64, 3), _view(tape.xs, np.int64, 1),
-                _view(tape.fp, np.float64, 1), _view(tape.slots, np.int64, 3), _view(v, self.npd, 1))
+        return (how(tape.hdr, np.int64, HW), how(tape.edges, np.int64, 3), how(tape.xs, np.int64, 1),
+                how(tape.fp, np.float64, 1), how(tape.slots, np.int64, 3), how(v, self.npd, 1))
+
+    def _hdr(self):
+        return self.snapshot[0] if self.snapshot else _view(self.tape.hdr, np.int64, HW)
 
     def value(self, row):
         """Gradient of sink `row`, at its shape (a view into the shared output array)."""
@@ -131,11 +175,11 @@ class _TapeRun:
         if not self.st[row] & HAS:
             return None
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
-        return F._wrap(scheduler().grad_of(row, _view(self.tape.hdr, np.int64, HW), g1, bslot, bigs).reshape(shape))
+        return F._wrap(_boxed(scheduler().grad_of, row, self._hdr(), g1, bslot, bigs).reshape(shape))
 
     def _set_grad(self, row, g, g1, bslot, bigs):
         scheduler().set_grad(row, np.ascontiguousarray(g._data, dtype=self.npd).reshape(-1),
-                             _view(self.tape.hdr, np.int64, HW), g1, bslot, bigs, self.st)
+                             self._hdr(), g1, bslot, bigs, self.st)
 
     def _run_pre_hooks(self, row, g1, bslot, bigs):
         """The hooks of the tensor whose gradient is `row`'s, then (at a node's own row)
@@ -195,7 +239,7 @@ class _TapeRun:
                 raise _freed_error()
             result = node.run_backward(grads, False)
             if not retain:
-                node._release()
+                self.to_release.append(node)
         else:
             with no_grad():
                 result = input_grads(node, grads[0])
@@ -208,7 +252,7 @@ class _TapeRun:
             if g is None or t < 0 or not st[t] & RECV:
                 continue
             scheduler().contribute(t, np.ascontiguousarray(g._data, dtype=self.npd).reshape(-1),
-                                   _view(tape.hdr, np.int64, HW), g1, bslot, bigs, st)
+                                   self._hdr(), g1, bslot, bigs, st)
 
 
 def _n_outputs(tape, row):
@@ -228,14 +272,16 @@ def _tapes_from(roots):
     return sorted(seen.values(), key=lambda t: t.id)
 
 
-def run(roots, grads, targets, retain):
-    """roots, targets: autograd._engine.Target of the outputs and of the requested inputs.
+def run(roots, grads, targets, retain, tapes=None):
+    """roots, targets: autograd._engine.Target of the outputs and of the requested inputs;
+    tapes: _tapes_from(roots), whose locks the caller holds.
     Returns ({target key: grad array}, [(AccumulateGrad, grad array)], [(retaining tensor,
-    grad array)]), or FALLBACK. With targets, leaves are captured, not accumulated."""
+    grad array)], _Commit), or FALLBACK. With targets, leaves are captured, not accumulated."""
     npd = grads[0]._data.dtype
     if npd not in _DT or any(g._data.dtype != npd for g in grads):
         return FALLBACK
-    tapes = _tapes_from(roots)
+    if tapes is None:
+        tapes = _tapes_from(roots)
     runs = {t.id: _TapeRun(t, npd) for t in tapes}
     want = None if targets is None else {tg.key for tg in targets}
     inner = [] if targets is None else [tg for tg in targets if not isinstance(tg.node, AccumulateGrad)]
@@ -246,15 +292,17 @@ def run(roots, grads, targets, retain):
             for tg in inner:
                 if tg.tape is t:
                     r.st[tg.row] |= RECV
-            for row, acc in t.leaves.items():
+            for row, acc in r.leaves.items():
                 if (id(acc), 0) in want:
                     r.st[row] |= RECV
-            for row, (ft, frow) in t.ext.items():
+            for row, (ft, frow) in r.ext.items():
                 if runs[ft.id].st[frow] & RECV:
                     r.st[row] |= RECV
-            mark_need(_view(t.hdr, np.int64, HW), _view(t.edges, np.int64, 3), t.nrows, r.st)
+            cols = r._columns()
+            mark_need(cols[0], cols[1], r.st.size, r.st)
+            del cols
     for t in tapes:
-        if (t.needs_python() or leaf_hooks[0]) and _mixed(t):
+        if (t.needs_python() or leaf_hooks[0]) and _mixed(runs[t.id]):
             # decided before any hook runs: a run abandoned halfway would run hooks twice
             return FALLBACK
     for tg, g in zip(roots, grads):
@@ -262,14 +310,15 @@ def run(roots, grads, targets, retain):
     captured = {}
     leaves = []
     retained = []
+    commit = _Commit()
     for t in reversed(tapes):
         r = runs[t.id]
         if not r.seeds:
             continue
         inputs_here = [tg.row for tg in inner if tg.tape is t]
         # each row once: a leaf can also be a requested input
-        sinks = list(dict.fromkeys([*t.leaves, *t.ext, *t.retained, *inputs_here]))
-        hooked = ([row for row, acc in t.leaves.items() if pyengine.leaf_has_hooks(acc)]
+        sinks = list(dict.fromkeys([*r.leaves, *r.ext, *r.retained, *inputs_here]))
+        hooked = ([row for row, acc in r.leaves.items() if pyengine.leaf_has_hooks(acc)]
                   if want is None and leaf_hooks[0] else ())
         status = r.run(sinks, retain, hooked)
         if status == 1:
@@ -277,7 +326,7 @@ def run(roots, grads, targets, retain):
         if status == 2:
             return FALLBACK
         st = r.st
-        for lrow, acc in t.leaves.items():
+        for lrow, acc in r.leaves.items():
             if st[lrow] & HAS and lrow not in r.accumulated:
                 if want is None:
                     leaves.append((acc, r.value(lrow)))
@@ -285,10 +334,10 @@ def run(roots, grads, targets, retain):
                     # a leaf used in several tapes has a sink row in each: the parts add up
                     prev = captured.get((id(acc), 0))
                     captured[id(acc), 0] = r.value(lrow) if prev is None else prev + r.value(lrow)
-        for erow, (ft, frow) in t.ext.items():
+        for erow, (ft, frow) in r.ext.items():
             if st[erow] & HAS:
                 runs[ft.id].seed(frow, r.value(erow))
-        for rrow, ref in t.retained.items():
+        for rrow, ref in r.retained.items():
             tensor = ref()
             if tensor is not None and st[rrow] & HAS:
                 retained.append((tensor, r.value(rrow)))
@@ -296,19 +345,36 @@ def run(roots, grads, targets, retain):
             if tg.tape is t and st[tg.row] & HAS:
                 captured[tg.key] = r.value(tg.row)
         if not retain:
-            _release(t, r)
-    return captured, leaves, retained
+            commit.runs.append(r)
+    return captured, leaves, retained, commit
 
 
-def _mixed(tape):
-    """Whether the tape holds a row the compiled path does not run (mixed dtypes)."""
-    dts = np.frombuffer(tape.hdr, np.int64)[1::HW]
+def _mixed(r):
+    """Whether the run's tape holds a row the compiled path does not run (mixed dtypes)."""
+    dts = r._hdr()[1::HW]
     return bool((dts == DT_OTHER).any())
 
 
+class _Commit:
+    """What a backward without retain_graph frees, applied by the engine (apply) in the
+    same uninterruptible block as the .grad updates: until then the graph is intact."""
+    __slots__ = ("runs",)
+
+    def __init__(self):
+        self.runs = []
+
+    def apply(self):
+        for r in self.runs:
+            _release(r.tape, r)
+
+
 def _release(tape, r):
-    """Free saved values. When every recorded node of the tape has run, drop them all at once."""
-    ran = int(np.count_nonzero(r.st & DONE))
-    if ran + len(tape.leaves) + len(tape.ext) >= tape.nrows:
-        tape.keep = []
-        tape.keep_bytes = 0
+    """Free saved values of the rows that ran. When every recorded node of the tape has
+    run, drop them all at once; only the owner does, as it alone may be saving onto it."""
+    done = (r.st & DONE) != 0
+    tape.mark_freed(done)
+    for node in r.to_release:
+        node._release()
+    ran = int(np.count_nonzero(done))
+    if ran + len(tape.leaves) + len(tape.ext) >= tape.nrows and tape.owner == threading.get_ident():
+        tape.release_saved()

@@ -11,6 +11,7 @@ import heapq
 import numpy as np
 
 from .. import _grad_mode
+from .._threads import leaf_lock
 from ..ops import functional as F
 from ..ops.spec import FUNCS
 from ._rowinfo import RowInfo
@@ -219,13 +220,15 @@ def leaf_post(acc, grad):
 
 
 def accumulate_grad(t, grad, create_graph, owned=False):
-    """AccumulateGrad: add `grad` into t.grad (owned: grad's data is ours to keep as is)."""
+    """AccumulateGrad: add `grad` into t.grad (owned: grad's data is ours to keep as is).
+    Serialised per leaf: threads backpropagating into one leaf lose no update."""
     if grad._data.dtype != t._data.dtype:
         grad = F.to_dtype(grad, t.dtype)
-    old = t._grad
-    if old is None:
-        t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
-    elif create_graph or old._requires_grad:
-        t._grad = old + grad
-    else:
-        old._data += grad._data
+    with leaf_lock(t):
+        old = t._grad
+        if old is None:
+            t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
+        elif create_graph or old._requires_grad:
+            t._grad = old + grad
+        else:
+            old._data += grad._data
