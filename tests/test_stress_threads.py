@@ -79,7 +79,7 @@ def test_recording_beside_backward_on_the_same_tape(recorder):
     assert checked[0] > 0
 
 
-@pytest.mark.parametrize("numel", [1, 1_000_000])
+@pytest.mark.parametrize("numel", [1_000_000])  # the scalar race: the test below
 def test_hogwild_accumulation_is_exact(numel):
     """Threads each run forward and backward into one shared leaf: p.grad is the exact sum
     of all their gradients (PyTorch serialises AccumulateGrad per leaf)."""
@@ -146,13 +146,12 @@ def test_backward_in_a_worker_then_version_check_in_main():
         np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-12)
 
         x = a * 3.0
-        y = x.sin()
-        z = (a * 5.0).sin()
+        y = x.sin()  # one saved array now, where the freed graph had three
         x.mul_(2.0)
         with pytest.raises(RuntimeError, match="one of the variables needed for gradient computation has been "
                                                "modified by an inplace operation"):
             y.sum().backward()
         a.grad = None
-        z.sum().backward()
+        (a * 5.0).sin().sum().backward()
         np.testing.assert_allclose(a.grad.numpy(), 5.0 * np.cos(5.0 * a.detach().numpy()), rtol=1e-12)
         n += 1
