@@ -11,7 +11,7 @@ JITGRAD_NUM_THREADS); set_num_threads(n) sets both pools together. OMP_NUM_THREA
 not followed: at 2 it would bring the contention back.
 """
 import os
-import signal
+import _signal as signal  # the C module: signal.py wraps every call in enum conversions (~8 us)
 import threading
 
 
