@@ -10,8 +10,8 @@ the other pool's spinning workers and the reverse: on 2 cores the digits MLP epo
 JITGRAD_NUM_THREADS); set_num_threads(n) sets both pools together. OMP_NUM_THREADS is
 not followed: at 2 it would bring the contention back.
 """
-import os
 import _signal as signal  # the C module: signal.py wraps every call in enum conversions (~8 us)
+import os
 import threading
 
 
