@@ -1,4 +1,6 @@
-"""How many threads BLAS uses: torch.set_num_threads / get_num_threads.
+"""Threads and interrupts: how many threads BLAS uses (torch.set_num_threads /
+get_num_threads), Ctrl-C deferred across blocks that must not be torn apart, and the
+locks that serialise accumulation into a leaf shared by threads.
 
 jitgrad's forward GEMMs run in numpy's OpenBLAS, its backward GEMMs (np.dot inside the
 Numba kernels) in scipy's. Each OpenBLAS pool keeps its workers spinning for a while
@@ -8,7 +10,9 @@ the other pool's spinning workers and the reverse: on 2 cores the digits MLP epo
 JITGRAD_NUM_THREADS); set_num_threads(n) sets both pools together. OMP_NUM_THREADS is
 not followed: at 2 it would bring the contention back.
 """
+import _signal as signal  # the C module: signal.py wraps every call in enum conversions (~8 us)
 import os
+import threading
 
 
 def _controllers():
@@ -41,3 +45,62 @@ def default_threads():
         set_num_threads(max(n, 1))
     except ImportError:        # threadpoolctl missing: leave the BLAS pools as they are
         pass
+
+
+# -- interrupts -------------------------------------------------------------------------
+# Ctrl-C is delivered by running the SIGINT handler at the next bytecode of the main thread.
+# Inside Numba's boxing of a compiled function's array result that bytecode is in
+# _numba_unpickle: the KeyboardInterrupt then surfaces as "SystemError: ... returned a
+# result with an exception set" (or worse) and the call's result is lost. Blocks that
+# must not be torn apart (a compiled call, publishing a backward's results) run with the
+# handler replaced by one that only notes the signal; the real handler runs at the end.
+_MAIN_ID = threading.main_thread().ident
+_defer = {"depth": 0, "saved": None, "hit": None}
+
+
+def _note_interrupt(signum, frame):
+    _defer["hit"] = (signum, frame)
+
+
+class _DeferredInterrupts:
+    __slots__ = ()
+
+    def __enter__(self):
+        if threading.get_ident() != _MAIN_ID:  # handlers only ever run in the main thread
+            return
+        d = _defer
+        if d["depth"] == 0:
+            h = signal.getsignal(signal.SIGINT)
+            # SIG_DFL / SIG_IGN / a C handler: Python delivers nothing there to defer
+            d["saved"] = h if callable(h) else None
+            if d["saved"] is not None:
+                signal.signal(signal.SIGINT, _note_interrupt)
+        d["depth"] += 1
+
+    def __exit__(self, *exc):
+        if threading.get_ident() != _MAIN_ID:
+            return
+        d = _defer
+        d["depth"] -= 1
+        if d["depth"] or d["saved"] is None:
+            return
+        saved, hit = d["saved"], d["hit"]
+        d["saved"] = d["hit"] = None
+        signal.signal(signal.SIGINT, saved)
+        if hit is not None:
+            saved(*hit)  # default_int_handler: the KeyboardInterrupt reaches the caller now
+
+
+deferred_interrupts = _DeferredInterrupts()
+
+
+# -- accumulation into shared leaves ---------------------------------------------------------
+# Threads that backpropagate into one leaf (hogwild training) must not lose updates:
+# `grad is None` then assign, and numpy's `+=` (which releases the GIL on large arrays),
+# are serialised per leaf, as PyTorch's AccumulateGrad is. Striped locks keyed on the
+# tensor's id: no lock object per tensor, and two leaves rarely share a stripe.
+_leaf_locks = tuple(threading.Lock() for _ in range(64))
+
+
+def leaf_lock(t):
+    return _leaf_locks[(id(t) >> 4) & 63]

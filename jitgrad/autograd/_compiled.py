@@ -7,10 +7,20 @@ a root of the older tape it points into (every row of an older tape precedes eve
 a newer one, so order is kept).
 
 numpy views of a tape's columns exist only for the duration of the call: while a view
-is alive, the array.array behind it cannot grow.
+is alive, the array.array behind it cannot grow. A backward in a thread that does not
+own the tape reads copies instead (see _tape's module doc); the caller holds the locks.
+
+Nothing here changes what the user or a later backward sees: the compiled code is told
+to keep the graph (retain), and what a call frees comes back as a _Commit that the
+engine applies together with the .grad updates, in one block that Ctrl-C cannot split
+(_threads.deferred_interrupts). So an exception at any point before that block leaves
+.grad untouched and the graph intact for a retry.
 """
+import threading
+
 import numpy as np
 
+from .._threads import deferred_interrupts
 from ..kernels import codegen
 from .._grad_mode import no_grad
 from ..kernels.structural import DONE, EXEC, HAS, PRE, PYRUN, RECV, mark_need
@@ -39,6 +49,19 @@ def _view(col, dtype, empty_len):
     return np.frombuffer(col, dtype) if len(col) else np.zeros(empty_len, dtype)
 
 
+def _copy(col, dtype, empty_len):
+    """A private copy of a column: bytearray copies it while holding the GIL, so no view of
+    the shared array is left for its owner's next append to trip over."""
+    return np.frombuffer(bytearray(col), dtype) if len(col) else np.zeros(empty_len, dtype)
+
+
+def _boxed(fn, *args):
+    """A compiled call returning arrays: Numba boxes them through a Python-level helper
+    where a Ctrl-C would tear the call apart (SystemError, lost result); defer it."""
+    with deferred_interrupts:
+        return fn(*args)
+
+
 class _TapeRun:
     """One tape's part of a backward call: row states, seeds, and the sinks' gradients."""
 
@@ -50,6 +73,17 @@ class _TapeRun:
         self.out = self.where = None
         self.accumulated = set()  # leaf rows already accumulated during the sweep
         self.hooked = None  # uint8 per row: leaves with hooks (set when the sweep runs them)
+        self.to_release = []      # custom Function nodes whose saved tensors go at commit
+        # a thread other than the owner reads a snapshot (rows <= any seed are complete in it)
+        self.snapshot = None
+        self.leaves, self.ext, self.retained = tape.leaves, tape.ext, tape.retained
+        if tape.owner != threading.get_ident():
+            self.snapshot = self._read_columns(_copy)
+            # the owner may be adding rows (and their entries) right now: this call sees
+            # the rows that existed when it started, which include every row it reaches
+            n = self.st.size
+            self.leaves, self.ext, self.retained = ({k: v for k, v in d.copy().items() if k < n}
+                                                    for d in (tape.leaves, tape.ext, tape.retained))
 
     def seed(self, row, arr):
         s = self.seeds.get(row)
@@ -67,7 +101,7 @@ class _TapeRun:
             offs = np.zeros(len(vals) + 1, np.int64)
             np.cumsum([a.size for a in vals], out=offs[1:])
             vals = np.concatenate(vals)
-        numel = np.frombuffer(tape.hdr, np.int64)[H_NUMEL::HW][rows]
+        numel = self._hdr()[H_NUMEL::HW][rows]
         bad = np.flatnonzero(numel != np.diff(offs))
         if bad.size:  # the kernels would copy one size into a buffer of another
             row = int(rows[bad[0]])
@@ -78,9 +112,11 @@ class _TapeRun:
         self.where = {r: i for i, r in enumerate(sinks)}
         sched = scheduler()
         hi = int(rows.max())
+        # the kernels read `freed` and are told to retain: freeing is the commit's job
+        freed = _copy(tape.freed, np.int8, 1)
         if not tape.needs_python() and not hooked_leaves:  # the whole tape in one compiled call
-            status, self.row, self.out, self.offs = sched.backward(*self._columns(), self.st, np.frombuffer(
-                tape.freed, np.int8), rows, offs, vals, sink_rows, hi, retain, _DT[self.npd])
+            status, self.row, self.out, self.offs = _boxed(sched.backward, *self._columns(), self.st, freed, rows,
+                                                           offs, vals, sink_rows, hi, True, _DT[self.npd])
             return status
         # rows that need Python: the sweep hands each back and resumes
         for row in (*tape.tensor_hooks, *tape.node_prehooks):
@@ -94,16 +130,17 @@ class _TapeRun:
             # forward): they must go to a new tape, not grow the one being swept
             close_current_tape()
         cols = self._columns()
-        g1, bslot, bigs, self.out, self.offs = sched.start(cols[0], self.st, rows, offs, vals, sink_rows, cols[5])
+        g1, bslot, bigs, self.out, self.offs = _boxed(sched.start, cols[0], self.st, rows, offs, vals, sink_rows,
+                                                      cols[5])
         self.pend = np.zeros(0, np.int64)
         if hooked_leaves:  # leaves with hooks run when they become ready, as in PyTorch
-            self.hooked = hooked = np.zeros(tape.nrows, np.uint8)
+            self.hooked = hooked = np.zeros(self.st.size, np.uint8)
             hooked[list(hooked_leaves)] = 1
-            self.pend = sched.count_pending(cols[0], cols[1], self.st, hi, hooked)
+            self.pend = _boxed(sched.count_pending, cols[0], cols[1], self.st, hi, hooked)
         del cols
         while True:
-            status, row = sched.sweep(*self._columns(), g1, self.st, bslot, bigs, np.frombuffer(tape.freed, np.int8),
-                                      hi, retain, _DT[self.npd], self.pend)
+            status, row = sched.sweep(*self._columns(), g1, self.st, bslot, bigs, freed, hi, True, _DT[self.npd],
+                                      self.pend)
             with no_grad():  # Python in a backward without create_graph records nothing
                 if status == 4:  # hooks before the row, then the row itself
                     self._run_pre_hooks(row, g1, bslot, bigs)
@@ -117,16 +154,23 @@ class _TapeRun:
                 else:
                     break
             hi = row - 1
-        sched.finish(_view(tape.hdr, np.int64, HW), g1, sink_rows, self.offs, self.out)
+        sched.finish(self._hdr(), g1, sink_rows, self.offs, self.out)
         self.row = row
         return status
 
     def _columns(self):
-        """Fresh numpy views of the tape's columns (none may outlive a call: see module doc)."""
+        """Fresh numpy views of the tape's columns (none may outlive a call: see module doc),
+        or in a thread that does not own the tape, its snapshot."""
+        return self.snapshot or self._read_columns(_view)
+
+    def _read_columns(self, how):
         tape = self.tape
         v = tape.v64 if self.npd == np.float64 else tape.v32
-        return (_view(tape.hdr, np.int64, HW), _view(tape.edges, np.int64, 3), _view(tape.xs, np.int64, 1),
-                _view(tape.fp, np.float64, 1), _view(tape.slots, np.int64, 3), _view(v, self.npd, 1))
+        return (how(tape.hdr, np.int64, HW), how(tape.edges, np.int64, 3), how(tape.xs, np.int64, 1),
+                how(tape.fp, np.float64, 1), how(tape.slots, np.int64, 3), how(v, self.npd, 1))
+
+    def _hdr(self):
+        return self.snapshot[0] if self.snapshot else _view(self.tape.hdr, np.int64, HW)
 
     def value(self, row):
         """Gradient of sink `row`, at its shape (a view into the shared output array)."""
@@ -139,7 +183,7 @@ class _TapeRun:
         if not self.st[row] & HAS:
             return None
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
-        return F._wrap(scheduler().grad_of(row, _view(self.tape.hdr, np.int64, HW), g1, bslot, bigs).reshape(shape))
+        return F._wrap(_boxed(scheduler().grad_of, row, self._hdr(), g1, bslot, bigs).reshape(shape))
 
     def _buffer(self, row, g):
         """g's data as the flat array the scheduler copies into row's gradient buffer: at
@@ -153,7 +197,7 @@ class _TapeRun:
         return a
 
     def _set_grad(self, row, g, g1, bslot, bigs):
-        scheduler().set_grad(row, self._buffer(row, g), _view(self.tape.hdr, np.int64, HW), g1, bslot, bigs, self.st)
+        scheduler().set_grad(row, self._buffer(row, g), self._hdr(), g1, bslot, bigs, self.st)
 
     def _run_pre_hooks(self, row, g1, bslot, bigs):
         """The hooks of the tensor whose gradient is `row`'s, then (at a node's own row)
@@ -216,7 +260,7 @@ class _TapeRun:
                 raise _freed_error()
             result = node.run_backward(grads, False)
             if not retain:
-                node._release()
+                self.to_release.append(node)
         else:
             with no_grad():
                 result = input_grads(node, grads[0])
@@ -229,7 +273,7 @@ class _TapeRun:
             if g is None or t < 0 or not st[t] & RECV:
                 continue
             g = validate_gradient(node.name(), j, g, tape.shape_at(tape.edges[3 * (e0 + j) + 2]), self.npd)
-            scheduler().contribute(t, self._buffer(t, g), _view(tape.hdr, np.int64, HW), g1, bslot, bigs, st)
+            scheduler().contribute(t, self._buffer(t, g), self._hdr(), g1, bslot, bigs, st)
 
 
 def _n_outputs(tape, row):
@@ -249,14 +293,16 @@ def _tapes_from(roots):
     return sorted(seen.values(), key=lambda t: t.id)
 
 
-def run(roots, grads, targets, retain):
-    """roots, targets: autograd._engine.Target of the outputs and of the requested inputs.
+def run(roots, grads, targets, retain, tapes=None):
+    """roots, targets: autograd._engine.Target of the outputs and of the requested inputs;
+    tapes: _tapes_from(roots), whose locks the caller holds.
     Returns ({target key: grad array}, [(AccumulateGrad, grad array)], [(retaining tensor,
-    grad array)]), or FALLBACK. With targets, leaves are captured, not accumulated."""
+    grad array)], _Commit), or FALLBACK. With targets, leaves are captured, not accumulated."""
     npd = grads[0]._data.dtype
     if npd not in _DT or any(g._data.dtype != npd for g in grads):
         return FALLBACK
-    tapes = _tapes_from(roots)
+    if tapes is None:
+        tapes = _tapes_from(roots)
     runs = {t.id: _TapeRun(t, npd) for t in tapes}
     want = None if targets is None else {tg.key for tg in targets}
     inner = [] if targets is None else [tg for tg in targets if not isinstance(tg.node, AccumulateGrad)]
@@ -267,21 +313,24 @@ def run(roots, grads, targets, retain):
             for tg in inner:
                 if tg.tape is t:
                     r.st[tg.row] |= RECV
-            for row, acc in t.leaves.items():
+            for row, acc in r.leaves.items():
                 if (id(acc), 0) in want:
                     r.st[row] |= RECV
-            for row, (ft, frow) in t.ext.items():
+            for row, (ft, frow) in r.ext.items():
                 if runs[ft.id].st[frow] & RECV:
                     r.st[row] |= RECV
-            mark_need(_view(t.hdr, np.int64, HW), _view(t.edges, np.int64, 3), t.nrows, r.st)
+            cols = r._columns()
+            mark_need(cols[0], cols[1], r.st.size, r.st)
+            del cols
     code = _DT[npd]
     for t in tapes:
-        if not _runs_at(t, code):
+        r = runs[t.id]
+        if not _runs_at(r, code):
             # decided before any tape is swept: a run abandoned halfway would already have
             # run hooks and freed the saved values of the tapes swept before
             return FALLBACK
         if t.reshaped:
-            check_edge_shapes(t)
+            check_edge_shapes(r)
             if _leaf_resized(t):
                 # torch's saved leaf is the tensor itself, so its rules see the new .data:
                 # the Python engine reads leaves that way, the kernels read what was saved
@@ -295,14 +344,15 @@ def run(roots, grads, targets, retain):
     captured = {}
     leaves = []
     retained = []
+    commit = _Commit()
     for t in reversed(tapes):
         r = runs[t.id]
         if not r.seeds:
             continue
         inputs_here = [tg.row for tg in inner if tg.tape is t]
         # each row once: a leaf can also be a requested input
-        sinks = list(dict.fromkeys([*t.leaves, *t.ext, *t.retained, *inputs_here]))
-        hooked = ([row for row, acc in t.leaves.items() if pyengine.leaf_has_hooks(acc)]
+        sinks = list(dict.fromkeys([*r.leaves, *r.ext, *r.retained, *inputs_here]))
+        hooked = ([row for row, acc in r.leaves.items() if pyengine.leaf_has_hooks(acc)]
                   if want is None and leaf_hooks[0] else ())
         status = r.run(sinks, retain, hooked)
         if status == 1:
@@ -310,7 +360,7 @@ def run(roots, grads, targets, retain):
         if status == 2:
             return FALLBACK
         st = r.st
-        for lrow, acc in t.leaves.items():
+        for lrow, acc in r.leaves.items():
             if st[lrow] & HAS and lrow not in r.accumulated:
                 if want is None:
                     leaves.append((acc, r.value(lrow)))
@@ -318,10 +368,10 @@ def run(roots, grads, targets, retain):
                     # a leaf used in several tapes has a sink row in each: the parts add up
                     prev = captured.get((id(acc), 0))
                     captured[id(acc), 0] = r.value(lrow) if prev is None else prev + r.value(lrow)
-        for erow, (ft, frow) in t.ext.items():
+        for erow, (ft, frow) in r.ext.items():
             if st[erow] & HAS:
                 runs[ft.id].seed(frow, r.value(erow))
-        for rrow, ref in t.retained.items():
+        for rrow, ref in r.retained.items():
             tensor = ref()
             if tensor is not None and st[rrow] & HAS:
                 retained.append((tensor, r.value(rrow)))
@@ -329,8 +379,8 @@ def run(roots, grads, targets, retain):
             if tg.tape is t and st[tg.row] & HAS:
                 captured[tg.key] = r.value(tg.row)
         if not retain:
-            _release(t, r)
-    return captured, leaves, retained
+            commit.runs.append(r)
+    return captured, leaves, retained, commit
 
 
 _is_sink = [np.zeros(0, bool)]
@@ -343,25 +393,30 @@ def _sinks():
     return _is_sink[0]
 
 
-def _runs_at(tape, code):
-    """Whether every node row of the tape runs at dtype `code` (the compiled path keeps one
-    dtype per call). Each row is scanned once in the tape's life: the dtypes seen so far
-    are kept as a bit mask."""
-    n = tape.dt_scanned
-    if n < tape.nrows:
-        hdr = np.frombuffer(tape.hdr, np.int64).reshape(-1, HW)[n:]
+def _runs_at(r, code):
+    """Whether every node row of run r's tape runs at dtype `code` (the compiled path keeps
+    one dtype per call). Each row is scanned once in the tape's life (under its lock): the
+    dtypes seen so far are kept as a bit mask."""
+    tape = r.tape
+    n, end = tape.dt_scanned, r.st.size
+    if n < end:
+        hdr = r._hdr().reshape(-1, HW)[n:end]
         for d in np.unique(hdr[~_sinks()[hdr[:, H_OP]], H_DT]):
             tape.dt_seen |= 1 << int(d)
-        tape.dt_scanned = tape.nrows
+        tape.dt_scanned = end
+        del hdr
     return not tape.dt_seen & ~(1 << code)
 
 
-def check_edge_shapes(tape):
+def check_edge_shapes(r):
     """After `.data` gave a recorded tensor another shape or dtype, ops recorded since read
     it at the new one, but its row (and so its gradient buffer) has the old: PyTorch's
     error, before the kernels would write one size into a buffer of another."""
-    hdr = np.frombuffer(tape.hdr, np.int64).reshape(-1, HW)
-    edges = np.frombuffer(tape.edges, np.int64).reshape(-1, 3)
+    tape = r.tape
+    cols = r._columns()
+    hdr = cols[0].reshape(-1, HW)
+    edges = cols[1].reshape(-1, 3)
+    del cols
     target = edges[:, 0]
     # shapes are interned per tape, so equal shapes have equal pointers
     bad = np.flatnonzero((target >= 0) & (edges[:, 2] != hdr[np.maximum(target, 0), H_SHP]))
@@ -382,9 +437,26 @@ def _leaf_resized(tape):
                for row, acc in tape.leaves.items())
 
 
+class _Commit:
+    """What a backward without retain_graph frees, applied by the engine (apply) in the
+    same uninterruptible block as the .grad updates: until then the graph is intact."""
+    __slots__ = ("runs",)
+
+    def __init__(self):
+        self.runs = []
+
+    def apply(self):
+        for r in self.runs:
+            _release(r.tape, r)
+
+
 def _release(tape, r):
-    """Free saved values. When every recorded node of the tape has run, drop them all at once."""
-    ran = int(np.count_nonzero(r.st & DONE))
-    if ran + len(tape.leaves) + len(tape.ext) >= tape.nrows:
-        tape.keep = []
-        tape.keep_bytes = 0
+    """Free saved values of the rows that ran. When every recorded node of the tape has
+    run, drop them all at once; only the owner does, as it alone may be saving onto it."""
+    done = (r.st & DONE) != 0
+    tape.mark_freed(done)
+    for node in r.to_release:
+        node._release()
+    ran = int(np.count_nonzero(done))
+    if ran + len(tape.leaves) + len(tape.ext) >= tape.nrows and tape.owner == threading.get_ident():
+        tape.release_saved()

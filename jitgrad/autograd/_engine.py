@@ -4,6 +4,11 @@
 executor: the compiled scheduler (_compiled, running the module kernels/codegen.py
 generates) for ordinary calls, the Python engine (_pyengine) for create_graph=True and
 for graphs the compiled path does not take.
+
+A call holds the locks of the tapes it runs (one backward at a time per tape, whatever
+the thread). On the compiled path nothing the user can see changes until the end: .grad
+updates and the freeing of the graph are published together in one block that Ctrl-C
+cannot split, so an interrupted call leaves either all of them or none.
 """
 import itertools
 import threading
@@ -12,6 +17,7 @@ from collections import namedtuple
 import numpy as np
 
 from .._grad_mode import no_grad
+from .._threads import deferred_interrupts
 from .._tensor import Tensor
 from ..ops import functional as F
 from . import _compiled, _pyengine, _tape, versions
@@ -127,13 +133,39 @@ def _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumul
     if retain_graph is None:
         retain_graph = create_graph
     targets = None if inputs is None else [_input_target(t, i, hold) for i, t in enumerate(inputs)]
+    tapes = _compiled._tapes_from(roots)
+    _lock(tapes)
+    try:
+        return _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accumulate, tapes)
+    finally:
+        _unlock(tapes)
+
+
+def _lock(tapes):
+    """Take the tapes' locks in id order (tapes is sorted), so two calls never deadlock."""
+    taken = []
+    try:
+        for t in tapes:
+            t.lock.acquire()
+            taken.append(t)
+    except BaseException:  # interrupted while waiting: give back what was taken
+        _unlock(taken)
+        raise
+
+
+def _unlock(tapes):
+    for t in reversed(tapes):
+        t.lock.release()
+
+
+def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accumulate, tapes):
     if versions.generation[0]:  # some in-place write happened: are saved values still valid?
-        for tape in _compiled._tapes_from(roots):
+        for tape in tapes:
             tape.check_versions()
     out = _compiled.FALLBACK
     if not create_graph and not _anomaly[0]:  # anomaly mode: the Python engine checks each node
         try:
-            out = _compiled.run(roots, grads, targets, bool(retain_graph))
+            out = _compiled.run(roots, grads, targets, bool(retain_graph), tapes)
         except BaseException:
             # an error (a hook's, a check's, Ctrl-C) may leave numpy views of the tapes'
             # columns alive in its traceback: the current tape must not grow under them
@@ -142,42 +174,55 @@ def _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumul
             raise
     if out is _compiled.FALLBACK:
         captured = _pyengine.run(roots, grads, targets, create_graph, accumulate)
-        if not retain_graph:
-            _free([r.node for r in roots])
-    else:
-        arrays, leaves, retained = out
-        captured = {k: F._wrap(a) for k, a in arrays.items()}
-        # the arrays are slices of the scheduler's fresh output array: ours to hand out
-        if not leaf_hooks[0]:
+        with deferred_interrupts:
+            if not retain_graph:
+                _free([r.node for r in roots])
+            _accumulate_inputs(inputs, targets, captured, accumulate, create_graph)
+        return captured, targets
+    arrays, leaves, retained, commit = out
+    captured = {k: F._wrap(a) for k, a in arrays.items()}
+    # the arrays are slices of the scheduler's fresh output array: ours to hand out
+    if leaf_hooks[0]:
+        # user hooks run between the accumulations, as in PyTorch: Ctrl-C in one of them
+        # leaves the leaves before it updated (but the graph intact: the commit comes later)
+        with no_grad():  # hooks run as in any backward without create_graph
+            for tg in targets or ():
+                if isinstance(tg.node, AccumulateGrad) and tg.key in captured:
+                    captured[tg.key] = _pyengine.leaf_pre(tg.node, captured[tg.key])
             for acc, a in leaves:
-                _pyengine.accumulate_grad(acc.variable, F._wrap(a), False, owned=True)
-        else:
-            with no_grad():  # hooks run as in any backward without create_graph
-                for tg in targets or ():
-                    if isinstance(tg.node, AccumulateGrad) and tg.key in captured:
-                        captured[tg.key] = _pyengine.leaf_pre(tg.node, captured[tg.key])
-                for acc, a in leaves:
-                    g = _pyengine.leaf_pre(acc, F._wrap(a))
-                    _pyengine.accumulate_grad(acc.variable, g, False, owned=True)
-                    _pyengine.leaf_post(acc, g)
+                g = _pyengine.leaf_pre(acc, F._wrap(a))
+                _pyengine.accumulate_grad(acc.variable, g, False, owned=True)
+                _pyengine.leaf_post(acc, g)
+        leaves = ()
+    with deferred_interrupts:  # the publishing block: all of it or none of it
+        for acc, a in leaves:
+            _pyengine.accumulate_grad(acc.variable, F._wrap(a), False, owned=True)
         if accumulate:
             for t, a in retained:
                 _pyengine.accumulate_grad(t, F._wrap(a), False, owned=True)
+        _accumulate_inputs(inputs, targets, captured, accumulate, False)
         if not retain_graph:
+            commit.apply()
             _close([r.node for r in roots])
+    return captured, targets
+
+
+def _accumulate_inputs(inputs, targets, captured, accumulate, create_graph):
+    """backward(inputs=...): the engines captured the inputs' gradients; accumulate them."""
     if accumulate and inputs is not None:
-        # backward(inputs=...): the engines captured the inputs' gradients; accumulate them
         for t, tg in zip(inputs, targets):
             g = captured.get(tg.key)
             if g is not None:
                 _pyengine.accumulate_grad(t, g, create_graph)
-    return captured, targets
 
 
 def _close(roots):
-    cur = _tape.live_tape()
-    if any(r._tape is cur for r in roots):
-        _tape.close_current_tape()
+    """The graph was freed: the next op records onto a new tape. Every root's tape, not
+    only this thread's: a graph recorded in another thread closes there too."""
+    for r in roots:
+        t = r._tape
+        if t is not None:
+            t.closed = True
 
 
 def _free(roots):

@@ -11,6 +11,7 @@ import heapq
 import numpy as np
 
 from .. import _grad_mode
+from .._threads import leaf_lock
 from ..ops import functional as F
 from ..ops.spec import FUNCS
 from ._rowinfo import RowInfo
@@ -229,17 +230,19 @@ def _check_in_place_add(out, other):
 
 
 def accumulate_grad(t, grad, create_graph, owned=False):
-    """AccumulateGrad: add `grad` into t.grad (owned: grad's data is ours to keep as is)."""
+    """AccumulateGrad: add `grad` into t.grad (owned: grad's data is ours to keep as is).
+    Serialised per leaf: threads backpropagating into one leaf lose no update."""
     if grad._data.dtype != t._data.dtype:
         grad = F.to_dtype(grad, t.dtype)
-    old = t._grad
-    if old is not None and old._data.shape != grad._data.shape:
-        # the leaf's .data changed size since its .grad was made: torch adds in place, so a
-        # gradient broadcasts into .grad, and one that would have to grow it is an error
-        _check_in_place_add(old._data.shape, grad._data.shape)
-    if old is None:
-        t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
-    elif create_graph or old._requires_grad:
-        t._grad = old + grad
-    else:
-        old._data += grad._data
+    with leaf_lock(t):
+        old = t._grad
+        if old is not None and old._data.shape != grad._data.shape:
+            # the leaf's .data changed size since its .grad was made: torch adds in place, so a
+            # gradient broadcasts into .grad, and one that would have to grow it is an error
+            _check_in_place_add(old._data.shape, grad._data.shape)
+        if old is None:
+            t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
+        elif create_graph or old._requires_grad:
+            t._grad = old + grad
+        else:
+            old._data += grad._data

@@ -28,6 +28,13 @@ tape is closed (the next op starts a new one) after a backward that frees the gr
 a size cap, or when a new graph starts on a tape already holding saved arrays
 (SPLIT_BYTES). Edges into an older tape go through an EXT row; the engine hands those
 gradients on.
+
+Threads: only the thread that made a tape (its `owner`) ever appends to it, because each
+thread records onto its own current tape. So recording takes no lock. Backward calls
+take the tape's `lock` (one at a time per tape: they grow and mark `freed`, release
+`keep`), and a backward in a thread other than the owner reads copies of the columns,
+never views: the owner may be appending at that moment, and an array.array cannot grow
+while a buffer view of it exists (BufferError), nor be read after it moved.
 """
 import array
 import ctypes
@@ -73,7 +80,7 @@ class Tape:
     __slots__ = ("id", "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "keep", "keep_bytes",
                  "nrows", "shape_ptr", "leaves", "ext", "ext_rows", "retained", "freed", "closed",
                  "nodes", "metadata", "py_nodes", "packed", "kept", "stale", "tensor_hooks", "node_prehooks", "node_hooks",
-                 "dt_seen", "dt_scanned", "reshaped", "__weakref__")
+                 "dt_seen", "dt_scanned", "reshaped", "owner", "lock", "__weakref__")
 
     def __init__(self):
         self.id = next(_tape_ids)
@@ -106,6 +113,8 @@ class Tape:
         self.dt_seen = 0         # bit mask of the dtype codes of node rows scanned (_compiled._runs_at)
         self.dt_scanned = 0      # rows scanned so far
         self.reshaped = False    # a recorded tensor's .data changed shape or dtype (_compiled.check_edge_shapes)
+        self.owner = threading.get_ident()  # the one thread that appends rows (see module doc)
+        self.lock = threading.RLock()       # held by backward calls over this tape
 
     # -- recording helpers ---------------------------------------------------------
     def shape(self, shape):
@@ -201,9 +210,11 @@ class Tape:
         if not self.keep:
             return
         for k, row, stamp in self.kept:
-            if row in self.stale:
+            where = self.slots[3 * k + 2]
+            if row in self.stale or row >= self.nrows or where >= len(self.keep):
+                # a save whose op never got its row (interrupted), or one already released
                 continue
-            arr = self.keep[self.slots[3 * k + 2]]
+            arr = self.keep[where]
             if stamp is None:
                 now, saved = versions.version(arr), 0
             else:
@@ -217,6 +228,22 @@ class Tape:
                 self.stale[row] = (arr, now, saved)
                 self.grow_freed()
                 self.freed[row] = 1
+
+    def release_saved(self):
+        """Drop every saved array (all rows ran and were freed). The tape is closed with
+        them: `kept` indexes into `keep`, so no row may be saved onto it afterwards."""
+        self.closed = True
+        self.keep = []
+        self.keep_bytes = 0
+        self.kept = []
+
+    def mark_freed(self, mask):
+        """freed[row] = 1 where mask (bools over the first rows). A new column replaces the
+        old one rather than a view writing into it: see the module doc on views."""
+        self.grow_freed()
+        f = np.frombuffer(bytearray(self.freed), np.int8)
+        f[:mask.size] |= mask
+        self.freed = array.array("b", f.tobytes())
 
     def needs_python(self):
         """Whether some row must be handed back to Python during the sweep."""
