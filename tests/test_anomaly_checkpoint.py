@@ -7,7 +7,7 @@ import pytest
 import jitgrad
 
 torch = pytest.importorskip("torch")
-import torch.utils.checkpoint  # noqa: E402
+import torch.utils.checkpoint  # noqa: E402, F811
 
 import jitgrad.utils.checkpoint  # noqa: E402,F401
 

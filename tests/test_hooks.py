@@ -790,7 +790,7 @@ def test_hooks_do_not_leak(case):
         ref = weakref.ref(big)
 
         def hook(*args):
-            big.payload.sum()
+            big.payload.sum()  # noqa: F821 - the closure outlives the del below, on purpose
             return None
 
         x = mk(T, [1.0, 2.0], rg=True)

@@ -61,7 +61,7 @@ def test_addmm_beta_alpha_and_broadcast_input():
     inp, a, b = r.normal(size=(1, 3)), r.normal(size=(2, 4)), r.normal(size=(4, 3))
 
     def run(T):
-        I, A, B = (T.tensor(v, requires_grad=True) for v in (inp, a, b))
+        I, A, B = (T.tensor(v, requires_grad=True) for v in (inp, a, b))  # noqa: E741
         y = T.addmm(I, A, B, beta=0.5, alpha=-2.0)
         y2 = I.addmm(A, B.t().contiguous().t())   # a transposed operand
         ((y * y).sum() + y2.sum()).backward()

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-import jitgrad as torch  # noqa: the whole point - the seed code runs unchanged
+import jitgrad as torch  # noqa: F401 - the whole point - the seed code runs unchanged
 
 
 def names(node_pairs):

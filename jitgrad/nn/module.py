@@ -240,7 +240,7 @@ class Module:
         return ""
 
     def __repr__(self):
-        lines = [l for l in self.extra_repr().split("\n") if l]
+        lines = [line for line in self.extra_repr().split("\n") if line]
         for name, m in self._modules.items():
             lines.append(f"({name}): " + _addindent(repr(m), 2))
         head = type(self).__name__ + "("
