@@ -132,6 +132,14 @@ def test_promotion_follows_torch(da, db, shapes):
         assert str(j.dtype) == str(t.dtype), (da, db, shapes)
 
 
+@pytest.mark.parametrize("case", [lambda T, x, m: m - x, lambda T, x, m: x - m, lambda T, x, m: 1 - m,
+                                  lambda T, x, m: m - 1, lambda T, x, m: T.sub(x, m)])
+def test_subtracting_a_bool_tensor_raises_like_torch(case):
+    for T in (jitgrad, torch):
+        with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor is not supported"):
+            case(T, T.ones(3), T.tensor([True, False, True]))
+
+
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("number", [2, 2.5, True])
 def test_python_number_promotion_follows_torch(dt, number):
@@ -148,7 +156,7 @@ BINARY = {
     "add": lambda T, a, c: a + c,
     "mul": lambda T, a, c: a * c,
     "rmul": lambda T, a, c: c * a,
-    "sub": lambda T, a, c: c - a,
+    "sub": lambda T, a, c: c * 1 - a,           # * 1: torch refuses to subtract a bool tensor
     "div": lambda T, a, c: a / (c + 2),         # c + 2 keeps bool and int constants away from 0
     "pow": lambda T, a, c: (a * a + 0.5) ** (c * 1),
     "maximum": lambda T, a, c: T.maximum(a, c),

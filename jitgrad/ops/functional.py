@@ -174,7 +174,18 @@ def add(a, b, alpha=1):
     return _binary(D.ADD, np.add, a, b)
 
 
+_BOOL_SUB = ("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a "
+             "mask, use the `~` or `logical_not()` operator instead.")
+
+
+def _no_bool_sub(*operands):
+    for x in operands:
+        if isinstance(x, Tensor) and x._data.dtype.kind == "b":
+            raise RuntimeError(_BOOL_SUB)
+
+
 def sub(a, b, alpha=1):
+    _no_bool_sub(a, b)
     if alpha != 1:
         b = mul(b, alpha)
     if not isinstance(a, Tensor):
@@ -186,6 +197,7 @@ def rsub(t, s):
     """s - t for a Python number s (PyTorch's RsubBackward1)."""
     if not isinstance(s, _NUMBER + _ARRAYLIKE):
         raise _operand_error("sub", s, 1)
+    _no_bool_sub(t)
     out = np.asarray(np.subtract(s, t._data))
     out = out.astype(_scalar_dtype(t, s), copy=False)
     return _ew(D.RSUB, out, t, p0=float(s))
