@@ -194,9 +194,12 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
                 _pyengine.accumulate_grad(acc.variable, g, False, owned=True)
                 _pyengine.leaf_post(acc, g)
         leaves = ()
+    # no user code runs in this loop, so if this is the only thread, it stays the only one:
+    # the per-leaf locks can be skipped (they are most of a wide graph's per-leaf cost)
+    alone = threading.active_count() == 1
     with deferred_interrupts:  # the publishing block: all of it or none of it
         for acc, a in leaves:
-            _pyengine.accumulate_grad(acc.variable, F._wrap(a), False, owned=True)
+            _pyengine.accumulate_grad(acc.variable, F._wrap(a), False, owned=True, alone=alone)
         if accumulate:
             for t, a in retained:
                 _pyengine.accumulate_grad(t, F._wrap(a), False, owned=True)

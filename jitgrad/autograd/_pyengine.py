@@ -229,20 +229,29 @@ def _check_in_place_add(out, other):
                            f"{F._size_str(full)}")
 
 
-def accumulate_grad(t, grad, create_graph, owned=False):
+def accumulate_grad(t, grad, create_graph, owned=False, alone=False):
     """AccumulateGrad: add `grad` into t.grad (owned: grad's data is ours to keep as is).
-    Serialised per leaf: threads backpropagating into one leaf lose no update."""
+    Serialised per leaf: threads backpropagating into one leaf lose no update. alone: the
+    caller knows no other thread exists (and runs no code that could start one)."""
     if grad._data.dtype != t._data.dtype:
         grad = F.to_dtype(grad, t.dtype)
-    with leaf_lock(t):
-        old = t._grad
-        if old is not None and old._data.shape != grad._data.shape:
-            # the leaf's .data changed size since its .grad was made: torch adds in place, so a
-            # gradient broadcasts into .grad, and one that would have to grow it is an error
-            _check_in_place_add(old._data.shape, grad._data.shape)
-        if old is None:
-            t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
-        elif create_graph or old._requires_grad:
-            t._grad = old + grad
-        else:
-            old._data += grad._data
+    if alone:
+        _accumulate(t, grad, create_graph, owned)
+    else:
+        with leaf_lock(t):
+            _accumulate(t, grad, create_graph, owned)
+
+
+def _accumulate(t, grad, create_graph, owned):
+    old = t._grad
+    if old is None:
+        t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
+        return
+    if old._data.shape != grad._data.shape:
+        # the leaf's .data changed size since its .grad was made: torch adds in place, so a
+        # gradient broadcasts into .grad, and one that would have to grow it is an error
+        _check_in_place_add(old._data.shape, grad._data.shape)
+    if create_graph or old._requires_grad:
+        t._grad = old + grad
+    else:
+        old._data += grad._data
