@@ -228,7 +228,10 @@ def test_random_mixed_dtype_programs_match_torch(prog):
     shape, graph_dtype, steps, seed = prog
     jout, jpool, jx = _run_mixed(jitgrad, shape, graph_dtype, steps, seed)
     tout, tpool, tx = _run_mixed(torch, shape, graph_dtype, steps, seed)
-    low = any(str(p.dtype) == "torch.float32" for p in tpool)
+    # torch evaluates a formula on a saved float32 operand in float32 (PowBackward1's
+    # exponent - 1); jitgrad casts the operand to the graph's dtype first: float32 tolerances
+    low = graph_dtype == "float32" or any(s[0] == "b" and s[3] == "float32" for s in steps) or \
+        any(str(p.dtype) == "torch.float32" for p in tpool)
     rtol, atol = (2e-5, 1e-5) if low else (1e-9, 1e-11)
     for i, (jp, tp) in enumerate(zip(jpool, tpool)):
         assert str(jp.dtype) == str(tp.dtype), f"dtype of node {i}"
