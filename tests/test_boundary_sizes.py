@@ -155,6 +155,21 @@ def test_hook_that_changes_the_value(value, prefix, where):
     _same_error(fn, prefix)
 
 
+def _backward_through_function(T, returned):
+    """x's gradient through a custom Function whose backward returns returned(T, grad)."""
+    class F(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return returned(T, g)
+    x = T.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (F.apply(x) * x).sum().backward()
+    return x.grad
+
+
 @pytest.mark.parametrize("returned,prefix", [
     (lambda T, g: T.ones(9), "Function FBackward returned an invalid gradient at index 0 - got [9] but expected "
                              "shape compatible with [3]"),
@@ -162,36 +177,13 @@ def test_hook_that_changes_the_value(value, prefix, where):
     (lambda T, g: T.ones(1), "Function FBackward returned an invalid gradient at index 0 - got [1]"),
 ])
 def test_custom_function_gradient_of_another_size(returned, prefix):
-    def fn(T):
-        class F(T.autograd.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return x * 2
-
-            @staticmethod
-            def backward(ctx, g):
-                return returned(T, g)
-        x = T.tensor([1.0, 2.0, 3.0], requires_grad=True)
-        (F.apply(x) * x).sum().backward()
-    _same_error(fn, prefix)
+    _same_error(lambda T: _backward_through_function(T, returned), prefix)
 
 
 @pytest.mark.parametrize("returned", [lambda T, g: g.double(), lambda T, g: T.tensor([1, 2, 3]),
                                       lambda T, g: T.ones(2, 3)])
 def test_custom_function_gradient_is_cast_or_reduced_like_torch(returned):
-    def fn(T):
-        class F(T.autograd.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return x * 2
-
-            @staticmethod
-            def backward(ctx, g):
-                return returned(T, g)
-        x = T.tensor([1.0, 2.0, 3.0], requires_grad=True)
-        (F.apply(x) * x).sum().backward()
-        return x.grad
-    jg, tg = _both(fn)
+    jg, tg = _both(lambda T: _backward_through_function(T, returned))
     assert str(jg.dtype) == str(tg.dtype)
     assert_close(jg, tg)
 
