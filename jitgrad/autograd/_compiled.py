@@ -31,7 +31,7 @@ from ._pyengine import _freed_error, input_grads
 from .function import FunctionNode, validate_gradient
 from .graph import SPECS, AccumulateGrad, node_for
 from .hooks import leaf_hooks, run_node_posthooks, run_node_prehooks, run_tensor_hooks
-from ._tape import DT_F32, DT_F64, H_DT, H_E0, H_IP, H_NIN, H_NUMEL, H_OP, H_SHP, HW, close_current_tape, live_tape
+from ._tape import DT_F32, DT_F64, DT_OTHER, H_DT, H_E0, H_IP, H_NIN, H_NUMEL, H_OP, H_SHP, HW, close_current_tape, live_tape
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 
@@ -101,13 +101,10 @@ class _TapeRun:
             offs = np.zeros(len(vals) + 1, np.int64)
             np.cumsum([a.size for a in vals], out=offs[1:])
             vals = np.concatenate(vals)
-        numel = self._hdr()[H_NUMEL::HW][rows]
-        bad = np.flatnonzero(numel != np.diff(offs))
-        if bad.size:  # the kernels would copy one size into a buffer of another
-            row = int(rows[bad[0]])
-            raise RuntimeError(f"Function {node_for(tape, row).name()} got a gradient of {int(np.diff(offs)[bad[0]])} "
-                               f"elements, but its output has {int(numel[bad[0]])}: a tensor's .data changed size "
-                               "after it was used")
+        if tape.reshaped:
+            # seeds are roots (checked against their rows) or EXT gradients, whose sizes can
+            # only differ from their rows' after a .data change, which marks the tape
+            self._check_seeds(rows, offs)
         sink_rows = np.fromiter(sinks, np.int64, len(sinks))
         self.where = {r: i for i, r in enumerate(sinks)}
         sched = scheduler()
@@ -157,6 +154,18 @@ class _TapeRun:
         sched.finish(self._hdr(), g1, sink_rows, self.offs, self.out)
         self.row = row
         return status
+
+    def _check_seeds(self, rows, offs):
+        """The kernels would copy each seed into its row's buffer: sizes must agree."""
+        sizes = np.diff(offs)
+        numel = self._hdr()[H_NUMEL::HW][rows]
+        bad = np.flatnonzero(numel != sizes)
+        if bad.size:
+            row = int(rows[bad[0]])
+            got, want = int(sizes[bad[0]]), int(numel[bad[0]])
+            del numel
+            raise RuntimeError(f"Function {node_for(self.tape, row).name()} got a gradient of {got} elements, but "
+                               f"its output has {want}: a tensor's .data changed size after it was used")
 
     def _columns(self):
         """Fresh numpy views of the tape's columns (none may outlive a call: see module doc),
@@ -400,11 +409,20 @@ def _runs_at(r, code):
     tape = r.tape
     n, end = tape.dt_scanned, r.st.size
     if n < end:
-        hdr = r._hdr().reshape(-1, HW)[n:end]
-        for d in np.unique(hdr[~_sinks()[hdr[:, H_OP]], H_DT]):
-            tape.dt_seen |= 1 << int(d)
+        hdr = r._hdr()
+        dts = hdr[n * HW + H_DT:end * HW:HW]
+        # the usual case, sinks included: one dtype (small tapes in Python, large ones in two
+        # passes without a sort)
+        kinds = set(dts.tolist()) if dts.size <= 256 else {int(dts.min()), int(dts.max())}
+        if len(kinds) == 1:
+            tape.dt_seen |= 1 << kinds.pop()
+        else:
+            ops = hdr[n * HW + H_OP:end * HW:HW]
+            for d in np.flatnonzero(np.bincount(dts[~_sinks()[ops]], minlength=DT_OTHER + 1)):
+                tape.dt_seen |= 1 << int(d)
+            del ops
         tape.dt_scanned = end
-        del hdr
+        del hdr, dts
     return not tape.dt_seen & ~(1 << code)
 
 
