@@ -31,8 +31,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import _dtype
-from ._tensor import Tensor
+from jitgrad._core import dtype as _dtype
+from jitgrad.graph.tensor import Tensor
+from jitgrad.nn.parameter import Parameter
 
 _META = "__jitgrad__"
 _FORMAT = 1  # bumped if the layout changes, so old readers refuse new files clearly
@@ -268,7 +269,6 @@ class _Encoder:
             return obj if type(obj) in (bool, int, float, str, type(None)) else _plain(obj)
         if isinstance(obj, Tensor):
             if id(obj) not in self.tensors:
-                from .nn.parameter import Parameter  # here: nn imports this package's modules
                 self.tensors[id(obj)] = {"tensor": self._array_index(obj._array()), "ref": len(self.tensors),
                                          "requires_grad": bool(obj.requires_grad),
                                          "parameter": isinstance(obj, Parameter)}
@@ -358,7 +358,6 @@ class _Decoder:
         if requires_grad and arr.dtype.kind != "f":
             raise _Corrupt(f"tensor of dtype {arr.dtype} marked requires_grad")
         if x.get("parameter"):
-            from .nn.parameter import Parameter
             t = Parameter(arr, requires_grad=bool(requires_grad))
         else:
             # a leaf, like torch.load's result; requires_grad is restored as torch restores it

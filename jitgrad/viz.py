@@ -2,7 +2,7 @@
 `print_graph` (an indented text outline of the `grad_fn` chain).
 
 Both walk `tensor.grad_fn` and `node.next_functions`, as torchviz does with PyTorch.
-jitgrad's nodes are views of tape rows, cached weakly per tape (autograd/graph.py): the
+jitgrad's nodes are views of tape rows, cached weakly per tape (graph/node.py): the
 same row gives the same object for as long as someone holds it, and a node holds the nodes
 after it. So the walk keeps every node (and every saved tensor it reads) alive until it is
 done; then `id()` is a stable identity and a node reached along two paths appears once.
@@ -12,7 +12,8 @@ rendering (`dot.render`, `dot.pipe`) needs Graphviz's `dot` binary, `dot.source`
 """
 import sys
 
-from .autograd.graph import AccumulateGrad
+from jitgrad.graph.node import AccumulateGrad
+from jitgrad.graph.tensor import Tensor
 
 __all__ = ["make_dot", "print_graph"]
 
@@ -20,7 +21,6 @@ SAVED_PREFIX = "_saved_"
 
 
 def _is_tensor(x):
-    from ._tensor import Tensor
     return isinstance(x, Tensor)
 
 

@@ -1,7 +1,7 @@
 """A damaged or unwritable on-disk cache, and a first backward from many threads (issue 8).
 
 Every scenario runs in a subprocess whose caches point into tmp_path, so the shared cache
-is never touched: JITGRAD_CACHE_DIR for the generated module (kernels/codegen.py), and for
+is never touched: JITGRAD_CACHE_DIR for the generated module (engine/codegen.py), and for
 the compiled scenarios a copy of the package whose __pycache__ cannot be written. Each one
 checks that the process exits 0, computes PyTorch's gradient, and says what happened in
 exactly one CacheWarning.
@@ -52,7 +52,7 @@ def expected_grad():
 
 
 def module_source():
-    from jitgrad.kernels import codegen
+    from jitgrad.engine import codegen
     return codegen.module_source()
 
 
@@ -108,7 +108,7 @@ def test_no_writable_directory_at_all_loads_the_module(tmp_path, jit):
     # memory (only loaded here: calling them would compile the whole engine)
     (tmp_path / "file").write_text("")
     code = NO_TMP + textwrap.dedent("""
-        from jitgrad.kernels import codegen
+        from jitgrad.engine import codegen
         m = codegen.load()
         assert callable(m.backward)
         print(getattr(getattr(m.backward, "_cache", None), "_enabled", None))  # numba's cache of it: off
@@ -159,7 +159,7 @@ compiled = pytest.mark.skipif(JIT_DISABLED, reason="about Numba's on-disk cache,
 def warm_cache(tmp_path_factory):
     """A directory with the generated module and its compiled cache: copied from the real
     cache where it is there, else compiled once."""
-    from jitgrad.kernels import codegen
+    from jitgrad.engine import codegen
 
     name, _ = module_source()
     warm = tmp_path_factory.mktemp("warm")

@@ -196,7 +196,7 @@ def test_inference_mode_false_inside_inference_mode():
 
 # --- class 12: the saved_tensors_hooks stack ------------------------------------------------
 def _stack():
-    from jitgrad.ops import record
+    from jitgrad.graph import record
     return record._saved_hooks.stack, record._packing[0]
 
 

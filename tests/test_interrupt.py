@@ -22,7 +22,7 @@ SCRIPT = r'''
 import json, os, sys, threading, time, _thread
 import numpy as np
 import jitgrad as jg
-from jitgrad.autograd._tape import close_current_tape
+from jitgrad.graph.tape import close_current_tape
 
 OUT = sys.argv[1]
 SLOW = os.environ.get("NUMBA_DISABLE_JIT") == "1"   # kernels as plain Python: small arrays

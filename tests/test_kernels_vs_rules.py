@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jitgrad as J
-from jitgrad.ops.spec import REGISTRY
+from jitgrad.graph.spec import REGISTRY
 
 rng = np.random.default_rng(7)
 

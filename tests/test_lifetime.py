@@ -66,7 +66,7 @@ def test_create_graph_across_tapes():
         x = T.tensor([0.5, -1.5], dtype=T.float64, requires_grad=True)
         a = x.exp()
         a.sum().backward(retain_graph=True)
-        J.autograd._tape.close_current_tape() if T is J else None  # force a tape boundary
+        J.graph.tape.close_current_tape() if T is J else None  # force a tape boundary
         y = (a * x * x).sum()                # x reached from both tapes
         (g,) = T.autograd.grad(y, x, create_graph=True)
         (h,) = T.autograd.grad(g.sum(), x)

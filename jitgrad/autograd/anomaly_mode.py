@@ -1,12 +1,12 @@
 """Anomaly mode: forward ops record their Python traceback; backward checks every node's
 gradients for NaN and names the node, printing where it was created in the forward.
 
-Outside anomaly mode this costs one list read per recorded op (ops/record.py, `_anomaly`).
+Outside anomaly mode this costs one list read per recorded op (graph/record.py, `_anomaly`).
 In anomaly mode backward runs on the Python engine, which checks each node's outputs.
 """
 import warnings
 
-from ..ops.record import _anomaly
+from jitgrad._core.modes import _anomaly
 
 _check_nan = [True]
 

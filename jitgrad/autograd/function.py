@@ -3,7 +3,7 @@
 `Function.apply` runs `forward` under no_grad and records one row for the node (opcode
 _pyfn) plus one row per further output (_out, with an edge to the node's row so that
 selective execution sees them). The compiled scheduler hands the node back when the
-sweep reaches it (status 3); autograd/_compiled.py runs `backward` and resumes. With
+sweep reaches it (status 3); engine/compiled.py runs `backward` and resumes. With
 create_graph=True the Python engine runs it, recording its ops.
 
 The ctx (state the tape owns: saved tensors, attributes, metadata) is separate from the
@@ -17,13 +17,14 @@ import weakref
 
 import numpy as np
 
-from .. import _grad_mode
-from .._tensor import Tensor
-from . import versions
-from ..ops import functional as F
-from ..ops.record import OP_OUT, OP_PYFN, _edge_row, pack_saved
-from ._tape import DT_F32, DT_F64, DT_OTHER, current_tape
-from .graph import Node
+from jitgrad._core import modes as _grad_mode
+from jitgrad.graph.tensor import Tensor
+from jitgrad._core import versions
+from jitgrad._core.messages import freed_error as _freed_error, modified_error, size_str
+from jitgrad.ops import functional as F
+from jitgrad.graph.record import OP_OUT, OP_PYFN, _edge_row, pack_saved
+from jitgrad.graph.tape import DT_F32, DT_F64, DT_OTHER, current_tape
+from jitgrad.graph.node import Node
 
 
 class FunctionCtx:
@@ -39,7 +40,6 @@ class FunctionCtx:
     @property
     def saved_tensors(self):
         if self._released:
-            from ._pyengine import _freed_error
             raise _freed_error()
         return tuple(_unpack(self, s) for s in getattr(self, "to_save", ()))
 
@@ -146,7 +146,7 @@ def validate_gradient(name, i, g, shape, dtype):
     if tuple(g._data.shape) != tuple(shape):
         if not _expandable(shape, g._data.shape):
             raise RuntimeError(f"Function {name} returned an invalid gradient at index {i} - got "
-                               f"{F._size_str(g._data.shape)} but expected shape compatible with {F._size_str(shape)}")
+                               f"{size_str(g._data.shape)} but expected shape compatible with {size_str(shape)}")
         g = F.sum_to(g, shape)
     if g._data.dtype != dtype:
         g = F.to_dtype(g, F._dtype.from_numpy_dtype(dtype))
@@ -196,19 +196,6 @@ def _unpack(ctx, s):
     t._requires_grad = True
     t._tape, t._row, t._output_nr = ctx._tape, s.row, s.nr
     return t
-
-
-_TENSOR_TYPES = {"float64": "torch.DoubleTensor", "float32": "torch.FloatTensor", "int64": "torch.LongTensor",
-                 "int32": "torch.IntTensor", "bool": "CPUBoolType"}
-
-
-def modified_error(data, now, saved):
-    kind = _TENSOR_TYPES.get(np.asarray(data).dtype.name, "torch.Tensor")
-    return RuntimeError(
-        "one of the variables needed for gradient computation has been modified by an inplace operation: "
-        f"[{kind} [{', '.join(str(n) for n in np.shape(data))}]] is at version {now}; expected version "
-        f"{saved} instead. Hint: enable anomaly detection to find the operation that failed to compute its "
-        "gradient, with torch.autograd.set_detect_anomaly(True).")
 
 
 def once_differentiable(fn):

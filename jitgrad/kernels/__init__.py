@@ -1,4 +1,4 @@
 """Compiled backward: @njit kernels and the scheduler that sweeps the lowered graph."""
-from . import _cache
+from jitgrad.kernels import _cache
 
 _cache.install()  # before any kernel module's @njit(cache=True) runs (see _cache's docstring)

@@ -12,7 +12,7 @@ from numba import types
 from numba.extending import overload
 from numba.np.linalg import ensure_blas
 
-from .pointers import as_ptr
+from jitgrad.kernels.pointers import as_ptr
 
 
 def _xxgemm(dtype):

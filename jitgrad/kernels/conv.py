@@ -19,7 +19,7 @@ from numba import njit
 from numba.core.config import DISABLE_JIT
 from numpy.lib.stride_tricks import as_strided
 
-from .blas import gemm
+from jitgrad.kernels.blas import gemm
 
 jit = njit(cache=True, nogil=True, error_model="numpy")
 U = np.uint64  # an index known to be in bounds: see _im2col_nb

@@ -6,7 +6,7 @@ import numpy as np
 from numba import njit
 from numba.core.config import DISABLE_JIT
 
-from .conv import U
+from jitgrad.kernels.conv import U
 
 
 # reassoc: the row sums may be reordered, so they vectorise (2x); no other fast-math flag,

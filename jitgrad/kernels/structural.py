@@ -14,9 +14,9 @@ Every kernel also runs as plain Python under NUMBA_DISABLE_JIT=1.
 import numpy as np
 from numba import njit
 
-from .blas import gemm
-from .conv import U, col2im_add, im2col
-from .pointers import view
+from jitgrad.kernels.blas import gemm
+from jitgrad.kernels.conv import U, col2im_add, im2col
+from jitgrad.kernels.pointers import view
 
 HW = 9
 H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)

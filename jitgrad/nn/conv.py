@@ -12,15 +12,15 @@ Each op is one primitive of the engine, one graph node named like PyTorch's:
 
 import numpy as np
 
-from .._tensor import Tensor, empty
-from .. import _dtype
-from ..kernels.conv import conv_forward, max_pool_forward
-from ..ops import derivatives as D
-from ..ops import functional as _F
-from ..ops.record import record
-from . import init
-from .module import Module
-from .parameter import Parameter
+from jitgrad.graph.tensor import Tensor, empty
+from jitgrad._core import dtype as _dtype
+from jitgrad.kernels.conv import conv_forward, max_pool_forward
+from jitgrad.ops import derivatives as D
+from jitgrad.ops import functional as _F
+from jitgrad.graph.record import record
+from jitgrad.nn import init
+from jitgrad.nn.module import Module
+from jitgrad.nn.parameter import Parameter
 
 _TYPE = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor"}
 

@@ -3,12 +3,12 @@ dropout, layer_norm, embedding and losses, written with jitgrad's differentiable
 
 import numpy as np
 
-from .._tensor import Tensor, _rng
-from ..ops import derivatives as D
-from ..ops import functional as _F
-from ..ops.record import record
-from ..kernels.norm import layer_norm_forward
-from ..ops.functional import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401
+from jitgrad.graph.tensor import Tensor, _rng
+from jitgrad.ops import derivatives as D
+from jitgrad.ops import functional as _F
+from jitgrad.graph.record import record
+from jitgrad.kernels.norm import layer_norm_forward
+from jitgrad.ops.functional import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401
 
 
 linear = _F.linear
@@ -276,4 +276,4 @@ def _embedding_renorm_(weight, flat, max_norm, norm_type):
         weight._bump()
 
 
-from .conv import conv2d, max_pool2d  # noqa: F401,E402
+from jitgrad.nn.conv import conv2d, max_pool2d  # noqa: F401,E402

@@ -3,8 +3,8 @@ import math
 
 import numpy as np
 
-from .. import _grad_mode
-from .._tensor import _rng
+from jitgrad._core import modes as _grad_mode
+from jitgrad.graph.tensor import _rng
 
 
 def _fans(t):

@@ -3,12 +3,12 @@ differentiable ops (see nn/functional.py), so it needs no gradient rule of its o
 import numbers
 from collections import OrderedDict
 
-from .. import _dtype, _grad_mode
-from .._tensor import empty
-from . import functional as F
-from . import init
-from .module import Module
-from .parameter import Parameter
+from jitgrad._core import dtype as _dtype, modes as _grad_mode
+from jitgrad.graph.tensor import empty
+from jitgrad.nn import functional as F
+from jitgrad.nn import init
+from jitgrad.nn.module import Module
+from jitgrad.nn.parameter import Parameter
 
 
 class Linear(Module):

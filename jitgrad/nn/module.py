@@ -4,10 +4,10 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from .. import _grad_mode
-from .._tensor import Tensor
-from ..autograd.hooks import add_hook
-from .parameter import Parameter
+from jitgrad._core import dtype as _dtype, modes as _grad_mode
+from jitgrad.graph.tensor import Tensor
+from jitgrad.graph.hooks import add_hook
+from jitgrad.nn.parameter import Parameter
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -159,10 +159,9 @@ class Module:
                     p.grad._array()[...] = 0
 
     def to(self, *args, **kwargs):
-        from .._dtype import dtype as dtype_cls
         dtype = kwargs.get("dtype")
         for a in args:
-            if isinstance(a, dtype_cls):
+            if isinstance(a, _dtype.dtype):
                 dtype = a
         if dtype is not None:
             for t in list(self.parameters()) + list(self.buffers()):
@@ -173,11 +172,9 @@ class Module:
         return self
 
     def float(self):
-        from .. import _dtype
         return self.to(_dtype.float32)
 
     def double(self):
-        from .. import _dtype
         return self.to(_dtype.float64)
 
     def state_dict(self, destination=None, prefix="", keep_vars=False):

@@ -1,7 +1,7 @@
 """nn.Parameter: a leaf Tensor that a Module registers as one of its parameters."""
 import numpy as np
 
-from .._tensor import Tensor, _init_from
+from jitgrad.graph.tensor import Tensor, _init_from
 
 
 class Parameter(Tensor):

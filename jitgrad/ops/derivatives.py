@@ -4,8 +4,8 @@ Elementwise entries are formulas (see spec.py for the vocabulary). Structural en
 name a Tensor-level rule `rule(node, grad, saved) -> tuple of input grads`; their
 compiled kernel of the same name lives in kernels/structural.py.
 """
-from . import rules as R
-from .spec import alias, elementwise, structural
+from jitgrad.ops import rules as R
+from jitgrad.graph.spec import alias, elementwise, structural
 
 # --- elementwise: name, node class, gradient formula per input ---------------------
 ADD = elementwise("add", "AddBackward0", "grad", "grad")

@@ -10,34 +10,19 @@ import operator
 
 import numpy as np
 
-from .. import _dtype, _grad_mode
-from .._tensor import Tensor, _Rare, _wrap_dim
-from . import derivatives as D
-from .record import _packing, _saved_hooks, record, record_ew
+from jitgrad._core import dtype as _dtype, modes as _grad_mode
+from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim
+from jitgrad.ops import derivatives as D
+from jitgrad._core.messages import size_str as _size_str, torch_size as _torch_size  # noqa: F401
+from jitgrad._core.modes import _packing, _saved_hooks
+from jitgrad.graph.record import record, record_ew
+from jitgrad.graph.tensor import _ARRAYLIKE, linked as _linked, wrap as _wrap  # noqa: F401  (rules use F._wrap)
 
 _gm_state = _grad_mode._state
 _new = object.__new__
 
 _f64 = np.dtype(np.float64)
 _I64 = np.dtype(np.int64)
-
-
-def _wrap(arr):
-    if not isinstance(arr, _ARRAYLIKE):
-        arr = np.asarray(arr)
-    return Tensor._make(arr)
-
-
-def _linked(data, tape, row, nr=0):
-    """A tensor for `data` whose grad_fn is row `row` of `tape` when the backward is being
-    recorded (create_graph), so that a rule using a saved value differentiates through it."""
-    t = _wrap(data)
-    if tape is not None and _grad_mode.is_grad_enabled():
-        t._requires_grad = True
-        t._tape = tape
-        t._row = row
-        t._output_nr = nr
-    return t
 
 
 def _needs(*ts):
@@ -85,7 +70,6 @@ _NUMBER = (float, int, bool)
 # A 0-d result stays the numpy scalar numpy returns (np.float64 ...): it has the array API the
 # code reads (shape, dtype, size, item, reshape) and scalar arithmetic is ~7x cheaper than on
 # 0-d arrays, which is most of the forward cost of scalar graphs. In-place writes convert it.
-_ARRAYLIKE = (np.ndarray, np.generic)
 
 
 def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
@@ -1022,12 +1006,3 @@ def softmax(x, dim, dtype=None):
 
 def log_softmax(x, dim, dtype=None):
     return _normalise(D.LOG_SOFTMAX, x, dim, dtype, _log_softmax_np)
-
-
-def _size_str(shape):
-    return f"[{', '.join(str(s) for s in shape)}]"
-
-
-def _torch_size(shape):
-    """A shape as PyTorch prints a torch.Size in its messages."""
-    return f"torch.Size({_size_str(shape)})"

@@ -10,11 +10,11 @@ an error unless grad mode is off.
 """
 import numpy as np
 
-from .. import _grad_mode
-from .._tensor import Tensor
-from ..autograd._tape import H_E0, HW
-from ..autograd.graph import SPECS
-from . import functional as F
+from jitgrad._core import modes as _grad_mode
+from jitgrad.graph.tensor import Tensor
+from jitgrad.graph.tape import H_E0, HW
+from jitgrad.graph.spec import SPECS
+from jitgrad.ops import functional as F
 
 
 def _needs_record(t, *others):

@@ -4,13 +4,13 @@ The Python engine runs these when `create_graph=True` (so the backward is itself
 recorded) and for graphs the compiled path does not take. Each has a compiled twin in
 kernels/structural.py; tests/test_kernels_vs_rules.py holds the two together.
 Signature: rule(grad, ri) -> one gradient (or None) per input, at the input's shape,
-where `ri` (autograd/_rowinfo.py) reads the node's shapes, parameters and saved values
+where `ri` (graph/rowinfo.py) reads the node's shapes, parameters and saved values
 back from its tape row.
 """
 import numpy as np
 
-from .. import _dtype, _grad_mode
-from . import functional as F
+from jitgrad._core import dtype as _dtype, modes as _grad_mode
+from jitgrad.ops import functional as F
 
 
 def sum_rule(grad, ri):

@@ -17,8 +17,8 @@ import numba
 import numpy as np
 from numba import njit
 
-from ..autograd._tape import _address
-from ..kernels.pointers import view
+from jitgrad.graph.tape import _address
+from jitgrad.kernels.pointers import view
 
 _jit = njit(cache=True, nogil=True, error_model="numpy")
 

@@ -3,8 +3,8 @@ import math
 
 import numpy as np
 
-from . import _checks, _kernels
-from .optimizer import Optimizer, _data, _state_tensor
+from jitgrad.optim import _checks, _kernels
+from jitgrad.optim.optimizer import Optimizer, _data, _state_tensor
 
 
 class Adam(Optimizer):

@@ -9,7 +9,7 @@ import warnings
 from functools import wraps
 from weakref import ref
 
-from .optimizer import Optimizer
+from jitgrad.optim.optimizer import Optimizer
 
 
 class LRScheduler:

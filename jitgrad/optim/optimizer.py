@@ -3,8 +3,8 @@ import copy
 
 import numpy as np
 
-from .. import _grad_mode
-from .._tensor import Tensor
+from jitgrad._core import modes as _grad_mode
+from jitgrad.graph.tensor import Tensor
 
 
 class _RequiredParameter:

@@ -1,8 +1,8 @@
 """SGD with momentum, dampening, Nesterov and weight decay, as torch.optim.SGD."""
 import numpy as np
 
-from . import _checks, _kernels
-from .optimizer import Optimizer, _data, _state_tensor, required
+from jitgrad.optim import _checks, _kernels
+from jitgrad.optim.optimizer import Optimizer, _data, _state_tensor, required
 
 
 class SGD(Optimizer):

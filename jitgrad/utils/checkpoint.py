@@ -11,11 +11,11 @@ import warnings
 
 import numpy as np
 
-from .. import _grad_mode
-from .._tensor import Tensor
-from ..autograd import grad as _grad
-from ..autograd.function import Function
-from ..ops import functional as F
+from jitgrad._core import modes as _grad_mode
+from jitgrad.graph.tensor import Tensor, _rng
+from jitgrad.autograd import grad as _grad
+from jitgrad.autograd.function import Function
+from jitgrad.ops import functional as F
 
 
 class CheckpointFunction(Function):
@@ -24,7 +24,6 @@ class CheckpointFunction(Function):
         ctx.function = function
         ctx.preserve_rng_state = preserve_rng_state
         if preserve_rng_state:
-            from .._tensor import _rng
             ctx.rng_state = _rng[0].bit_generator.state  # dropout-style randomness replays alike
         ctx.tensor_indices = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
         ctx.inputs = [None if isinstance(a, Tensor) else a for a in args]
@@ -41,7 +40,6 @@ class CheckpointFunction(Function):
             d.requires_grad = t.requires_grad
             inputs[i] = d
         if ctx.preserve_rng_state:
-            from .._tensor import _rng
             saved, _rng[0].bit_generator.state = _rng[0].bit_generator.state, ctx.rng_state
         try:
             with _grad_mode.enable_grad():

@@ -20,18 +20,21 @@ import threading
 
 import numpy as np
 
-from .._threads import deferred_interrupts
-from ..kernels import codegen
-from .._grad_mode import no_grad
-from ..kernels.structural import DONE, EXEC, HAS, PRE, PYRUN, RECV, mark_need
-from ..ops import functional as F
-from ..ops.record import OP_OUT
-from . import _pyengine as pyengine
-from ._pyengine import _freed_error, input_grads
-from .function import FunctionNode, validate_gradient
-from .graph import SPECS, AccumulateGrad, node_for
-from .hooks import leaf_hooks, run_node_posthooks, run_node_prehooks, run_tensor_hooks
-from ._tape import DT_F32, DT_F64, DT_OTHER, H_DT, H_E0, H_IP, H_NIN, H_NUMEL, H_OP, H_SHP, HW, close_current_tape, live_tape
+from jitgrad._core.threads import deferred_interrupts
+from jitgrad.engine import codegen
+from jitgrad._core.modes import no_grad
+from jitgrad.kernels.structural import DONE, EXEC, HAS, PRE, PYRUN, RECV, mark_need
+from jitgrad.ops import functional as F
+from jitgrad.graph.record import OP_OUT
+from jitgrad.engine import executor as pyengine
+from jitgrad._core.messages import freed_error as _freed_error, size_str, torch_size
+from jitgrad.engine.executor import input_grads
+from jitgrad.autograd.function import FunctionNode, validate_gradient
+from jitgrad.graph.node import AccumulateGrad, node_for
+from jitgrad.graph.spec import SPECS
+from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
+from jitgrad.graph.hooks import leaf_hooks
+from jitgrad.graph.tape import DT_F32, DT_F64, DT_OTHER, H_DT, H_E0, H_IP, H_NIN, H_NUMEL, H_OP, H_SHP, HW, close_current_tape, live_tape
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 
@@ -347,8 +350,8 @@ def run(roots, grads, targets, retain, tapes=None):
     for i, (tg, g) in enumerate(zip(roots, grads)):
         shape = tg.tape.shape_at(tg.tape.hdr[tg.row * HW + H_SHP])
         if g._data.shape != shape:  # the output's .data changed shape after it was recorded
-            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {F._torch_size(g._data.shape)} "
-                               f"and output[{i}] has a shape of {F._torch_size(shape)}.")
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {torch_size(g._data.shape)} "
+                               f"and output[{i}] has a shape of {torch_size(shape)}.")
         runs[tg.tape.id].seed(tg.row, g._data)
     captured = {}
     leaves = []
@@ -446,8 +449,8 @@ def check_edge_shapes(r):
         j, got, want = e - int(hdr[row, H_E0]), int(edges[e, 2]), int(hdr[target[e], H_SHP])
         del hdr, edges, target  # views of the tape's columns must not live on in the traceback
         raise RuntimeError(f"Function {node_for(tape, row).name()} returned an invalid gradient at index {j} - got "
-                           f"{F._size_str(tape.shape_at(got))} but expected shape compatible with "
-                           f"{F._size_str(tape.shape_at(want))}")
+                           f"{size_str(tape.shape_at(got))} but expected shape compatible with "
+                           f"{size_str(tape.shape_at(want))}")
 
 
 def _leaf_resized(tape):

@@ -1,6 +1,8 @@
 """Tensor methods and operators, bound to the functional ops."""
-from ._tensor import Tensor
-from .ops import functional as F
+from jitgrad._core import device as _device, dtype as _dtype
+from jitgrad.graph.tensor import Tensor
+from jitgrad.ops import functional as F
+from jitgrad.ops import inplace
 
 
 def _operator(fn):
@@ -60,6 +62,28 @@ Tensor.mT = property(lambda self: F.transpose(self, -2, -1))
 Tensor.view_as = lambda self, other: F.reshape(self, other._data.shape)
 Tensor.reshape_as = Tensor.view_as
 
-from .ops import inplace  # noqa: E402
 
+
+def to(self, *args, **kwargs):
+    """to(dtype) / to(device[, dtype]) / to(other); an unavailable device raises (jitgrad is CPU-only)."""
+    dt = kwargs.get("dtype")
+    dev = kwargs.get("device")
+    for a in args:
+        if isinstance(a, _dtype.dtype):
+            dt = a
+        elif isinstance(a, Tensor):
+            dt = a.dtype
+        else:
+            dev = a
+    _device.check(dev, "to")
+    if dt is not None and not isinstance(dt, _dtype.dtype):
+        raise TypeError(f"to(): argument 'dtype' must be torch.dtype, not {type(dt).__name__}")
+    if dt is None or dt.np == self._data.dtype:
+        return self
+    return F.to_dtype(self, dt)
+
+
+Tensor.to = to
+Tensor.long = lambda self: F.to_dtype(self, _dtype.int64)
+Tensor.clone = lambda self: F.clone(self)
 inplace.install()

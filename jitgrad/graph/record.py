@@ -2,72 +2,23 @@
 current tape and point the output tensor at it.
 
 This runs once per op, so it allocates nothing but the output Tensor: rows are packed
-appends to the tape's columns, and no Node object is made (autograd/graph.py makes them
+appends to the tape's columns, and no Node object is made (graph/node.py makes them
 on demand). The input tensors themselves are not kept: a saved input is kept as data
 (inline or by address), and its grad_fn is recovered from the row's edge.
 """
 import os
-import threading
 import weakref
 
 import numpy as np
 
-from ..autograd._tape import (DT_F32, DT_F64, DT_OTHER, MAX_ROWS, SPLIT_BYTES, current_tape, pack_edge, pack_edge2,
-                              pack_row, tape_for, HW)
-from ..autograd.graph import SINK_OPS, AccumulateGrad
-from .spec import OpSpec
+from jitgrad.graph.tape import DT_F32, DT_F64, DT_OTHER, MAX_ROWS, SPLIT_BYTES, current_tape, pack_edge, pack_edge2, pack_row, tape_for, HW
+from jitgrad.graph.node import AccumulateGrad
+from jitgrad.graph.tensor import wrap
+from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, OpSpec  # noqa: F401  (OP_OUT, OP_PYFN: re-exported)
+from jitgrad._core.modes import _anomaly, _packing, _saved_hooks  # noqa: F401  (read per op)
 
-OP_ACC = SINK_OPS["acc"] = OpSpec("_acc", "AccumulateGrad", "sink").op   # leaf sink row
-OP_EXT = SINK_OPS["ext"] = OpSpec("_ext", "ExternalEdge", "sink").op     # edge into an older tape
-OP_PYFN = SINK_OPS["pyfn"] = OpSpec("_pyfn", "PythonNode", "sink").op   # runs in Python (custom Function)
-OP_OUT = SINK_OPS["out"] = OpSpec("_out", "ExtraOutput", "sink").op     # output k > 0 of a multi-output node
 
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
-_anomaly = [False]  # set by anomaly mode; read here so recording checks it cheaply
-
-
-class _SavedHooks(threading.local):
-    stack = ()  # (pack, unpack) pairs of the active saved_tensors_hooks contexts
-
-
-_saved_hooks = _SavedHooks()
-_packing = [0]  # how many saved_tensors_hooks contexts are active in any thread
-
-
-def _set_saved_hooks(stack):
-    _packing[0] += len(stack) - len(_saved_hooks.stack)
-    _saved_hooks.stack = stack
-
-
-def push_saved_hooks(pack, unpack):
-    """Returns a token for pop_saved_hooks: the stack as it was, and this entry."""
-    prev = _saved_hooks.stack
-    entry = (pack, unpack)
-    _set_saved_hooks(prev + (entry,))
-    return prev, entry
-
-
-def pop_saved_hooks(token=None):
-    """Undo push_saved_hooks exactly: the stack becomes what it was before the push, so a
-    context left open inside (e.g. entered by an unpack hook and never exited) goes too.
-    If an outer context already popped this entry (exits out of order), nothing changes."""
-    if token is None:
-        _set_saved_hooks(_saved_hooks.stack[:-1])
-        return
-    prev, entry = token
-    stack = _saved_hooks.stack
-    if len(stack) > len(prev) and stack[len(prev)] is entry:
-        _set_saved_hooks(prev)
-
-
-def saved_hooks_state():
-    return _saved_hooks.stack
-
-
-def restore_saved_hooks(stack):
-    _set_saved_hooks(stack)
-
-
 def _pack_row(tape, row, tensors):
     """Under saved_tensors_hooks: keep pack(tensor) for each saved value instead of the
     value, and mark the row for the Python engine (which unpacks it)."""
@@ -222,13 +173,12 @@ _SAVED_INPUT = {"self": 0, "other": 1, "mat1": -2, "mat2": -1}
 
 
 def _record_packed(spec, result, inputs, saved, fparams, iparams):
-    from .functional import _wrap
     tensors = []
     for name, arr in zip(spec.saves, saved):
         # the tensor PyTorch would pack: the input itself for self / other
         j = _SAVED_INPUT.get(name)
         t = inputs[j] if j is not None else None
-        tensors.append(t if t is not None and t._data is arr else (result if arr is result._data else _wrap(arr)))
+        tensors.append(t if t is not None and t._data is arr else (result if arr is result._data else wrap(arr)))
     out = _record(spec, result, inputs, (), fparams, iparams)
     _pack_row(out._tape, out._row, tensors)
     return out

@@ -45,8 +45,8 @@ import weakref
 
 import numpy as np
 
-from . import versions
-from .graph import SPECS as _SPECS  # opcode -> OpSpec, filled by ops/spec.py
+from jitgrad._core import versions
+from jitgrad.graph.spec import SPECS as _SPECS
 
 HW = 9  # header width
 H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)
@@ -100,7 +100,7 @@ class Tape:
         self.retained = {}    # row -> weakref of a non-leaf tensor that retains grad
         self.freed = array.array("b")  # per row: saved values released (grown at backward)
         self.closed = False
-        self.nodes = {}       # row -> weakref of its materialised Node (autograd/graph.py)
+        self.nodes = {}       # row -> weakref of its materialised Node (graph/node.py)
         self.ext_rows = {}    # (foreign tape id, row) -> EXT row here
         self.metadata = {}    # row -> its node's `metadata` dict
         self.py_nodes = {}    # row -> node run in Python (custom Function), see autograd/function.py

@@ -10,17 +10,18 @@ import heapq
 
 import numpy as np
 
-from .. import _grad_mode
-from .._threads import leaf_lock
-from ..ops import functional as F
-from ..ops.spec import FUNCS
-from ._rowinfo import RowInfo
-from ._tape import DT_F32, DT_F64, H_DT, H_E0, HW
-from .function import FunctionNode
-from .graph import AccumulateGrad
-from ..ops.record import _anomaly
-from .anomaly_mode import check_outputs
-from .hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
+from jitgrad._core import modes as _grad_mode
+from jitgrad._core.threads import leaf_lock
+from jitgrad.ops import functional as F
+from jitgrad.graph.spec import FUNCS
+from jitgrad.graph.rowinfo import RowInfo
+from jitgrad.graph.tape import DT_F32, DT_F64, H_DT, H_E0, HW
+from jitgrad._core.messages import freed_error as _freed_error, modified_error, size_str
+from jitgrad.autograd.function import FunctionNode
+from jitgrad.graph.node import AccumulateGrad
+from jitgrad._core.modes import _anomaly
+from jitgrad.autograd.anomaly_mode import check_outputs
+from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 
 _NS = {name: getattr(F, name) for name in FUNCS}
 _FLOAT_OF_DT = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}
@@ -30,18 +31,9 @@ def _seq(node):
     return node._sequence_nr()
 
 
-def _freed_error():
-    return RuntimeError(
-        "Trying to backward through the graph a second time (or directly access saved tensors after they have "
-        "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
-        "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
-        "if you need to access saved tensors after calling backward.")
-
-
 def freed_or_modified(tape, row):
     stale = tape.stale.get(row)
     if stale is not None:
-        from .function import modified_error
         return modified_error(*stale)
     return _freed_error()
 
@@ -225,8 +217,8 @@ def _check_in_place_add(out, other):
     except ValueError:
         raise F._broadcast_error(out, other) from None
     if full != out:
-        raise RuntimeError(f"output with shape {F._size_str(out)} doesn't match the broadcast shape "
-                           f"{F._size_str(full)}")
+        raise RuntimeError(f"output with shape {size_str(out)} doesn't match the broadcast shape "
+                           f"{size_str(full)}")
 
 
 def accumulate_grad(t, grad, create_graph, owned=False, alone=False):

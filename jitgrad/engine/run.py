@@ -1,7 +1,7 @@
 """The backward driver: validates the call like PyTorch, then runs the graph.
 
 `backward` and `grad` normalise their arguments, build the root gradients, and pick an
-executor: the compiled scheduler (_compiled, running the module kernels/codegen.py
+executor: the compiled scheduler (_compiled, running the module engine/codegen.py
 generates) for ordinary calls, the Python engine (_pyengine) for create_graph=True and
 for graphs the compiled path does not take.
 
@@ -16,16 +16,19 @@ from collections import namedtuple
 
 import numpy as np
 
-from .._grad_mode import no_grad
-from .._threads import deferred_interrupts
-from .._tensor import Tensor
-from ..ops import functional as F
-from . import _compiled, _pyengine, _tape, versions
-from ..ops.record import _leaf_row
-from .function import FunctionNode
-from ..ops.record import _anomaly, restore_saved_hooks, saved_hooks_state
-from .graph import AccumulateGrad, node_for
-from .hooks import leaf_hooks
+from jitgrad._core.modes import no_grad
+from jitgrad._core.threads import deferred_interrupts
+from jitgrad.graph.tensor import Tensor
+from jitgrad.ops import functional as F
+from jitgrad.engine import compiled as _compiled, executor as _pyengine
+from jitgrad.graph import tape as _tape
+from jitgrad._core import versions
+from jitgrad.graph.record import _leaf_row
+from jitgrad._core.messages import torch_size
+from jitgrad.autograd.function import FunctionNode
+from jitgrad._core.modes import _anomaly, restore_saved_hooks, saved_hooks_state
+from jitgrad.graph.node import AccumulateGrad, node_for
+from jitgrad.graph.hooks import leaf_hooks
 
 
 def _as_tuple(x):
@@ -49,8 +52,8 @@ def _make_grads(outputs, grad_outputs):
             if not isinstance(g, Tensor):
                 g = F._wrap(np.asarray(g, dtype=t._data.dtype))
             if g._data.shape != t._data.shape:
-                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {F._torch_size(g._data.shape)} "
-                                   f"and output[{i}] has a shape of {F._torch_size(t._data.shape)}.")
+                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {torch_size(g._data.shape)} "
+                                   f"and output[{i}] has a shape of {torch_size(t._data.shape)}.")
         out.append(g)
     return out
 
@@ -293,3 +296,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             g = g.detach()
         result.append(g)
     return tuple(result)
+
+
+def _tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+
+Tensor.backward = _tensor_backward  # bound here: the Tensor (graph/) sits below the engine

@@ -1,6 +1,7 @@
 """What a Python rule needs to know about its node, read back from the tape row."""
-from ..ops import functional as F
-from ._tape import H_E0, H_FP, H_IP, H_NIN, H_SHP, HW
+from jitgrad._core.layout import E_NR, E_SHP, E_TGT, EW, H_E0, H_FP, H_IP, H_NIN, H_OP, H_SHP, HW
+from jitgrad.graph.spec import OP_ACC, OP_EXT
+from jitgrad.graph import tensor as _tensor  # the Tensor <-> Node pair: saved values read as Tensors
 
 
 class RowInfo:
@@ -12,13 +13,13 @@ class RowInfo:
         self.base = self.row * HW
 
     def _edge(self, j):
-        return 3 * (self.tape.hdr[self.base + H_E0] + j)
+        return EW * (self.tape.hdr[self.base + H_E0] + j)
 
     def n_inputs(self):
         return self.tape.hdr[self.base + H_NIN]
 
     def in_shape(self, j):
-        return self.tape.shape_at(self.tape.edges[self._edge(j) + 2])
+        return self.tape.shape_at(self.tape.edges[self._edge(j) + E_SHP])
 
     def out_shape(self):
         return self.tape.shape_at(self.tape.hdr[self.base + H_SHP])
@@ -39,17 +40,16 @@ class RowInfo:
         create_graph the rule's ops differentiate through it."""
         tape = self.tape
         e = self._edge(j)
-        t = tape.edges[e]
+        t = tape.edges[e + E_TGT]
         if t < 0:
-            return F._wrap(data)
-        from .graph import SINK_OPS
-        op = tape.hdr[t * HW]
-        if op == SINK_OPS["acc"]:
+            return _tensor.wrap(data)
+        op = tape.hdr[t * HW + H_OP]
+        if op == OP_ACC:
             return tape.leaves[t].variable  # the leaf itself (its data is the saved value)
-        if op == SINK_OPS["ext"]:
+        if op == OP_EXT:
             ft, frow = tape.ext[t]
-            return F._linked(data, ft, frow, tape.edges[e + 1])
-        return F._linked(data, tape, t, tape.edges[e + 1])
+            return _tensor.linked(data, ft, frow, tape.edges[e + E_NR])
+        return _tensor.linked(data, tape, t, tape.edges[e + E_NR])
 
     def saved_input(self, k, j):
         packed = self.tape.packed.get(self.row)
@@ -61,7 +61,7 @@ class RowInfo:
     def result(self, k, always_linked=False):
         data = self.saved(k, self.out_shape())
         if always_linked:
-            t = F._wrap(data)
+            t = _tensor.wrap(data)
             t._requires_grad, t._tape, t._row, t._output_nr = True, self.tape, self.row, 0
             return t
-        return F._linked(data, self.tape, self.row)
+        return _tensor.linked(data, self.tape, self.row)

@@ -3,7 +3,7 @@
 An elementwise primitive is declared with its numpy forward and, per input, a gradient
 formula written as an expression string, the way derivatives.yaml does it. The same
 string is (a) evaluated on Tensors by the Python engine, so `create_graph=True` records
-the backward as differentiable ops, and (b) compiled by `kernels/codegen.py` into the
+the backward as differentiable ops, and (b) compiled by `engine/codegen.py` into the
 scalar body of the op's @njit kernel. One source, two executions (DESIGN.md point 6).
 
 Saved values are named: self and other are inputs 0 and 1 (for every primitive), result is
@@ -17,7 +17,6 @@ tests/test_kernels_vs_rules.py holds each kernel against its rule.
 """
 import re
 
-from ..autograd.graph import SPECS, _make_node_class
 
 FUNCS = ("exp", "log", "cos", "sin", "sqrt", "sign", "where", "erf", "tanh", "pow", "zeros_like")
 _VARS = ("self", "other", "result", "aux")
@@ -26,11 +25,12 @@ _VARS = ("self", "other", "result", "aux")
 INDEX_SAVES = ("aux", "target")
 
 REGISTRY = {}   # name -> OpSpec
-BY_OP = SPECS   # opcode -> OpSpec (shared with autograd.graph, which names rows by it)
+BY_OP = []      # opcode -> OpSpec: a row's H_OP indexes it
+SPECS = BY_OP
 
 
 class OpSpec:
-    __slots__ = ("name", "node_name", "op", "base", "kind", "grads", "saves", "rule", "cls",
+    __slots__ = ("name", "node_name", "op", "base", "kind", "grads", "saves", "rule",
                  "nparams", "_code", "save_users", "index_saves")
 
     def __init__(self, name, node_name, kind, grads=(), saves=(), rule=None, nparams=0):
@@ -52,7 +52,6 @@ class OpSpec:
                                 for name in self.saves) if kind == "ew" else ()
         # per saved value: read as int64 indices (True) or at the row's dtype
         self.index_saves = tuple(kind == "struct" and n in INDEX_SAVES for n in self.saves)
-        self.cls = _make_node_class(node_name)
         self._code = None
         BY_OP.append(self)
         REGISTRY[name] = self
@@ -82,8 +81,15 @@ def alias(name, spec, node_name):
     s = OpSpec.__new__(OpSpec)
     for f in OpSpec.__slots__:
         setattr(s, f, getattr(spec, f))
-    s.name, s.node_name, s.cls = name, node_name, _make_node_class(node_name)
+    s.name, s.node_name = name, node_name
     s.op = len(BY_OP)
     BY_OP.append(s)
     REGISTRY[name] = s
     return s
+
+
+# --- rows that are not primitives: the scheduler handles these opcodes itself ---------------
+OP_ACC = OpSpec("_acc", "AccumulateGrad", "sink").op   # leaf sink row
+OP_EXT = OpSpec("_ext", "ExternalEdge", "sink").op     # edge into an older tape
+OP_PYFN = OpSpec("_pyfn", "PythonNode", "sink").op     # runs in Python (custom Function)
+OP_OUT = OpSpec("_out", "ExtraOutput", "sink").op      # output k > 0 of a multi-output node

@@ -100,3 +100,49 @@ class inference_mode(_DecoratorContextManager):
     def __exit__(self, *exc):
         _set(self.prev[0])
         _state.inference = self.prev[1]
+
+
+# --- anomaly mode and saved_tensors_hooks: thread state that recording reads per op ---
+_anomaly = [False]  # set by anomaly mode; read here so recording checks it cheaply
+
+
+class _SavedHooks(threading.local):
+    stack = ()  # (pack, unpack) pairs of the active saved_tensors_hooks contexts
+
+
+_saved_hooks = _SavedHooks()
+_packing = [0]  # how many saved_tensors_hooks contexts are active in any thread
+
+
+def _set_saved_hooks(stack):
+    _packing[0] += len(stack) - len(_saved_hooks.stack)
+    _saved_hooks.stack = stack
+
+
+def push_saved_hooks(pack, unpack):
+    """Returns a token for pop_saved_hooks: the stack as it was, and this entry."""
+    prev = _saved_hooks.stack
+    entry = (pack, unpack)
+    _set_saved_hooks(prev + (entry,))
+    return prev, entry
+
+
+def pop_saved_hooks(token=None):
+    """Undo push_saved_hooks exactly: the stack becomes what it was before the push, so a
+    context left open inside (e.g. entered by an unpack hook and never exited) goes too.
+    If an outer context already popped this entry (exits out of order), nothing changes."""
+    if token is None:
+        _set_saved_hooks(_saved_hooks.stack[:-1])
+        return
+    prev, entry = token
+    stack = _saved_hooks.stack
+    if len(stack) > len(prev) and stack[len(prev)] is entry:
+        _set_saved_hooks(prev)
+
+
+def saved_hooks_state():
+    return _saved_hooks.stack
+
+
+def restore_saved_hooks(stack):
+    _set_saved_hooks(stack)

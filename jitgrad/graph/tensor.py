@@ -1,10 +1,15 @@
 """Tensor: a numpy array plus the autograd fields PyTorch exposes."""
+import weakref
+
 import numpy as np
 
-from . import _device, _dtype
-from ._dtype import from_numpy_dtype
-from .autograd import versions
-from .autograd.graph import node_for
+from jitgrad._core import device as _device, dtype as _dtype
+from jitgrad._core.dtype import from_numpy_dtype
+from jitgrad._core import versions
+from jitgrad._core.format import tensor_repr
+from jitgrad._core.modes import _state
+from jitgrad.graph.hooks import add_hook
+from jitgrad.graph.node import node_for
 
 
 class _Rare:
@@ -177,14 +182,12 @@ class Tensor:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self._tape is None or self._retain:
             return
-        import weakref
         self._retain = True
         self._tape.retained[self._row] = weakref.ref(self)
 
     def register_hook(self, hook):
         """hook(grad) -> Tensor or None, called with this tensor's gradient when it is
         computed; a returned tensor replaces it. Returns a handle with .remove()."""
-        from .autograd.hooks import add_hook
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self._tape is None:
@@ -197,7 +200,6 @@ class Tensor:
 
     def register_post_accumulate_grad_hook(self, hook):
         """hook(tensor), called after a leaf's .grad has been updated by backward."""
-        from .autograd.hooks import add_hook
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self._tape is not None:
@@ -233,7 +235,7 @@ class Tensor:
         self._data = value._data
         if old.shape != self._data.shape or old.dtype != self._data.dtype:
             # rows already recorded keep the old size: backward checks the tapes this
-            # tensor's gradient flows through (autograd/_compiled.check_edge_shapes)
+            # tensor's gradient flows through (engine/compiled.check_edge_shapes)
             acc = self._acc() if self._acc is not None else None
             for tape in (self._tape, acc._tape if acc is not None else None):
                 if tape is not None:
@@ -246,10 +248,6 @@ class Tensor:
         self._tape = None
         self._requires_grad = False
         return self
-
-    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        from .autograd import backward
-        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
     # -- conversion ----------------------------------------------------------------
     def numpy(self):
@@ -293,7 +291,6 @@ class Tensor:
         return d if dtype is None else d.astype(dtype)
 
     def __repr__(self):
-        from ._format import tensor_repr
         return tensor_repr(self)
 
     __str__ = __repr__
@@ -306,34 +303,14 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self._data.shape[0]))
 
-    def to(self, *args, **kwargs):
-        """to(dtype) / to(device[, dtype]) / to(other); an unavailable device raises (jitgrad is CPU-only)."""
-        dt = kwargs.get("dtype")
-        dev = kwargs.get("device")
-        for a in args:
-            if isinstance(a, _dtype.dtype):
-                dt = a
-            elif isinstance(a, Tensor):
-                dt = a.dtype
-            else:
-                dev = a
-        _device.check(dev, "to")
-        if dt is not None and not isinstance(dt, _dtype.dtype):
-            raise TypeError(f"to(): argument 'dtype' must be torch.dtype, not {type(dt).__name__}")
-        if dt is None or dt.np == self._data.dtype:
-            return self
-        from .ops import functional as F
-        return F.to_dtype(self, dt)
+    # to(), long(), clone() and the other methods that run ops are bound by ops/methods.py;
+    # backward() by engine/run.py: the Tensor sits below both layers
 
     def float(self):
         return self.to(_dtype.float32)
 
     def double(self):
         return self.to(_dtype.float64)
-
-    def long(self):
-        from .ops import functional as F
-        return F.to_dtype(self, _dtype.int64)
 
     def type(self, dtype=None):
         return self.to(dtype)
@@ -351,10 +328,6 @@ class Tensor:
     def is_contiguous(self):
         return True
 
-    def clone(self):
-        from .ops import functional as F
-        return F.clone(self)
-
     # in-place ops (add_, mul_, copy_, op=, item assignment...) are in ops/inplace.py
 
 
@@ -366,6 +339,26 @@ def _init_from(t, arr):
 
 
 _new = object.__new__
+_ARRAYLIKE = (np.ndarray, np.generic)
+
+
+def wrap(arr):
+    """A Tensor over `arr` (numpy data; anything else is converted), without a graph."""
+    if not isinstance(arr, _ARRAYLIKE):
+        arr = np.asarray(arr)
+    return Tensor._make(arr)
+
+
+def linked(data, tape, row, nr=0):
+    """A tensor for `data` whose grad_fn is row `row` of `tape` when the backward is being
+    recorded (create_graph), so that a rule using a saved value differentiates through it."""
+    t = wrap(data)
+    if tape is not None and _state.enabled:
+        t._requires_grad = True
+        t._tape = tape
+        t._row = row
+        t._output_nr = nr
+    return t
 
 
 class Size(tuple):

@@ -1,0 +1,1 @@
+"""The bottom layer: layout, dtypes, modes, versions. Imports nothing else of jitgrad."""

@@ -1,0 +1,53 @@
+"""The tape's flat layout: the one definition every reader of the columns imports.
+
+The tape (graph/tape.py) writes these columns while the forward runs; the scheduler
+(engine/scheduler.py) and the kernels (kernels/) read them. Nothing else indexes the
+columns: Python code reads a row through graph.tape.Row.
+
+  hdr    HW ints per row, at row * HW + H_*:
+           H_OP     opcode (index into the op registry, graph/spec.py)
+           H_DT     dtype code of the row's gradient (DT_*)
+           H_NIN    number of inputs (edges)
+           H_E0     first edge, in edge units (the edge's ints start at EW * H_E0)
+           H_NUMEL  the output's element count
+           H_SHP    pointer into xs: the output's shape
+           H_FP     pointer into fp: the float params
+           H_KP     the first saved value: a slot index, or for one-element elementwise
+                    rows an index straight into v
+           H_IP     pointer into xs: the int params; for an OP_OUT row, its output number
+  edges  EW ints per input: E_TGT target row (-1: no gradient), E_NR the target's
+         output number, E_SHP pointer into xs: the input's shape
+  slots  SW ints per saved value: S_REF address of its data, or -(index + 1) into v for
+         an inline one-element copy; S_NUMEL; S_KEEP where Python finds it again
+"""
+import numpy as np
+
+HW = 9  # header width
+H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)
+EW = 3  # edge width
+E_TGT, E_NR, E_SHP = range(EW)
+SW = 3  # slot width
+S_REF, S_NUMEL, S_KEEP = range(SW)
+
+# dtype codes of a row: the compiled path runs one float dtype per backward call; every
+# other dtype (and a row that mixes them) is DT_OTHER, which the Python engine runs
+DT_F64, DT_F32, DT_OTHER = 0, 1, 2
+DT_OF = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}   # numpy dtype -> code
+NP_OF = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}   # code -> numpy dtype
+
+# per-row state bits during a backward call (the scheduler's `st` array):
+RECV = 1    # takes gradient: on a path from a root to something that needs it
+EXEC = 2    # may run (grad(): on a path to a requested input)
+HAS = 4     # got gradient
+FED = 8     # one of the node's further outputs got gradient (multi-output nodes)
+DONE = 16   # ran
+PRE = 32    # hooks to run in Python before the row
+PYRUN = 64  # the node itself runs in Python (it has post-hooks)
+
+# what a sweep returns (status, row) with; the driver (engine/compiled.py) acts on it
+SWEPT = 0         # done
+FREED = 1         # the row's saved values were freed: "backward through the graph a second time"
+FALLBACK = 2      # the compiled path does not run this row: the Python engine takes the call
+PYNODE = 3        # the node runs in Python (custom Function, post-hooks); resume below it
+PREHOOKS = 4      # hooks to run before the row; clear PRE and resume at the row
+LEAF_READY = 5    # the row ran and made a hooked leaf ready; resume below the row

@@ -1,0 +1,50 @@
+"""Hooks: Python the user asked to run during backward. This module keeps the registries;
+engine/hooks.py runs them.
+
+Hooks on non-leaf tensors and on nodes live in their tape, keyed by row (node objects
+are made on demand and come and go): a tensor's hooks by its own row, a node's pre-hooks
+and post-hooks by the node's row. The compiled sweep stops at such rows (PRE: status 4,
+the hooks see and may replace the complete gradient, then the row runs; a node with
+post-hooks runs in Python, status 3, so its input gradients exist separately). Hooks on
+leaves run where the leaf's gradient is accumulated.
+"""
+import itertools
+
+_ids = itertools.count()
+# how many hooks on leaves (tensor, post-accumulate, AccumulateGrad) exist: while none do,
+# backward skips every per-leaf hook check
+leaf_hooks = [0]
+
+
+class RemovableHandle:
+    """Returned by register_*hook; `remove()` unregisters the hook."""
+
+    def __init__(self, registry, key, on_leaf=False):
+        self._registry = registry
+        self._key = key
+        self._on_leaf = on_leaf
+        self.id = key[1]
+
+    def remove(self):
+        hooks = self._registry.get(self._key[0])
+        if hooks is not None and self.id in hooks:
+            del hooks[self.id]
+            if self._on_leaf:
+                leaf_hooks[0] -= 1
+            if not hooks:
+                del self._registry[self._key[0]]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def add_hook(registry, where, fn, on_leaf=False):
+    """registry: a dict where -> {hook id: fn} (dicts keep registration order)."""
+    hid = next(_ids)
+    registry.setdefault(where, {})[hid] = fn
+    if on_leaf:
+        leaf_hooks[0] += 1
+    return RemovableHandle(registry, (where, hid), on_leaf)

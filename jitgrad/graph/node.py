@@ -1,0 +1,176 @@
+"""Python-side graph nodes (`grad_fn`), with PyTorch's inspection API.
+
+The graph itself lives in the tape (graph/tape.py); a Node is a view of one row,
+made when someone asks for it (`tensor.grad_fn`, `next_functions`, the Python engine) and
+cached weakly per tape, so the same row always gives the same object while it is alive.
+The forward pass never creates nodes: that keeps recording cheap and leaves nothing for
+the cycle collector or for backward to tear down.
+"""
+import weakref
+
+from jitgrad._core.messages import freed_error
+from jitgrad.graph.hooks import add_hook
+from jitgrad.graph.rowinfo import RowInfo
+
+from jitgrad._core.layout import E_NR, E_TGT, EW, H_E0 as _H_E0, H_IP as _H_IP, H_NIN as _H_NIN, H_OP as _H_OP, HW as _HW
+from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, SPECS
+
+
+class Node:
+    # _next caches _inputs: like PyTorch's, a node holds the nodes after it, so a graph being
+    # walked stays alive and keeps its identities (references only point towards the leaves)
+    __slots__ = ("_tape", "_row", "_next", "__weakref__")
+
+    @property
+    def _spec(self):
+        return SPECS[self._tape.hdr[self._row * _HW + _H_OP]]
+
+    def name(self):
+        return self._spec.node_name
+
+    @property
+    def _inputs(self):
+        """The node each input's gradient flows to (None for inputs that need none)."""
+        nxt = self._next
+        if nxt is None:
+            tape, row = self._tape, self._row
+            e0 = tape.hdr[row * _HW + _H_E0]
+            nxt = self._next = tuple(node_for(tape, tape.edges[EW * (e0 + j) + E_TGT])
+                                     for j in range(tape.hdr[row * _HW + _H_NIN]))
+        return nxt
+
+    @property
+    def next_functions(self):
+        tape = self._tape
+        e0 = tape.hdr[self._row * _HW + _H_E0]
+        return tuple((n, tape.edges[EW * (e0 + j) + E_NR]) if n is not None else (None, 0)
+                     for j, n in enumerate(self._inputs))
+
+    @property
+    def metadata(self):
+        # kept by the tape, not the node: node objects come and go, the row stays
+        return self._tape.metadata.setdefault(self._row, {})
+
+    def _sequence_nr(self):
+        return (self._tape.id << 32) | self._row
+
+    def __getattr__(self, name):
+        # the saved values, as PyTorch exposes them: _saved_self, _saved_other, _saved_result
+        if name.startswith("_saved_"):
+            key = name[len("_saved_"):]
+            saves = getattr(self._spec, "saves", ())
+            if key in saves:
+                if self._tape.is_freed(self._row):
+                    raise freed_error()
+                k = saves.index(key)
+                ri = RowInfo(self)
+                if key in ("self", "other"):
+                    return ri.saved_input(k, 0 if key == "self" else 1)
+                if key == "result":
+                    return ri.result(k, always_linked=True)
+                return ri.saved(k, ri.out_shape())
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def register_hook(self, fn):
+        """fn(grad_inputs, grad_outputs) -> new grad_inputs or None, after the node runs."""
+        return add_hook(self._tape.node_hooks, self._row, fn)
+
+    def register_prehook(self, fn):
+        """fn(grad_outputs) -> new grad_outputs or None, before the node runs."""
+        return add_hook(self._tape.node_prehooks, self._row, fn)
+
+    def __repr__(self):
+        # the class name, as torch: <AccumulateGrad object ...> though its name() differs
+        return f"<{type(self).__name__} object at {hex(id(self))}>"
+
+
+_classes = {}
+
+
+def node_class(name):
+    """The Node subclass named `name`. PyTorch exposes one Python class per node type;
+    `type(y.grad_fn).__name__` is part of the API people rely on, so each node name gets
+    its own subclass (aliases of one kernel under one name share it)."""
+    cls = _classes.get(name)
+    if cls is None:
+        cls = _classes[name] = type(name, (Node,), {"__slots__": ()})
+    return cls
+
+
+class AccumulateGrad(Node):
+    """The sink for a leaf: its row in the lowered graph collects the leaf's gradient.
+    Unlike other nodes it is created eagerly (once per leaf and tape) and cached on the leaf,
+    so that it is the same object wherever the leaf is reached."""
+    __slots__ = ("variable", "_metadata", "_tape_ref", "_prehooks", "_posthooks")
+
+    # an AccumulateGrad outlives tapes: its hooks live on it ({0: {id: fn}}, see hooks.py)
+    def register_hook(self, fn):
+        if getattr(self, "_posthooks", None) is None:
+            self._posthooks = {}
+        return add_hook(self._posthooks, 0, fn, on_leaf=True)
+
+    def register_prehook(self, fn):
+        if getattr(self, "_prehooks", None) is None:
+            self._prehooks = {}
+        return add_hook(self._prehooks, 0, fn, on_leaf=True)
+
+    @property
+    def _tape(self):
+        # weak: the tape holds this node (tape.leaves), a strong reference back would make
+        # a cycle that only the garbage collector could free
+        ref = self._tape_ref
+        return None if ref is None else ref()
+
+    @property
+    def metadata(self):
+        md = getattr(self, "_metadata", None)
+        if md is None:
+            md = self._metadata = {}
+        return md
+
+    def name(self):
+        # torch's C++ node name; the class name (what torchviz and the seeds print) stays
+        # AccumulateGrad
+        return "torch::autograd::AccumulateGrad"
+
+    @property
+    def _inputs(self):
+        return ()
+
+    @property
+    def next_functions(self):
+        return ()
+
+    def _sequence_nr(self):
+        # a sink has no outputs: it runs after everything that feeds it (the leaf's latest
+        # tape, which _tape names, may be newer than the graph being run)
+        return -1
+
+
+def node_for(tape, row):
+    """The Node of `row` in `tape` (None for row -1)."""
+    if row < 0:
+        return None
+    ref = tape.nodes.get(row)
+    if ref is not None:
+        node = ref()
+        if node is not None:
+            return node
+    op = tape.hdr[row * _HW + _H_OP]
+    if op == OP_ACC:
+        return tape.leaves[row]
+    if op == OP_EXT:
+        ft, frow = tape.ext[row]
+        return node_for(ft, frow)
+    if op == OP_PYFN:
+        cls = tape.py_nodes[row]._fn._node_cls  # a view of the Function's ctx
+    else:
+        cls = node_class(SPECS[op].node_name)
+    if op == OP_OUT:  # output k of a multi-output node: the node's row is k rows up
+        return node_for(tape, row - tape.hdr[row * _HW + _H_IP])
+    node = object.__new__(cls)
+    node._tape = tape
+    node._row = row
+    node._next = None
+    tape.nodes[row] = weakref.ref(node)
+    return node
