@@ -351,6 +351,7 @@ def generate():
     scalar = []
     loops = []
     ew_ops = []
+    imports = set()
     for spec in BY_OP:
         op_saves.append(len(spec.saves))
         if spec.kind == "ew":
@@ -359,16 +360,14 @@ def generate():
             loops.append(_ew_branch(spec, kw))
             ew_ops.append(spec.op)
             continue
-        elif spec.kind == "struct":
-            call = structural.KERNELS.get(spec.name)
-            if call is None:
-                continue  # no compiled kernel: the Python engine runs it (e.g. dtype casts)
-        else:
-            continue
+        elif spec.kind != "struct" or spec.kernel is None:
+            continue  # no compiled kernel: the Python engine runs it (e.g. dtype casts)
         if spec.base != spec.op:
             continue  # an alias: runs its base's kernel
+        kernel = getattr(spec.kernel, "py_func", spec.kernel)
+        imports.add(f"from {kernel.__module__} import {kernel.__name__}")
         dispatch.append(f"        elif bop == {spec.op}:\n"
-                        f"            {call}")
+                        f"            {kernel.__name__}(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)")
     dispatch.insert(0, "        elif OP_IS_EW[op]:\n"
                        "            ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)")
     dispatch.append("        else:\n            return 2, row")
@@ -378,6 +377,7 @@ def generate():
     base = [s.base for s in BY_OP]
     src = _HEADER.format(op_acc=sink["_acc"], op_ext=sink["_ext"], op_pyfn=sink["_pyfn"], op_out=sink["_out"],
                          op_saves=op_saves, is_ew=is_ew, nparams=nparams, base=base)
+    src += "\n".join(sorted(imports)) + "\n"
     src += _EW_HEAD.format(loops="\n".join(loops))
     src += _SCHEDULER.format(dispatch="\n".join(dispatch), scalar="\n".join(scalar))
     return src

@@ -31,9 +31,10 @@ SPECS = BY_OP
 
 class OpSpec:
     __slots__ = ("name", "node_name", "op", "base", "kind", "grads", "saves", "rule",
-                 "nparams", "_code", "save_users", "index_saves")
+                 "nparams", "_code", "save_users", "index_saves", "kernel")
 
-    def __init__(self, name, node_name, kind, grads=(), saves=(), rule=None, nparams=0):
+    def __init__(self, name, node_name, kind, grads=(), saves=(), rule=None, nparams=0, kernel=None):
+        self.kernel = kernel  # structural: the @njit backward kernel (standard arguments, kernels/structural.py)
         self.name = name
         self.node_name = node_name
         self.op = len(BY_OP)
@@ -71,8 +72,8 @@ def elementwise(name, node_name, *grads, nparams=0):
     return OpSpec(name, node_name, "ew", grads=grads, nparams=nparams)
 
 
-def structural(name, node_name, saves=(), rule=None):
-    return OpSpec(name, node_name, "struct", saves=saves, rule=rule)
+def structural(name, node_name, saves=(), rule=None, kernel=None):
+    return OpSpec(name, node_name, "struct", saves=saves, rule=rule, kernel=kernel)
 
 
 def alias(name, spec, node_name):

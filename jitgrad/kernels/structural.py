@@ -666,21 +666,36 @@ def k_nll(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
             d[j * ncls + target[j]] -= (g[j] if per_row else g[0]) * c
 
 
-# the call that runs each structural primitive (by spec name), given the standard kernel
-# arguments ARGS; aliases share their base's
-ARGS = "row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st"
-KERNELS = {name: f"{fn}({ARGS})" for name, fn in {
-    "sum": "k_sum", "max_dim": "k_scatter", "index_put": "k_index_put",
-    "matmul": "k_matmul", "addmm": "k_addmm", "trace": "k_trace", "permute": "k_permute", "view": "k_view", "expand": "k_expand",
-    "cat": "k_cat", "nll_loss": "k_nll", "convolution": "k_conv",
-    "embedding": "k_embedding",
-    "layer_norm": "k_layer_norm"}.items()}
-KERNELS["amax"] = f"k_amax({ARGS}, False)"     # flags: the full reductions' torch rules
-KERNELS["prod"] = f"k_prod({ARGS}, False)"
-KERNELS["prod_all"] = f"k_prod({ARGS}, True)"
-KERNELS["max_all"] = f"k_amax({ARGS}, True)"
-KERNELS["softmax"] = f"k_softmax({ARGS}, False)"
-KERNELS["log_softmax"] = f"k_softmax({ARGS}, True)"
+# the kernels with a flag, one entry point per primitive: the scheduler calls every node
+# kernel with the same arguments
+@jit
+def k_amax_dims(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, False)
+
+
+@jit
+def k_max_all(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, True)   # torch's evenly-distributed rule
+
+
+@jit
+def k_prod_dims(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, False)
+
+
+@jit
+def k_prod_all(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, True)
+
+
+@jit
+def k_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, False)
+
+
+@jit
+def k_log_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, True)
 
 
 @jit

@@ -4,6 +4,7 @@ Elementwise entries are formulas (see spec.py for the vocabulary). Structural en
 name a Tensor-level rule `rule(node, grad, saved) -> tuple of input grads`; their
 compiled kernel of the same name lives in kernels/structural.py.
 """
+from jitgrad.kernels import structural as K
 from jitgrad.ops import rules as R
 from jitgrad.graph.spec import alias, elementwise, structural
 
@@ -58,15 +59,15 @@ WHERE = elementwise("where", "WhereBackward0", "where(aux, grad, 0.0)", "where(a
 SIGN = elementwise("sign", "SignBackward0", "zeros_like(grad)")            # zeros, even for a NaN grad
 
 # --- structural: kernel in kernels/structural.py, rule in rules.py ------------------
-SUM = structural("sum", "SumBackward1", rule=R.sum_rule)
+SUM = structural("sum", "SumBackward1", rule=R.sum_rule, kernel=K.k_sum)
 SUM_ALL = alias("sum_all", SUM, "SumBackward0")
 MEAN = alias("mean", SUM, "MeanBackward1")         # the kernel scales by fp[0]
 MEAN_ALL = alias("mean_all", SUM, "MeanBackward0")
-AMAX = structural("amax", "AmaxBackward0", saves=("self", "result"), rule=R.extremum_rule)
+AMAX = structural("amax", "AmaxBackward0", saves=("self", "result"), rule=R.extremum_rule, kernel=K.k_amax_dims)
 AMIN = alias("amin", AMAX, "AminBackward0")
-MAX_ALL = structural("max_all", "MaxBackward1", saves=("self", "result"), rule=R.evenly_rule)  # torch's own rule
+MAX_ALL = structural("max_all", "MaxBackward1", saves=("self", "result"), rule=R.evenly_rule, kernel=K.k_max_all)  # torch's own rule
 MIN_ALL = alias("min_all", MAX_ALL, "MinBackward1")
-MAX_DIM = structural("max_dim", "MaxBackward0", saves=("aux",), rule=R.scatter_rule)
+MAX_DIM = structural("max_dim", "MaxBackward0", saves=("aux",), rule=R.scatter_rule, kernel=K.k_scatter)
 MIN_DIM = alias("min_dim", MAX_DIM, "MinBackward0")
 INDEX = alias("index", MAX_DIM, "IndexBackward0")  # same kernel: scatter grad at saved flat indices
 SELECT = alias("select", MAX_DIM, "SelectBackward0")
@@ -74,34 +75,34 @@ SLICE = alias("slice", MAX_DIM, "SliceBackward0")
 MAX_POOL2D = alias("max_pool2d", MAX_DIM, "MaxPool2DWithIndicesBackward0")
 REFLECTION_PAD2D = alias("reflection_pad2d", MAX_DIM, "ReflectionPad2DBackward0")   # Conv2d padding modes
 REPLICATION_PAD2D = alias("replication_pad2d", MAX_DIM, "ReplicationPad2DBackward0")
-INDEX_PUT = structural("index_put", "IndexPutBackward0", saves=("aux",), rule=R.gather_rule)
-PROD = structural("prod", "ProdBackward1", saves=("self", "result"), rule=R.prod_rule)
-PROD_ALL = structural("prod_all", "ProdBackward0", saves=("self", "result"), rule=R.prod_all_rule)
-MATMUL = structural("matmul", "MmBackward0", saves=("self", "other"), rule=R.matmul_rule)
+INDEX_PUT = structural("index_put", "IndexPutBackward0", saves=("aux",), rule=R.gather_rule, kernel=K.k_index_put)
+PROD = structural("prod", "ProdBackward1", saves=("self", "result"), rule=R.prod_rule, kernel=K.k_prod_dims)
+PROD_ALL = structural("prod_all", "ProdBackward0", saves=("self", "result"), rule=R.prod_all_rule, kernel=K.k_prod_all)
+MATMUL = structural("matmul", "MmBackward0", saves=("self", "other"), rule=R.matmul_rule, kernel=K.k_matmul)
 DOT = alias("dot", MATMUL, "DotBackward0")
 MV = alias("mv", MATMUL, "MvBackward0")
 BMM = alias("bmm", MATMUL, "UnsafeViewBackward0")
-ADDMM = structural("addmm", "AddmmBackward0", saves=("mat1", "mat2"), rule=R.addmm_rule)
+ADDMM = structural("addmm", "AddmmBackward0", saves=("mat1", "mat2"), rule=R.addmm_rule, kernel=K.k_addmm)
 LINEAR_MM = alias("linear_mm", ADDMM, "MmBackward0")  # x @ W.t() without a bias: addmm's kernel, no input
-TRACE = structural("trace", "TraceBackward0", rule=R.trace_rule)
-PERMUTE = structural("permute", "PermuteBackward0", rule=R.permute_rule)
+TRACE = structural("trace", "TraceBackward0", rule=R.trace_rule, kernel=K.k_trace)
+PERMUTE = structural("permute", "PermuteBackward0", rule=R.permute_rule, kernel=K.k_permute)
 TRANSPOSE = alias("transpose", PERMUTE, "TransposeBackward0")
 T = alias("t", PERMUTE, "TBackward0")
-VIEW = structural("view", "ViewBackward0", rule=R.view_rule)
+VIEW = structural("view", "ViewBackward0", rule=R.view_rule, kernel=K.k_view)
 RESHAPE_ALIAS = alias("unsafe_view", VIEW, "UnsafeViewBackward0")
 SQUEEZE = alias("squeeze", VIEW, "SqueezeBackward0")
 SQUEEZE_DIM = alias("squeeze_dim", VIEW, "SqueezeBackward1")
 UNSQUEEZE = alias("unsqueeze", VIEW, "UnsqueezeBackward0")
-EXPAND = structural("expand", "ExpandBackward0", rule=R.expand_rule)
-CAT = structural("cat", "CatBackward0", rule=R.cat_rule)
+EXPAND = structural("expand", "ExpandBackward0", rule=R.expand_rule, kernel=K.k_expand)
+CAT = structural("cat", "CatBackward0", rule=R.cat_rule, kernel=K.k_cat)
 STACK = alias("stack", CAT, "StackBackward0")
-SOFTMAX = structural("softmax", "SoftmaxBackward0", saves=("result",), rule=R.softmax_rule)
-LOG_SOFTMAX = structural("log_softmax", "LogSoftmaxBackward0", saves=("result",), rule=R.log_softmax_rule)
-CONVOLUTION = structural("convolution", "ConvolutionBackward0", saves=("self", "other"), rule=R.conv_rule)
+SOFTMAX = structural("softmax", "SoftmaxBackward0", saves=("result",), rule=R.softmax_rule, kernel=K.k_softmax_grad)
+LOG_SOFTMAX = structural("log_softmax", "LogSoftmaxBackward0", saves=("result",), rule=R.log_softmax_rule, kernel=K.k_log_softmax_grad)
+CONVOLUTION = structural("convolution", "ConvolutionBackward0", saves=("self", "other"), rule=R.conv_rule, kernel=K.k_conv)
 LAYER_NORM = structural("layer_norm", "NativeLayerNormBackward0", saves=("self", "mean", "rstd", "other"),
-                        rule=R.layer_norm_rule)
-EMBEDDING = structural("embedding", "EmbeddingBackward0", saves=("aux", "coef"), rule=R.embedding_rule)
-NLL_LOSS = structural("nll_loss", "NllLossBackward0", saves=("target", "weight"), rule=R.nll_rule)
+                        rule=R.layer_norm_rule, kernel=K.k_layer_norm)
+EMBEDDING = structural("embedding", "EmbeddingBackward0", saves=("aux", "coef"), rule=R.embedding_rule, kernel=K.k_embedding)
+NLL_LOSS = structural("nll_loss", "NllLossBackward0", saves=("target", "weight"), rule=R.nll_rule, kernel=K.k_nll)
 TO_COPY = structural("to_copy", "ToCopyBackward0", rule=R.to_copy_rule)
 
 # --- in-place overwrites: where(False, old, value) under torch's node names -------------
