@@ -29,7 +29,7 @@ from jitgrad.graph.record import OP_OUT
 from jitgrad.engine import executor as pyengine
 from jitgrad._core.messages import freed_error as _freed_error, size_str, torch_size
 from jitgrad.engine.executor import input_grads
-from jitgrad.autograd.function import FunctionNode, validate_gradient
+from jitgrad.graph.pynode import FunctionNode, validate_gradient
 from jitgrad.graph.node import AccumulateGrad, node_for
 from jitgrad.graph.spec import SPECS
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks

@@ -17,7 +17,7 @@ from jitgrad.graph.spec import FUNCS
 from jitgrad.graph.rowinfo import RowInfo
 from jitgrad.graph.tape import DT_F32, DT_F64, H_DT, H_E0, HW
 from jitgrad._core.messages import freed_error as _freed_error, modified_error, size_str
-from jitgrad.autograd.function import FunctionNode
+from jitgrad.graph.pynode import FunctionNode
 from jitgrad.graph.node import AccumulateGrad
 from jitgrad._core.modes import _anomaly
 from jitgrad.autograd.anomaly_mode import check_outputs

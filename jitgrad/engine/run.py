@@ -25,7 +25,7 @@ from jitgrad.graph import tape as _tape
 from jitgrad._core import versions
 from jitgrad.graph.record import _leaf_row
 from jitgrad._core.messages import torch_size
-from jitgrad.autograd.function import FunctionNode
+from jitgrad.graph.pynode import FunctionNode
 from jitgrad._core.modes import _anomaly, restore_saved_hooks, saved_hooks_state
 from jitgrad.graph.node import AccumulateGrad, node_for
 from jitgrad.graph.hooks import leaf_hooks

@@ -9,7 +9,7 @@ from jitgrad._core import versions
 from jitgrad._core.format import tensor_repr
 from jitgrad._core.modes import _state
 from jitgrad.graph.hooks import add_hook
-from jitgrad.graph.node import node_for
+from jitgrad.graph import node as _node  # the Tensor <-> Node pair: grad_fn is a view of the row
 
 
 class _Rare:
@@ -127,7 +127,7 @@ class Tensor:
             x = self._x = _Rare()
         node = x.node
         if node is None or node._tape is not self._tape or node._row != self._row:
-            node = x.node = node_for(self._tape, self._row)
+            node = x.node = _node.node_for(self._tape, self._row)
         return node
 
     _grad_fn = grad_fn

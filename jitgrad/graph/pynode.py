@@ -1,0 +1,271 @@
+"""The node of a custom autograd Function: its ctx (what forward and backward share, owned
+by the tape), the node view grad_fn returns, and how it is lowered onto the tape.
+
+`Function.apply` (autograd/function.py) runs `forward` under no_grad, then `record`
+appends one row for the node (opcode OP_PYFN) plus one row per further output (OP_OUT,
+with an edge to the node's row so that selective execution sees them). The compiled
+scheduler hands the node back when the sweep reaches it (PYNODE); the engine calls
+`run_backward` and resumes. With create_graph=True the Python engine runs it.
+
+The ctx is separate from the node view `grad_fn` returns, which holds the tape like every
+node and forwards attribute access to the ctx, so `y.grad_fn.saved_tensors` and ctx
+attributes work as in PyTorch. The ctx holds no reference to its tape, so a graph with
+Functions has no reference cycle.
+"""
+import weakref
+
+import numpy as np
+
+from jitgrad._core import modes as _grad_mode
+from jitgrad._core import versions
+from jitgrad._core.dtype import from_numpy_dtype
+from jitgrad._core.layout import DT_OF, DT_OTHER
+from jitgrad._core.messages import freed_error as _freed_error, modified_error, size_str
+from jitgrad.graph.node import Node
+from jitgrad.graph.record import _edge_row, pack_saved
+from jitgrad.graph.spec import OP_OUT, OP_PYFN
+from jitgrad.graph.tape import current_tape
+from jitgrad.graph.tensor import Tensor, wrap
+
+
+class FunctionCtx:
+    """What forward and backward share (PyTorch's ctx)."""
+
+    def save_for_backward(self, *tensors):
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(f"save_for_backward can only save variables, but argument {i} is of type "
+                                f"{type(t).__name__}")
+        self.to_save = tensors
+
+    @property
+    def saved_tensors(self):
+        if self._released:
+            raise _freed_error()
+        return tuple(_unpack(self, s) for s in getattr(self, "to_save", ()))
+
+    def mark_dirty(self, *tensors):
+        self.dirty_tensors = tensors
+
+    def mark_non_differentiable(self, *tensors):
+        self.non_differentiable = tensors
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+
+class FunctionState(FunctionCtx):
+    """The ctx of one application of a Function (one class per Function, named like its
+    node, <ClassName>Backward). Owned by the tape (tape.py_nodes)."""
+    _fn = None
+    _tape_ref = None
+
+    @property
+    def _tape(self):
+        return None if self._tape_ref is None else self._tape_ref()
+
+    def run_backward(self, grads_out, create_graph):
+        """Call the user's backward with one gradient per output (Tensors or None);
+        returns one gradient per edge (tensor input), checked like PyTorch."""
+        grads = []
+        tensor_grads = iter(zip(grads_out, self._out_meta))
+        for is_tensor in self._out_is_tensor:
+            if not is_tensor:
+                grads.append(None)  # a non-tensor output has no gradient
+                continue
+            g, (shape, dtype) = next(tensor_grads)
+            if g is None and self.materialize_grads:
+                g = wrap(np.zeros(shape, dtype))
+            grads.append(g)
+        with _grad_mode.set_grad_enabled(create_graph):
+            result = self._fn.backward(self, *grads)
+        if not isinstance(result, tuple):
+            result = (result,)
+        n_in = len(self._arg_is_tensor)
+        if len(result) != n_in:
+            if len(result) > n_in and all(r is None for r in result[n_in:]):
+                result = result[:n_in]  # extra trailing Nones are allowed, as in PyTorch
+            else:
+                raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients "
+                                   f"(expected {n_in}, got {len(result)})")
+        out = []
+        k = 0
+        for i, is_tensor in enumerate(self._arg_is_tensor):
+            g = result[i]
+            if not is_tensor:
+                if g is not None:
+                    raise RuntimeError(f"function {self.name()} returned a gradient different than None at "
+                                       f"position {i + 1}, but the corresponding forward input was not a Variable")
+                continue
+            shape, dtype = self._in_meta[k]
+            k += 1
+            out.append(validate_gradient(self.name(), i, g, shape, dtype))
+        return out
+
+    def name(self):
+        return type(self).__name__
+
+    def _release(self):
+        self._released = True
+        self.to_save = ()
+
+
+class FunctionNode(Node):
+    """The node view of a custom Function application (what grad_fn returns). Attribute
+    reads and writes it does not have go to the ctx."""
+    __slots__ = ()
+
+    @property
+    def _state(self):
+        return self._tape.py_nodes[self._row]
+
+    def name(self):
+        return type(self).__name__
+
+    @property
+    def _spec(self):
+        raise AttributeError("a custom Function node has no op spec")
+
+    def __getattr__(self, name):
+        return getattr(self._tape.py_nodes[self._row], name)
+
+    def __setattr__(self, name, value):
+        if name in ("_tape", "_row", "_next"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._state, name, value)
+
+
+def validate_gradient(name, i, g, shape, dtype):
+    """PyTorch's validate_outputs for gradient i that node `name` returned for an input of
+    `shape` and `dtype`: reduced if it is broadcast, cast if it has another dtype, else
+    an error. Every gradient Python hands back to the engine passes here."""
+    if g is None:
+        return g
+    if not isinstance(g, Tensor):
+        raise RuntimeError(f"expected Variable or None (got {type(g).__name__})")
+    if tuple(g._data.shape) != tuple(shape):
+        if not _expandable(shape, g._data.shape):
+            raise RuntimeError(f"Function {name} returned an invalid gradient at index {i} - got "
+                               f"{size_str(g._data.shape)} but expected shape compatible with {size_str(shape)}")
+        g = _sum_to(g, shape)
+    if g._data.dtype != dtype:
+        g = g.to(from_numpy_dtype(dtype))
+    return g
+
+
+def _sum_to(g, shape):
+    """Sum a broadcast gradient down to `shape` (Tensor methods: this layer is below ops)."""
+    lead = g.dim() - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    return (g.sum(dims, keepdim=True) if dims else g).reshape(shape)
+
+
+def _expandable(shape, target):
+    if len(shape) > len(target):
+        return False
+    return all(s == 1 or s == t for s, t in zip(reversed(shape), reversed(target)))
+
+
+class _Saved:
+    """A saved tensor kept as PyTorch's SavedVariable keeps one: for a tensor of the
+    node's own tape its data and where its gradient flows (not the Tensor, which holds
+    the tape), and the version it had, checked when it is unpacked."""
+    __slots__ = ("tensor", "data", "row", "nr", "stamp")
+
+    def __init__(self, t, tape):
+        own = t._tape is tape
+        self.tensor = None if own else t
+        self.data = t._data
+        self.row, self.nr = (t._row, t._output_nr) if own else (-1, 0)
+        self.stamp = versions.stamp(t._data)
+
+
+class _Packed:
+    """A saved tensor kept as saved_tensors_hooks' pack returned it."""
+    __slots__ = ("unpack", "value")
+
+    def __init__(self, unpack, value):
+        self.unpack, self.value = unpack, value
+
+
+def _unpack(ctx, s):
+    """As PyTorch unpacks a SavedVariable: the tensor, with its grad_fn (in any grad mode)."""
+    if type(s) is _Packed:
+        return s.unpack(s.value)
+    if type(s) is not _Saved:
+        return s
+    now = versions.changed(s.stamp)
+    if now is not None:
+        raise modified_error(s.data, now, s.stamp[1])
+    if s.tensor is not None:
+        return s.tensor
+    t = wrap(s.data)
+    t._requires_grad = True
+    t._tape, t._row, t._output_nr = ctx._tape, s.row, s.nr
+    return t
+
+
+def record(ctx, args, outputs):
+    """Lower the Function's node and link its outputs to it."""
+    single = not isinstance(outputs, tuple)
+    outs = list((outputs,) if single else outputs)
+    tensors_in = [a for a in args if isinstance(a, Tensor)]
+    dirty = {id(t) for t in getattr(ctx, "dirty_tensors", ())}
+    non_diff = {id(t) for t in getattr(ctx, "non_differentiable", ())}
+    tape = current_tape()
+    edges = []
+    for t in tensors_in:
+        if t.requires_grad:
+            edges += (_edge_row(tape, t), t._output_nr if t._tape is not None else 0, tape.shape(t._data.shape))
+        else:
+            edges += (-1, 0, tape.shape(t._data.shape))
+    # outputs that are inputs: a dirty one is modified in place (its history is rebased);
+    # a clean one gets a new tensor object sharing its data, as PyTorch returns a view
+    for j, o in enumerate(outs):
+        if isinstance(o, Tensor) and any(o is t for t in tensors_in):
+            if id(o) in dirty:
+                if o.requires_grad and o._tape is None:
+                    raise RuntimeError("a leaf Variable that requires grad has been used in an in-place operation.")
+                o._bump()
+            else:
+                outs[j] = wrap(o._data)
+    tensor_outs = [(j, o) for j, o in enumerate(outs) if isinstance(o, Tensor)]
+    first = None
+    for k, (j, o) in enumerate(tensor_outs):
+        d = o._data
+        shp = tape.shape(d.shape)
+        if k == 0:
+            first = tape.add_row(OP_PYFN, _dt(d), len(tensors_in), d.size, shp, 0, 0, 0)
+            tape.edges.extend(edges)
+        else:
+            # an extra output: its own buffer, and an edge to the node's row
+            tape.add_row(OP_OUT, _dt(d), 1, d.size, shp, 0, 0, k)
+            tape.edges.extend((first, 0, shp))
+        if id(o) in non_diff:
+            continue
+        o._requires_grad = True
+        o._tape = tape
+        o._row = first + k
+        o._output_nr = k
+    ctx._tape_ref = weakref.ref(tape)
+    ctx._row = first
+    ctx._out_is_tensor = tuple(isinstance(o, Tensor) for o in outs)
+    if hasattr(ctx, "to_save"):
+        ctx.to_save = tuple(_save(t, tape) for t in ctx.to_save)
+    ctx._arg_is_tensor = tuple(isinstance(a, Tensor) for a in args)
+    ctx._in_meta = tuple((tuple(t._data.shape), t._data.dtype) for t in tensors_in)
+    ctx._out_meta = tuple((tuple(o._data.shape), o._data.dtype) for _, o in tensor_outs)
+    tape.py_nodes[first] = ctx
+    return outs[0] if single else tuple(outs)
+
+
+def _save(t, tape):
+    if not isinstance(t, Tensor):
+        return t
+    packed = pack_saved(t)
+    return _Saved(t, tape) if packed is None else _Packed(*packed)
+
+
+def _dt(d):
+    return DT_OF.get(d.dtype, DT_OTHER)
