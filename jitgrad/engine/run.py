@@ -282,6 +282,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if len(grad_outputs) != len(outputs):
         raise RuntimeError(f"grad requires one grad_output per output: got {len(grad_outputs)} grad_outputs and "
                            f"{len(outputs)} outputs")
+    if is_grads_batched:
+        return _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
+                             materialize_grads)
     captured, targets = _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate=False)
     result = []
     for i, (t, tg) in enumerate(zip(inputs, targets)):
@@ -295,6 +298,52 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         elif not create_graph and g.requires_grad:
             g = g.detach()
         result.append(g)
+    return tuple(result)
+
+
+def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused, materialize_grads):
+    """grad(..., is_grads_batched=True): the first dimension of each grad_output is a batch
+    of vectors, and the result is the batch of vector-Jacobian products. PyTorch vmaps one
+    backward; here the graph is retained and swept once per vector (every sweep is one
+    compiled call), and the results are stacked, differentiably under create_graph."""
+    batched = []
+    for i, (t, g) in enumerate(zip(outputs, grad_outputs)):
+        if g is None:
+            if t.requires_grad and t._data.size != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            g = F._wrap(np.ones_like(t._data))
+        elif not isinstance(g, Tensor):
+            g = F._wrap(np.asarray(g, dtype=t._data.dtype))
+        if g._data.ndim == 0:
+            raise ValueError("vmap(vjp, in_dims=0, ...)(<inputs>): Got in_dim=0 for some input, but that input is "
+                             "a Tensor of dimensionality 0 so expected in_dim to satisfy 0 <= in_dim < 0.")
+        if g._data.shape[1:] != t._data.shape:
+            raise RuntimeError(
+                "If `is_grads_batched=True`, we interpret the first dimension of each grad_output as the batch "
+                "dimension. The sizes of the remaining dimensions are expected to match the shape of corresponding "
+                f"output, but a mismatch was detected: grad_output[{i}] has a shape of "
+                f"{torch_size(g._data.shape[1:])} and output[{i}] has a shape of {torch_size(t._data.shape)}. If you "
+                "only want some tensors in `grad_output` to be considered batched, consider using vmap.")
+        batched.append(g)
+    sizes = [g._data.shape[0] for g in batched]
+    if len(set(sizes)) > 1:
+        raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
+                         f"{sizes} for the mapped dimension")
+    n = sizes[0] if sizes else 0
+    if n == 0:
+        raise IndexError("index 0 is out of bounds for dimension 0 with size 0")  # as torch's _make_grads
+    keep = create_graph if retain_graph is None else retain_graph
+    per = [grad(outputs, inputs, tuple(g[b] for g in batched), retain_graph=True if b < n - 1 else keep,
+                create_graph=create_graph, allow_unused=allow_unused)
+           for b in range(n)]
+    result = []
+    for j, t in enumerate(inputs):
+        gs = [p[j] for p in per]
+        if gs[0] is None:
+            # torch materializes unused inputs unbatched, as zeros_like(input)
+            result.append(F._wrap(np.zeros_like(t._data)) if materialize_grads else None)
+            continue
+        result.append(F.stack(gs) if create_graph else F._wrap(np.stack([g._data for g in gs])))
     return tuple(result)
 
 
