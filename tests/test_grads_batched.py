@@ -71,4 +71,6 @@ def test_errors_as_torch(lib):
                                            r"mismatch was detected: grad_output\[0\] has a shape of torch.Size"):
         lib.autograd.grad(y, x, lib.ones(4, 2, dtype=lib.float64), is_grads_batched=True, retain_graph=True)
     with pytest.raises(ValueError, match="Got in_dim=0 for some input, but that input is a Tensor of dimensionality 0"):
+        lib.autograd.grad(y.sum(), x, None, is_grads_batched=True, retain_graph=True)
+    with pytest.raises(IndexError, match="^invalid index of a 0-dim tensor"):
         lib.autograd.grad(y.sum(), x, lib.ones((), dtype=lib.float64), is_grads_batched=True, retain_graph=True)

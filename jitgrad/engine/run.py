@@ -308,12 +308,15 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
     compiled call), and the results are stacked, differentiably under create_graph."""
     batched = []
     for i, (t, g) in enumerate(zip(outputs, grad_outputs)):
+        if g is not None and not isinstance(g, Tensor):
+            g = F._wrap(np.asarray(g, dtype=t._data.dtype))
+        if g is not None and g._data.ndim == 0:
+            raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or `tensor.item<T>()` "
+                             "in C++ to convert a 0-dim tensor to a number")
         if g is None:
             if t.requires_grad and t._data.size != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             g = F._wrap(np.ones_like(t._data))
-        elif not isinstance(g, Tensor):
-            g = F._wrap(np.asarray(g, dtype=t._data.dtype))
         if g._data.ndim == 0:
             raise ValueError("vmap(vjp, in_dims=0, ...)(<inputs>): Got in_dim=0 for some input, but that input is "
                              "a Tensor of dimensionality 0 so expected in_dim to satisfy 0 <= in_dim < 0.")
