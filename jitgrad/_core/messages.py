@@ -2,9 +2,7 @@
 type names those messages print."""
 import numpy as np
 
-# the legacy tensor type names torch prints in version-counter and hook messages
-TENSOR_TYPES = {"float64": "torch.DoubleTensor", "float32": "torch.FloatTensor", "int64": "torch.LongTensor",
-                "int32": "torch.IntTensor", "bool": "CPUBoolType"}
+
 
 
 def size_str(shape):
@@ -27,9 +25,45 @@ def freed_error():
 
 def modified_error(data, now, saved):
     """A saved value was written in place after it was saved (its version moved on)."""
-    kind = TENSOR_TYPES.get(np.asarray(data).dtype.name, "torch.Tensor")
+    d = np.asarray(data).dtype
+    kind = "CPUBoolType" if d == np.bool_ else tensor_type(d)  # torch's own name for bool here
     return RuntimeError(
         "one of the variables needed for gradient computation has been modified by an inplace operation: "
         f"[{kind} [{', '.join(str(n) for n in np.shape(data))}]] is at version {now}; expected version "
         f"{saved} instead. Hint: enable anomaly detection to find the operation that failed to compute its "
         "gradient, with torch.autograd.set_detect_anomaly(True).")
+
+
+# torch's names of each dtype, by numpy name: (scalar type, C++ type, legacy tensor type).
+# Which one a message prints depends on the message: each caller says which it wants.
+_DTYPE_NAMES = {
+    "float64": ("Double", "double", "DoubleTensor"),
+    "float32": ("Float", "float", "FloatTensor"),
+    "float16": ("Half", "c10::Half", "HalfTensor"),
+    "complex128": ("ComplexDouble", "c10::complex<double>", "ComplexDoubleTensor"),
+    "complex64": ("ComplexFloat", "c10::complex<float>", "ComplexFloatTensor"),
+    "int64": ("Long", "long int", "LongTensor"),
+    "int32": ("Int", "int", "IntTensor"),
+    "int16": ("Short", "short int", "ShortTensor"),
+    "int8": ("Char", "signed char", "CharTensor"),
+    "uint8": ("Byte", "unsigned char", "ByteTensor"),
+    "bool": ("Bool", "bool", "BoolTensor"),
+}
+
+
+def scalar_name(dtype):
+    """'Double', 'Long': the ScalarType name ("not implemented for 'Long'")."""
+    name = np.dtype(dtype).name
+    return _DTYPE_NAMES.get(name, (name,))[0]
+
+
+def c_name(dtype):
+    """'double', 'long int': the C++ type name some messages print."""
+    name = np.dtype(dtype).name
+    return _DTYPE_NAMES[name][1] if name in _DTYPE_NAMES else name
+
+
+def tensor_type(dtype):
+    """'torch.DoubleTensor': the legacy tensor type name."""
+    name = np.dtype(dtype).name
+    return "torch." + (_DTYPE_NAMES[name][2] if name in _DTYPE_NAMES else name)

@@ -1,10 +1,9 @@
 """Running hooks during backward: each hook sees the previous one's result, and what it
 returns is checked the way PyTorch checks it (graph/hooks.py keeps the registries)."""
+from jitgrad._core.messages import tensor_type
 from jitgrad.graph.tensor import Tensor
 
 
-_TYPE_NAMES = {"float64": "torch.DoubleTensor", "float32": "torch.FloatTensor", "int64": "torch.LongTensor",
-               "int32": "torch.IntTensor", "bool": "torch.BoolTensor"}
 
 
 def run_tensor_hooks(hooks, grad):
@@ -36,7 +35,7 @@ def _check_value(fn, old, new):
 
 
 def _type_name(t):
-    return _TYPE_NAMES.get(t._data.dtype.name, f"torch.{t._data.dtype.name}")
+    return tensor_type(t._data.dtype)
 
 
 def _replacement(fn, r, old):

@@ -7,6 +7,7 @@ from jitgrad._core import device as _device, dtype as _dtype
 from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core import versions
 from jitgrad._core.format import tensor_repr
+from jitgrad._core.messages import c_name, scalar_name, size_str
 from jitgrad._core.modes import _state
 from jitgrad.graph.hooks import add_hook
 from jitgrad.graph import node as _node  # the Tensor <-> Node pair: grad_fn is a view of the row
@@ -150,12 +151,12 @@ class Tensor:
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}")
             if value._data.dtype != self._data.dtype:
-                raise RuntimeError(f"attempting to assign a gradient with dtype '{_C_NAMES[value._data.dtype.name]}' "
-                                   f"to a tensor with grad_dtype '{_C_NAMES[self._data.dtype.name].capitalize()}'. "
+                raise RuntimeError(f"attempting to assign a gradient with dtype '{c_name(value._data.dtype)}' "
+                                   f"to a tensor with grad_dtype '{c_name(self._data.dtype).capitalize()}'. "
                                    "The gradient must match the tensor's grad_dtype (defaults to the tensor's dtype).")
             if value._data.shape != self._data.shape:
-                raise RuntimeError(f"attempting to assign a gradient of size '{_shape_str(value._data.shape)}' to a "
-                                   f"tensor of size '{_shape_str(self._data.shape)}'. Please ensure that the "
+                raise RuntimeError(f"attempting to assign a gradient of size '{size_str(value._data.shape)}' to a "
+                                   f"tensor of size '{size_str(self._data.shape)}'. Please ensure that the "
                                    "gradient and the tensor are the same size")
         self._grad = value
 
@@ -542,13 +543,12 @@ def _factory(fill, fn, float_only=None):
         shape = _size_arg(size, fn)
         _device.check(device, fn)
         if float_only and npd.kind != "f":
-            raise NotImplementedError(f"\"{float_only}\" not implemented for '{_SCALAR[npd.name]}'")
+            raise NotImplementedError(f"\"{float_only}\" not implemented for '{scalar_name(npd)}'")
         return _finish(fill(shape, npd), requires_grad)
     make.__name__ = fn
     return make
 
 
-_SCALAR = {"int64": "Long", "int32": "Int", "bool": "Bool", "float32": "Float", "float64": "Double"}
 _rng = [np.random.default_rng()]
 
 
@@ -655,9 +655,3 @@ def full_like(t, fill_value, dtype=None, requires_grad=False, device=None):
     return full(t._data.shape, fill_value, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device)
 
 
-# scalar type names as PyTorch's C++ messages print them
-_C_NAMES = {"float64": "double", "float32": "float", "int64": "long int", "int32": "int", "bool": "bool"}
-
-
-def _shape_str(shape):
-    return f"[{', '.join(str(s) for s in shape)}]"

@@ -12,6 +12,8 @@ Each op is one primitive of the engine, one graph node named like PyTorch's:
 
 import numpy as np
 
+from jitgrad._core.messages import size_str, tensor_type
+
 from jitgrad.graph.tensor import Tensor, empty
 from jitgrad._core import dtype as _dtype
 from jitgrad.kernels.conv import conv_forward, max_pool_forward
@@ -22,7 +24,6 @@ from jitgrad.nn import init
 from jitgrad.nn.module import Module
 from jitgrad.nn.parameter import Parameter
 
-_TYPE = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor"}
 
 
 def _pair(v, name="value"):
@@ -34,10 +35,6 @@ def _pair(v, name="value"):
                                f"the convolution dimensions, but got {name}={list(v)}")
         return (int(v[0]), int(v[1]))
     return (int(v), int(v))
-
-
-def _size(shape):
-    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
 
 
 # ============================================================================= conv2d
@@ -90,18 +87,18 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     x, w = input._data, weight._data
     if x.ndim not in (3, 4):
         raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: "
-                           f"{_size(x.shape)}")
+                           f"{size_str(x.shape)}")
     if w.ndim != 4:
         raise RuntimeError(f"weight should have at least three dimensions, got {w.ndim}" if w.ndim < 3 else
                            f"Expected {w.ndim}-dimensional input for {w.ndim}-dimensional weight "
-                           f"{_size(w.shape)}, but got {x.ndim}-dimensional input of size {_size(x.shape)} instead")
+                           f"{size_str(w.shape)}, but got {x.ndim}-dimensional input of size {size_str(x.shape)} instead")
     if x.dtype != w.dtype:
-        raise RuntimeError(f"Input type (torch.{_TYPE.get(x.dtype.name, x.dtype.name)}) and weight type "
-                           f"(torch.{_TYPE.get(w.dtype.name, w.dtype.name)}) should be the same or input should "
+        raise RuntimeError(f"Input type ({tensor_type(x.dtype)}) and weight type "
+                           f"({tensor_type(w.dtype)}) should be the same or input should "
                            "be a MKLDNN tensor and weight is a dense tensor")
     if bias is not None and bias._data.dtype != x.dtype:
-        raise RuntimeError(f"Input type (torch.{_TYPE.get(x.dtype.name, x.dtype.name)}) and bias type "
-                           f"(torch.{_TYPE.get(bias._data.dtype.name, bias._data.dtype.name)}) should be the same")
+        raise RuntimeError(f"Input type ({tensor_type(x.dtype)}) and bias type "
+                           f"({tensor_type(bias._data.dtype)}) should be the same")
     if x.dtype.kind != "f":
         raise RuntimeError(f"\"conv2d\" not implemented for '{x.dtype.name}'")
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
@@ -118,13 +115,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     cin = batched.shape[1]
     if w.shape[0] % groups:
         raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, "
-                           f"but got weight of size {_size(w.shape)} instead")
+                           f"but got weight of size {size_str(w.shape)} instead")
     if cin != w.shape[1] * groups:
-        raise RuntimeError(f"Given groups={groups}, weight of size {_size(w.shape)}, expected input"
-                           f"{_size(x.shape)} to have {w.shape[1] * groups} channels, but got {cin} channels instead")
+        raise RuntimeError(f"Given groups={groups}, weight of size {size_str(w.shape)}, expected input"
+                           f"{size_str(x.shape)} to have {w.shape[1] * groups} channels, but got {cin} channels instead")
     if bias is not None and tuple(bias._data.shape) != (w.shape[0],):
-        raise RuntimeError(f"Given weight of size {_size(w.shape)}, expected bias to be 1-dimensional with "
-                           f"{w.shape[0]} elements, but got bias of size {_size(bias._data.shape)} instead")
+        raise RuntimeError(f"Given weight of size {size_str(w.shape)}, expected bias to be 1-dimensional with "
+                           f"{w.shape[0]} elements, but got bias of size {size_str(bias._data.shape)} instead")
     hp = batched.shape[2] + pads[0] + pads[1]
     wp = batched.shape[3] + pads[2] + pads[3]
     ekh = dilation[0] * (kernel[0] - 1) + 1
@@ -163,7 +160,7 @@ def _pad2d(x, pads, mode):
         for arg, dim, (lo, hi), size in ((4, len(shape) - 1, (pl, pr), w), (6, len(shape) - 2, (pt, pb), h)):
             if lo >= size or hi >= size:
                 raise RuntimeError(f"Argument #{arg}: Padding size should be less than the corresponding input "
-                                   f"dimension, but got: padding ({lo}, {hi}) at dimension {dim} of input {_size(shape)}")
+                                   f"dimension, but got: padding ({lo}, {hi}) at dimension {dim} of input {size_str(shape)}")
     if mode == "circular" and max(pt, pb) > h or mode == "circular" and max(pl, pr) > w:
         raise RuntimeError("Padding value causes wrapping around more than once.")
     rows, cols = _pad_source(h, pt, pb, mode), _pad_source(w, pl, pr, mode)

@@ -3,6 +3,8 @@ dropout, layer_norm, embedding and losses, written with jitgrad's differentiable
 
 import numpy as np
 
+from jitgrad._core.messages import scalar_name, size_str, tensor_type, torch_size
+
 from jitgrad.graph.tensor import Tensor, _rng
 from jitgrad.ops import derivatives as D
 from jitgrad.ops import functional as _F
@@ -126,8 +128,8 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     branches stay finite for any x, so the unselected one cannot leak nan."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
-        raise ValueError(f"Target size ({_size(target.shape)}) must be the same as input size "
-                         f"({_size(input.shape)})")
+        raise ValueError(f"Target size ({torch_size(target.shape)}) must be the same as input size "
+                         f"({torch_size(input.shape)})")
     pos = input >= 0
     neg_abs = _F.where(pos, -input, input)                          # -|x|
     softplus_neg = _F.where(pos, input * 0.0, -input) + _F.log(_F.exp(neg_abs) + 1.0)
@@ -136,10 +138,6 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
-
-
-def _size(shape):
-    return "torch.Size([" + ", ".join(str(int(d)) for d in shape) + "])"
 
 
 # --- GELU ------------------------------------------------------------------------------------
@@ -154,7 +152,7 @@ def gelu(input, approximate="none"):
         raise RuntimeError("approximate argument must be either none or tanh.")
     x = input._data
     if x.dtype.kind != "f":
-        raise NotImplementedError(f"\"GeluKernelImpl\" not implemented for '{_SCALAR_NAME.get(x.dtype.name, x.dtype.name)}'")
+        raise NotImplementedError(f"\"GeluKernelImpl\" not implemented for '{scalar_name(x.dtype)}'")
     if approximate == "none":
         out = 0.5 * x * (1.0 + _F._erf_array(x * _SQRT1_2))
     else:
@@ -163,10 +161,6 @@ def gelu(input, approximate="none"):
 
 
 # --- LayerNorm -------------------------------------------------------------------------------
-def _shape_list(shape):
-    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
-
-
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last len(normalized_shape) dims,
     var with correction 0: one NativeLayerNormBackward0 node with torch's three inputs
@@ -179,14 +173,14 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and tuple(p.shape) != normalized_shape:
             raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
-                               f"{_shape_list(p.shape)} and normalized_shape = {_shape_list(normalized_shape)}")
+                               f"{size_str(p.shape)} and normalized_shape = {size_str(normalized_shape)}")
     if n == 0 or len(shape) < n or shape[len(shape) - n:] != normalized_shape:
-        raise RuntimeError(f"Given normalized_shape={_shape_list(normalized_shape)}, expected input with shape "
+        raise RuntimeError(f"Given normalized_shape={size_str(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(str(d) for d in normalized_shape)}], but got input of size"
-                           f"{_shape_list(shape)}")
+                           f"{size_str(shape)}")
     x = input._data
     if x.dtype.kind != "f":
-        raise NotImplementedError(f"\"LayerNormKernelImpl\" not implemented for '{_SCALAR_NAME.get(x.dtype.name, x.dtype.name)}'")
+        raise NotImplementedError(f"\"LayerNormKernelImpl\" not implemented for '{scalar_name(x.dtype)}'")
     if any(p is not None and p._data.dtype != x.dtype for p in (weight, bias)):
         raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
     k = int(np.prod(normalized_shape, dtype=np.int64))
@@ -204,7 +198,6 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return record(D.LAYER_NORM, res, inputs, saved, (float(eps),), [k, int(weight is not None), int(bias is not None)])
 
 
-_SCALAR_NAME = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
 _ABSENT = _F._wrap(np.zeros(0))  # an input slot without a tensor: the node's next_functions entry is None
 
 
@@ -222,10 +215,6 @@ def _padding_index(padding_idx, num):
     return padding_idx
 
 
-_TENSOR_TYPE = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor", "bool": "BoolTensor",
-                "int8": "CharTensor", "uint8": "ByteTensor", "int16": "ShortTensor"}
-
-
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):
     """weight[input]: rows of weight picked by an integer tensor of any shape; one
@@ -237,9 +226,9 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     idx = input._data if isinstance(input, Tensor) else np.asarray(input)
     idx = np.asarray(idx)
     if idx.dtype not in (np.int64, np.int32):
-        name = _TENSOR_TYPE.get(idx.dtype.name, idx.dtype.name)
+        name = tensor_type(idx.dtype)
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
-                           f"Long, Int; but got torch.{name} instead (while checking arguments for embedding)")
+                           f"Long, Int; but got {name} instead (while checking arguments for embedding)")
     if weight.ndim != 2:
         raise RuntimeError("'weight' must be 2-D")
     num, dim = weight.shape

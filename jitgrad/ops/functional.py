@@ -13,7 +13,7 @@ import numpy as np
 from jitgrad._core import dtype as _dtype, modes as _grad_mode
 from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim
 from jitgrad.ops import derivatives as D
-from jitgrad._core.messages import size_str as _size_str, torch_size as _torch_size  # noqa: F401
+from jitgrad._core.messages import scalar_name, size_str as _size_str, torch_size as _torch_size  # noqa: F401
 from jitgrad._core.modes import _packing, _saved_hooks
 from jitgrad.graph.record import record, record_ew
 from jitgrad.graph.tensor import _ARRAYLIKE, linked as _linked, wrap as _wrap  # noqa: F401  (rules use F._wrap)
@@ -592,9 +592,6 @@ def matmul(a, b):
     return record(spec, res, (a, b), (ad, bd))
 
 
-_SCALAR = {"float64": "Double", "float32": "Float", "int64": "Long", "int32": "Int", "bool": "Bool"}
-
-
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     """beta * input + alpha * (mat1 @ mat2), input broadcast to the product's shape."""
     for name, t in (("mat1", mat1), ("mat2", mat2)):
@@ -624,7 +621,7 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
     if input is not None:  # torch checks the input against mat2 first, then mat1
         for name, x in (("self", input._data), ("mat1", ad)):
             if x.dtype != bd.dtype:
-                got = " and ".join(_SCALAR.get(d.name, d.name) for d in (x.dtype, bd.dtype))
+                got = " and ".join(scalar_name(d) for d in (x.dtype, bd.dtype))
                 raise RuntimeError(f"{name} and mat2 must have the same dtype, but got {got}")
     prod = ad @ bd
     if alpha != 1.0:

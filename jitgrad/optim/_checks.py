@@ -9,16 +9,11 @@ raises torch's error having changed nothing, or runs. What passes may still diff
 parameter in ways torch allows (a broadcastable gradient, a float64 buffer for a float32
 parameter): the compiled kernel then does not take it (optim/_kernels.Batch.add), numpy does.
 """
-import numpy as np
+
+from jitgrad._core.messages import c_name
 
 # torch prints dtypes by their C++ names in some messages (lerp's)
-_TORCH_NAMES = {"float64": "double", "float32": "float", "float16": "c10::Half", "complex128": "c10::complex<double>",
-                "complex64": "c10::complex<float>", "int64": "long int", "int32": "int"}
-
-
-def torch_dtype_name(dtype):
-    name = np.dtype(dtype).name
-    return _TORCH_NAMES.get(name, name)
+torch_dtype_name = c_name
 
 
 def broadcast(a, b):
