@@ -12,7 +12,6 @@ from jitgrad._core.messages import freed_error
 from jitgrad.graph.hooks import add_hook
 from jitgrad.graph.rowinfo import RowInfo
 
-from jitgrad._core.layout import E_NR, E_TGT, EW, H_E0 as _H_E0, H_IP as _H_IP, H_NIN as _H_NIN, H_OP as _H_OP, HW as _HW
 from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, SPECS
 
 
@@ -23,7 +22,7 @@ class Node:
 
     @property
     def _spec(self):
-        return SPECS[self._tape.hdr[self._row * _HW + _H_OP]]
+        return SPECS[self._tape.op(self._row)]
 
     def name(self):
         return self._spec.node_name
@@ -34,16 +33,13 @@ class Node:
         nxt = self._next
         if nxt is None:
             tape, row = self._tape, self._row
-            e0 = tape.hdr[row * _HW + _H_E0]
-            nxt = self._next = tuple(node_for(tape, tape.edges[EW * (e0 + j) + E_TGT])
-                                     for j in range(tape.hdr[row * _HW + _H_NIN]))
+            nxt = self._next = tuple(node_for(tape, tape.edge_target(row, j)) for j in range(tape.n_inputs(row)))
         return nxt
 
     @property
     def next_functions(self):
         tape = self._tape
-        e0 = tape.hdr[self._row * _HW + _H_E0]
-        return tuple((n, tape.edges[EW * (e0 + j) + E_NR]) if n is not None else (None, 0)
+        return tuple((n, tape.edge(self._row, j)[1]) if n is not None else (None, 0)
                      for j, n in enumerate(self._inputs))
 
     @property
@@ -156,7 +152,7 @@ def node_for(tape, row):
         node = ref()
         if node is not None:
             return node
-    op = tape.hdr[row * _HW + _H_OP]
+    op = tape.op(row)
     if op == OP_ACC:
         return tape.leaves[row]
     if op == OP_EXT:
@@ -167,7 +163,7 @@ def node_for(tape, row):
     else:
         cls = node_class(SPECS[op].node_name)
     if op == OP_OUT:  # output k of a multi-output node: the node's row is k rows up
-        return node_for(tape, row - tape.hdr[row * _HW + _H_IP])
+        return node_for(tape, row - tape.output_nr(row))
     node = object.__new__(cls)
     node._tape = tape
     node._row = row

@@ -237,11 +237,11 @@ def record(ctx, args, outputs):
         shp = tape.shape(d.shape)
         if k == 0:
             first = tape.add_row(OP_PYFN, _dt(d), len(tensors_in), d.size, shp, 0, 0, 0)
-            tape.edges.extend(edges)
+            tape.add_edges(edges)
         else:
             # an extra output: its own buffer, and an edge to the node's row
             tape.add_row(OP_OUT, _dt(d), 1, d.size, shp, 0, 0, k)
-            tape.edges.extend((first, 0, shp))
+            tape.add_edges((first, 0, shp))
         if id(o) in non_diff:
             continue
         o._requires_grad = True

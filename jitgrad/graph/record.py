@@ -11,7 +11,7 @@ import weakref
 
 import numpy as np
 
-from jitgrad.graph.tape import DT_F32, DT_F64, DT_OTHER, MAX_ROWS, SPLIT_BYTES, current_tape, pack_edge, pack_edge2, pack_row, tape_for, HW
+from jitgrad.graph.tape import DT_F32, DT_F64, DT_OTHER, EW, MAX_ROWS, SPLIT_BYTES, current_tape, pack_edge, pack_edge2, pack_row, tape_for
 from jitgrad.graph.node import AccumulateGrad
 from jitgrad.graph.tensor import wrap
 from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, OpSpec  # noqa: F401  (OP_OUT, OP_PYFN: re-exported)
@@ -24,7 +24,7 @@ def _pack_row(tape, row, tensors):
     value, and mark the row for the Python engine (which unpacks it)."""
     pack, unpack = _saved_hooks.stack[-1]
     tape.packed[row] = (unpack, [pack(t) for t in tensors])
-    tape.hdr[row * HW + 1] = DT_OTHER
+    tape.set_dtcode(row, DT_OTHER)
 _new = object.__new__
 
 
@@ -140,7 +140,7 @@ def record_ew(spec, result, a, b, saved, fparams, packed=None, unneeded=()):
     if fparams:
         tape.fp.extend(fparams)
     row = tape.nrows
-    tape.hdr.frombytes(pack_row(spec.op, dt, nin, len(tape.edges) // 3, d.size, shp, fp, kp, 0))
+    tape.hdr.frombytes(pack_row(spec.op, dt, nin, len(tape.edges) // EW, d.size, shp, fp, kp, 0))
     tape.edges.frombytes(pack_edge2(*ea, *eb) if eb else pack_edge(*ea))
     tape.nrows = row + 1
     if row + 1 >= MAX_ROWS:

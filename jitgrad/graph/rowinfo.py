@@ -1,36 +1,32 @@
 """What a Python rule needs to know about its node, read back from the tape row."""
-from jitgrad._core.layout import E_NR, E_SHP, E_TGT, EW, H_E0, H_FP, H_IP, H_NIN, H_OP, H_SHP, HW
 from jitgrad.graph.spec import OP_ACC, OP_EXT
 from jitgrad.graph import tensor as _tensor  # the Tensor <-> Node pair: saved values read as Tensors
 
 
 class RowInfo:
-    __slots__ = ("tape", "row", "base")
+    __slots__ = ("tape", "row")
 
     def __init__(self, node):
         self.tape = node._tape
         self.row = node._row
-        self.base = self.row * HW
 
-    def _edge(self, j):
-        return EW * (self.tape.hdr[self.base + H_E0] + j)
+    def op(self):
+        return self.tape.op(self.row)
 
     def n_inputs(self):
-        return self.tape.hdr[self.base + H_NIN]
+        return self.tape.n_inputs(self.row)
 
     def in_shape(self, j):
-        return self.tape.shape_at(self.tape.edges[self._edge(j) + E_SHP])
+        return self.tape.in_shape(self.row, j)
 
     def out_shape(self):
-        return self.tape.shape_at(self.tape.hdr[self.base + H_SHP])
+        return self.tape.out_shape(self.row)
 
     def ints(self):
-        p = self.tape.hdr[self.base + H_IP]
-        return tuple(self.tape.xs[p + 1:p + 1 + self.tape.xs[p]])
+        return self.tape.iparams(self.row)
 
     def floats(self, n):
-        p = self.tape.hdr[self.base + H_FP]
-        return tuple(self.tape.fp[p:p + n])
+        return self.tape.fparams(self.row, n)
 
     def saved(self, k, shape):
         return self.tape.saved_value_of_row(self.row, k, shape)
@@ -39,17 +35,16 @@ class RowInfo:
         """Saved input j as a Tensor whose grad_fn is the input's, so that under
         create_graph the rule's ops differentiate through it."""
         tape = self.tape
-        e = self._edge(j)
-        t = tape.edges[e + E_TGT]
+        t, nr, _ = tape.edge(self.row, j)
         if t < 0:
             return _tensor.wrap(data)
-        op = tape.hdr[t * HW + H_OP]
+        op = tape.op(t)
         if op == OP_ACC:
             return tape.leaves[t].variable  # the leaf itself (its data is the saved value)
         if op == OP_EXT:
             ft, frow = tape.ext[t]
-            return _tensor.linked(data, ft, frow, tape.edges[e + E_NR])
-        return _tensor.linked(data, tape, t, tape.edges[e + E_NR])
+            return _tensor.linked(data, ft, frow, nr)
+        return _tensor.linked(data, tape, t, nr)
 
     def saved_input(self, k, j):
         packed = self.tape.packed.get(self.row)

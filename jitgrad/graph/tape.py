@@ -48,9 +48,8 @@ import numpy as np
 from jitgrad._core import versions
 from jitgrad.graph.spec import SPECS as _SPECS
 
-HW = 9  # header width
-H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)
-DT_F64, DT_F32, DT_OTHER = 0, 1, 2
+from jitgrad._core.layout import (DT_F32, DT_F64, DT_OTHER, E_NR, E_SHP, E_TGT, EW, H_DT, H_E0, H_FP, H_IP,  # noqa: F401
+                                  H_KP, H_NIN, H_NUMEL, H_OP, H_SHP, HW, S_KEEP, S_REF, SW)
 
 MAX_ROWS = 1 << 20          # close a tape past this many rows...
 MAX_KEEP_BYTES = 256 << 20  # ...or past this many bytes of saved arrays
@@ -62,9 +61,9 @@ SPLIT_BYTES = 1 << 20
 _tape_ids = itertools.count()
 # array.frombytes(struct.pack(...)) appends several ints ~3x faster than array.extend(tuple)
 pack_row = struct.Struct(f"{HW}q").pack
-pack_edge = struct.Struct("3q").pack
-pack_edge2 = struct.Struct("6q").pack
-pack_slot = struct.Struct("3q").pack
+pack_edge = struct.Struct(f"{EW}q").pack
+pack_edge2 = struct.Struct(f"{2 * EW}q").pack
+pack_slot = struct.Struct(f"{SW}q").pack
 
 
 def _address(arr):
@@ -140,7 +139,7 @@ class Tape:
         want: the dtype the kernel reads this value at (None: only the Python engine reads
         it). The compiled code reads by address, so a value of any other dtype or layout is
         converted here; the copy is version-stamped by the storage it came from."""
-        k = len(self.slots) // 3
+        k = len(self.slots) // SW
         src = arr
         if want is not None and arr.dtype != want:
             arr = arr.astype(want)
@@ -171,7 +170,7 @@ class Tape:
 
     def save_scalar(self, value, dtcode):
         """A Python number used as an operand, saved inline in the graph's dtype."""
-        k = len(self.slots) // 3
+        k = len(self.slots) // SW
         if dtcode == DT_F32:
             self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1, 1))
             self.v32.append(value)
@@ -197,7 +196,7 @@ class Tape:
 
     def saved_value(self, k, shape):
         """Saved value in slot k as numpy data, for the Python engine."""
-        ref, where = self.slots[3 * k], self.slots[3 * k + 2]
+        ref, where = self.slots[SW * k + S_REF], self.slots[SW * k + S_KEEP]
         if ref < 0:
             v = self.v64[-ref - 1] if where == 0 else self.v32[-ref - 1]
             return (np.float64 if where == 0 else np.float32)(v).reshape(shape) if shape else \
@@ -210,7 +209,7 @@ class Tape:
         if not self.keep:
             return
         for k, row, stamp in self.kept:
-            where = self.slots[3 * k + 2]
+            where = self.slots[SW * k + S_KEEP]
             if row in self.stale or row >= self.nrows or where >= len(self.keep):
                 # a save whose op never got its row (interrupted), or one already released
                 continue
@@ -259,9 +258,67 @@ class Tape:
     def shape_at(self, p):
         return tuple(self.xs[p + 1:p + 1 + self.xs[p]])
 
+    # -- reading a row: Python's view of the columns (the kernels and the scheduler index
+    # them directly, through the same layout constants) ---------------------------------
+    def op(self, row):
+        return self.hdr[row * HW + H_OP]
+
+    def dtcode(self, row):
+        return self.hdr[row * HW + H_DT]
+
+    def n_inputs(self, row):
+        return self.hdr[row * HW + H_NIN]
+
+    def numel(self, row):
+        return self.hdr[row * HW + H_NUMEL]
+
+    def out_shape(self, row):
+        return self.shape_at(self.hdr[row * HW + H_SHP])
+
+    def fparams(self, row, n):
+        p = self.hdr[row * HW + H_FP]
+        return tuple(self.fp[p:p + n])
+
+    def iparams(self, row):
+        p = self.hdr[row * HW + H_IP]
+        return tuple(self.xs[p + 1:p + 1 + self.xs[p]])
+
+    def output_nr(self, row):
+        """For an OP_OUT row (output k > 0 of a multi-output node): k, so the node's row is row - k."""
+        return self.hdr[row * HW + H_IP]
+
+    def edge(self, row, j):
+        """Input j of `row`: (target row or -1, the target's output number, shape pointer)."""
+        e = EW * (self.hdr[row * HW + H_E0] + j)
+        return self.edges[e + E_TGT], self.edges[e + E_NR], self.edges[e + E_SHP]
+
+    def edge_target(self, row, j):
+        return self.edges[EW * (self.hdr[row * HW + H_E0] + j) + E_TGT]
+
+    def in_shape(self, row, j):
+        return self.shape_at(self.edges[EW * (self.hdr[row * HW + H_E0] + j) + E_SHP])
+
+    def readers_of(self, row):
+        """The rows that take `row`'s output as an input: (reader row, input index) pairs."""
+        hdr = np.frombuffer(self.hdr, np.int64).reshape(-1, HW)
+        edges = np.frombuffer(self.edges, np.int64).reshape(-1, EW)
+        found = np.flatnonzero(edges[:, E_TGT] == row)
+        rows = np.searchsorted(hdr[:, H_E0], found, side="right") - 1
+        out = [(int(r), int(e - hdr[r, H_E0])) for r, e in zip(rows, found)]
+        del hdr, edges  # no view of the columns may outlive this call (see the module doc)
+        return out
+
+    def set_dtcode(self, row, code):
+        self.hdr[row * HW + H_DT] = code
+
+    # -- appending ------------------------------------------------------------------------
+    def add_edges(self, flat):
+        """Append edges given flat, EW ints each, for the row just added."""
+        self.edges.extend(flat)
+
     def add_row(self, op, dtcode, nin, numel, shp, fp, kp, ip):
         row = self.nrows
-        self.hdr.frombytes(pack_row(op, dtcode, nin, len(self.edges) // 3, numel, shp, fp, kp, ip))
+        self.hdr.frombytes(pack_row(op, dtcode, nin, len(self.edges) // EW, numel, shp, fp, kp, ip))
         self.nrows = row + 1
         if row + 1 >= MAX_ROWS:
             self.closed = True

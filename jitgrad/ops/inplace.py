@@ -12,7 +12,6 @@ import numpy as np
 
 from jitgrad._core import modes as _grad_mode
 from jitgrad.graph.tensor import Tensor
-from jitgrad.graph.tape import H_E0, HW
 from jitgrad.graph.spec import SPECS
 from jitgrad.ops import functional as F
 
@@ -38,15 +37,9 @@ def _stale_one_element_saves(t):
             return
         tape, row = acc._tape, acc._row
     version = t._version
-    hdr = np.frombuffer(tape.hdr, np.int64).reshape(-1, HW)
-    edges = np.frombuffer(tape.edges, np.int64).reshape(-1, 3)
-    readers = np.flatnonzero(edges[:, 0] == row)
-    rows = np.searchsorted(hdr[:, H_E0], readers, side="right") - 1
-    marks = [(row, "result")] + [(int(r), "self" if e - hdr[r, H_E0] == 0 else "other")
-                                 for r, e in zip(rows, readers)]
-    del hdr, edges  # no view of the columns may outlive this call
+    marks = [(row, "result")] + [(r, "self" if j == 0 else "other") for r, j in tape.readers_of(row)]
     for r, name in marks:
-        spec = SPECS[tape.hdr[r * HW]]
+        spec = SPECS[tape.op(r)]
         if spec.kind != "sink" and name in spec.saves and r not in tape.stale:
             tape.stale[r] = (t._data, version + 1, version)
             tape.grow_freed()

@@ -140,7 +140,7 @@ def expand_rule(grad, ri):
 
 def cat_rule(grad, ri):
     outer, total, inner, dim, *sizes = ri.ints()
-    stacked = ri.tape.hdr[ri.base] == F.D.STACK.op
+    stacked = ri.op() == F.D.STACK.op
     out = []
     off = 0
     for n in sizes:
