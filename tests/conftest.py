@@ -2,7 +2,17 @@
 
 Real PyTorch is the oracle.  Every helper works on both jitgrad and torch
 tensors (both expose ``.detach().numpy()``).
+
+The suite is organised by the package's families (``ops/``, ``engine/``, ``autograd/``,
+``tensor/``, ``nn/``, ``optim/``, ``serialization/``, ``examples/``).  Test modules import
+the plain helpers below with ``from conftest import ...`` (``tests`` is on ``pythonpath``,
+see ``[tool.pytest.ini_options]`` in pyproject.toml); the slow reference implementations
+of backward rules are in ``naive.py``.  There is exactly one conftest.py: pytest imports
+every conftest.py outside a package under the module name ``conftest``, so a second one
+would make ``from conftest import`` ambiguous.
 """
+import gc
+import importlib
 import os
 import sys
 import zlib
@@ -25,6 +35,20 @@ if os.environ.get("JITGRAD_TESTS_USE_TORCH") == "1":  # pragma: no cover
     sys.modules["jitgrad.nn.functional"] = _tF
 
 USING_TORCH_AS_JITGRAD = os.environ.get("JITGRAD_TESTS_USE_TORCH") == "1"
+
+import jitgrad  # noqa: E402  (after the swap above: real torch in JITGRAD_TESTS_USE_TORCH mode)
+
+try:
+    import torch as _torch
+except ImportError:  # pragma: no cover - test modules that need torch skip themselves
+    _torch = None
+
+# The repository root (this file is tests/conftest.py), for subprocesses and paths.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The two libraries a comparison test runs with, as a list and as a parametrize mark.
+LIB_MODULES = [jitgrad, _torch]
+LIBS = pytest.mark.parametrize("T", LIB_MODULES, ids=["jitgrad", "torch"])
 
 RTOL64 = 1e-10
 ATOL64 = 1e-12
@@ -84,6 +108,16 @@ def capture(fn, *args, **kwargs):
     return None
 
 
+def err(e):
+    """(type name, message) of an exception, or None."""
+    return None if e is None else (type(e).__name__, str(e))
+
+
+def err_of(f, *args, **kwargs):
+    """(type name, message) of the exception f(*args, **kwargs) raises, or None."""
+    return err(capture(f, *args, **kwargs))
+
+
 def grad_fn_name(t):
     return None if t.grad_fn is None else type(t.grad_fn).__name__
 
@@ -91,6 +125,17 @@ def grad_fn_name(t):
 @pytest.fixture
 def rng(request):
     return np.random.default_rng(stable_seed(request.node.nodeid))
+
+
+@pytest.fixture
+def no_gc():
+    """The cycle collector off for the test (after one collection): memory must be freed by refcounts."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 # --- comparing a run of the same code with jitgrad and with torch (test_function, test_hooks)
@@ -125,9 +170,122 @@ def same(j, t, msg="", dtype="float64"):
 
 def both(run, dtype="float64"):
     """run(T) with both libraries; the results must agree.  Returns (jitgrad, torch) results."""
-    import jitgrad
     import torch
+
+    import jitgrad
     t = run(torch)
     j = run(jitgrad)
     same(j, t, "jitgrad vs torch", dtype)
     return j, t
+
+
+# --- custom autograd Functions (autograd/test_function*.py)
+
+def fn_module(T):
+    """``T.autograd.function`` (imported: it need not be an attribute of the package)."""
+    return importlib.import_module(T.__name__ + ".autograd.function")
+
+
+def grad_desc(g):
+    """A gradient as seen inside backward: None or ('tensor', values)."""
+    return None if g is None else ("tensor", to_np(g).tolist())
+
+
+def exp_square(T):
+    class MyExp(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            (y,) = ctx.saved_tensors
+            return grad * y
+
+    class Square(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * 2 * x
+
+    return MyExp, Square
+
+
+# --- hooks (autograd/test_hooks_*.py)
+
+def gdesc(g):
+    """A gradient as seen by a hook: None, or (kind, dtype, shape, values, requires_grad)."""
+    if g is None:
+        return None
+    return ("tensor", str(g.dtype).split(".")[-1], tuple(g.shape), to_np(g).tolist(), bool(g.requires_grad))
+
+
+def gtuple(gs):
+    """A tuple of gradients as seen by a node hook: its container type and each entry."""
+    return (type(gs).__name__, [gdesc(g) for g in gs])
+
+
+# --- nn / optim (nn/, optim/, ops/test_conv_pool.py, examples/)
+
+def nn_(T):
+    return importlib.import_module(T.__name__ + ".nn")
+
+
+def F_(T):
+    return importlib.import_module(T.__name__ + ".nn.functional")
+
+
+def init_(T):
+    return importlib.import_module(T.__name__ + ".nn.init")
+
+
+def optim_(T):
+    return importlib.import_module(T.__name__ + ".optim")
+
+
+def dt(T, dtype):
+    return getattr(T, dtype)
+
+
+def ten(T, a, dtype="float64", rg=False):
+    return T.tensor(np.asarray(a), dtype=getattr(T, dtype), requires_grad=rg)
+
+
+def snap(t):
+    """A detached copy (a tensor of the same library) of t, or None."""
+    return None if t is None else t.detach().clone()
+
+
+def set_param(T, p, a):
+    with T.no_grad():
+        p.copy_(T.tensor(np.asarray(a), dtype=p.dtype))
+
+
+def mlp_arrays(seed=0, dtype=np.float64):
+    r = np.random.default_rng(seed)
+    return {
+        "0.weight": (r.normal(size=(8, 4)) * 0.5).astype(dtype),
+        "0.bias": (r.normal(size=(8,)) * 0.3).astype(dtype),
+        "2.weight": (r.normal(size=(2, 8)) * 0.5).astype(dtype),
+        "2.bias": (r.normal(size=(2,)) * 0.3).astype(dtype),
+    }
+
+
+def make_mlp(T, arrays=None, dtype="float64"):
+    """nn.Sequential(Linear(4, 8), ReLU(), Linear(8, 2)) in dtype, weights from arrays."""
+    nn = nn_(T)
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    m = m.to(dt(T, dtype))
+    if arrays is not None:
+        set_param(T, m[0].weight, arrays["0.weight"])
+        set_param(T, m[0].bias, arrays["0.bias"])
+        set_param(T, m[2].weight, arrays["2.weight"])
+        set_param(T, m[2].bias, arrays["2.bias"])
+    return m

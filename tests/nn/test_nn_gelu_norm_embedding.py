@@ -4,39 +4,15 @@ Each comparison test runs the same code with jitgrad and torch (``both``) from i
 numpy inputs and weights, comparing values, gradients (first and second order), reprs,
 parameter names/shapes and errors.
 """
-import importlib
 
 import numpy as np
 import pytest
+from conftest import F_, LIBS, both, err_of, nn_, set_param, ten, to_np
 
 import jitgrad
-from conftest import both, capture, to_np
 
 torch = pytest.importorskip("torch")
 
-LIBS = pytest.mark.parametrize("T", [jitgrad, torch], ids=["jitgrad", "torch"])
-
-
-def nn_(T):
-    return importlib.import_module(T.__name__ + ".nn")
-
-
-def F_(T):
-    return importlib.import_module(T.__name__ + ".nn.functional")
-
-
-def ten(T, a, dtype="float64", rg=False):
-    return T.tensor(np.asarray(a), dtype=getattr(T, dtype), requires_grad=rg)
-
-
-def set_param(T, p, a):
-    with T.no_grad():
-        p.copy_(T.tensor(np.asarray(a), dtype=p.dtype))
-
-
-def err(fn):
-    e = capture(fn)
-    return None if e is None else (type(e).__name__, str(e))
 
 
 def params(m):
@@ -113,8 +89,8 @@ def test_gelu_module_repr_params_errors():
         x = ten(T, [1.0, -1.0])
         return dict(default=repr(nn.GELU()), tanh=str(nn.GELU("tanh")), kw=repr(nn.GELU(approximate="none")),
                     approx=nn.GELU("tanh").approximate, params=params(nn.GELU()),
-                    bad_f=err(lambda: F.gelu(x, approximate="exact")),
-                    bad_m=err(lambda: nn.GELU("bogus")(x)))
+                    bad_f=err_of(lambda: F.gelu(x, approximate="exact")),
+                    bad_m=err_of(lambda: nn.GELU("bogus")(x)))
 
     j, t = both(run)
     assert t["default"] == "GELU(approximate='none')"
@@ -271,12 +247,12 @@ def test_layer_norm_errors():
         F = F_(T)
         x = ten(T, np.ones((2, 4)))
         return dict(
-            last=err(lambda: F.layer_norm(x, (3,))),
-            two=err(lambda: F.layer_norm(x, [2, 3])),
-            too_many=err(lambda: F.layer_norm(x, (1, 2, 4))),
-            weight=err(lambda: F.layer_norm(x, (4,), weight=ten(T, np.ones(3)))),
-            bias=err(lambda: F.layer_norm(x, (4,), bias=ten(T, np.ones(5)))),
-            module=err(lambda: nn_(T).LayerNorm(5).to(T.float64)(x)),
+            last=err_of(lambda: F.layer_norm(x, (3,))),
+            two=err_of(lambda: F.layer_norm(x, [2, 3])),
+            too_many=err_of(lambda: F.layer_norm(x, (1, 2, 4))),
+            weight=err_of(lambda: F.layer_norm(x, (4,), weight=ten(T, np.ones(3)))),
+            bias=err_of(lambda: F.layer_norm(x, (4,), bias=ten(T, np.ones(5)))),
+            module=err_of(lambda: nn_(T).LayerNorm(5).to(T.float64)(x)),
         )
 
     j, t = both(run)
@@ -359,7 +335,7 @@ def test_embedding_from_pretrained():
                     out=out, fout=fout, fout_rg=bool(fout.requires_grad), gw=free.weight.grad,
                     weight=free.weight.detach(),          # the padding row is kept, not zeroed
                     reprs=(repr(frozen), repr(free)), params=(params(frozen), params(free)),
-                    bad=err(lambda: nn.Embedding.from_pretrained(ten(T, [1.0, 2.0]))))
+                    bad=err_of(lambda: nn.Embedding.from_pretrained(ten(T, [1.0, 2.0]))))
 
     j, t = both(run)
     assert t["reprs"] == ("Embedding(4, 3)", "Embedding(4, 3, padding_idx=2)")
@@ -374,7 +350,7 @@ def test_embedding_init_repr_attributes():
                             m.scale_grad_by_freq, m.sparse) for m in (a, b, c)],
                     pad_row=b.weight[7].detach(), sd=list(a.state_dict().keys()),
                     dbl=params(nn.Embedding(3, 2, dtype=T.float64)),
-                    shape_mismatch=err(lambda: nn.Embedding(3, 3, _weight=T.ones(3, 2))))
+                    shape_mismatch=err_of(lambda: nn.Embedding(3, 3, _weight=T.ones(3, 2))))
 
     j, t = both(run)
     assert t["reprs"][1] == "Embedding(10, 4, padding_idx=7)"
@@ -396,13 +372,13 @@ def test_embedding_errors():
         nn, F = nn_(T), F_(T)
         w = ten(T, np.ones((3, 2)), rg=True)
         return dict(
-            high=err(lambda: F.embedding(T.tensor([0, 3]), w)),
-            neg=err(lambda: F.embedding(T.tensor([-1]), w)),
-            high2d=err(lambda: nn.Embedding(3, 2)(T.tensor([[0, 1], [7, 1]]))),
-            float_idx=err(lambda: F.embedding(ten(T, [1.0]), w)),
-            pad_high=err(lambda: nn.Embedding(3, 2, padding_idx=3)),
-            pad_low=err(lambda: nn.Embedding(3, 2, padding_idx=-4)),
-            f_pad=err(lambda: F.embedding(T.tensor([1]), w, padding_idx=5)),
+            high=err_of(lambda: F.embedding(T.tensor([0, 3]), w)),
+            neg=err_of(lambda: F.embedding(T.tensor([-1]), w)),
+            high2d=err_of(lambda: nn.Embedding(3, 2)(T.tensor([[0, 1], [7, 1]]))),
+            float_idx=err_of(lambda: F.embedding(ten(T, [1.0]), w)),
+            pad_high=err_of(lambda: nn.Embedding(3, 2, padding_idx=3)),
+            pad_low=err_of(lambda: nn.Embedding(3, 2, padding_idx=-4)),
+            f_pad=err_of(lambda: F.embedding(T.tensor([1]), w, padding_idx=5)),
         )
 
     j, t = both(run)
@@ -486,8 +462,8 @@ def test_layer_norm_mixed_dtypes_raise_like_torch():
     def run(T):
         x = ten(T, np.ones((2, 3)))
         w32 = T.ones(3, dtype=T.float32)
-        return dict(w=err(lambda: T.nn.functional.layer_norm(x, (3,), w32)),
-                    b=err(lambda: T.nn.functional.layer_norm(x, (3,), None, w32)))
+        return dict(w=err_of(lambda: T.nn.functional.layer_norm(x, (3,), w32)),
+                    b=err_of(lambda: T.nn.functional.layer_norm(x, (3,), None, w32)))
 
     both(run)
 

@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from conftest import assert_close, gen_array, stable_seed, to_np
 
 import jitgrad
 import jitgrad.nn.functional as JF
-from conftest import assert_close, gen_array, stable_seed, to_np
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as TF  # noqa: E402
+
 
 @dataclass
 class Op:

@@ -3,9 +3,9 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import assert_close
 
 import jitgrad
-from conftest import assert_close
 
 torch = pytest.importorskip("torch")
 

@@ -13,10 +13,9 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
 torch = pytest.importorskip("torch")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = r'''
 import json, os, sys, threading, time, _thread

@@ -2,25 +2,15 @@
 
 Each comparison runs the same code with both libraries (``T``) from identical numpy data and
 compares outputs and gradients (float64 to 1e-10, float32 to 1e-5)."""
-import importlib
 
 import numpy as np
 import pytest
+from conftest import F_, LIBS, both, err_of, nn_, to_np
 
 import jitgrad
-from conftest import both, to_np
 
 torch = pytest.importorskip("torch")
 
-LIBS = pytest.mark.parametrize("T", [jitgrad, torch], ids=["jitgrad", "torch"])
-
-
-def nn_(T):
-    return importlib.import_module(T.__name__ + ".nn")
-
-
-def F_(T):
-    return importlib.import_module(T.__name__ + ".nn.functional")
 
 
 def _kk(k):
@@ -246,31 +236,23 @@ def test_reprs():
     both(run)
 
 
-def _err(fn):
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001
-        return type(e).__name__, str(e)
-    return None
-
-
 def test_errors():
     def run(T):
         F, nn = F_(T), nn_(T)
         x = T.zeros(2, 4, 10, 10)
         w = T.zeros(8, 3, 3, 3)
         return [
-            _err(lambda: F.conv2d(x, w)),
-            _err(lambda: F.conv2d(x[:, :3, :2, :2], w)),
-            _err(lambda: F.conv2d(T.zeros(10, 10), w)),
-            _err(lambda: F.conv2d(x[:, :3], w, stride=2, padding="same")),
-            _err(lambda: F.conv2d(x[:, :3], w, padding="foo")),
-            _err(lambda: nn.Conv2d(3, 4, 3, stride=2, padding="same")),
-            _err(lambda: nn.Conv2d(3, 4, 3, groups=2)),
-            _err(lambda: F.conv2d(x[:, :3], w.double())),
-            _err(lambda: F.max_pool2d(x, 3, padding=2)),
-            _err(lambda: F.max_pool2d(x[:, :, :1, :1], 2)),
-            _err(lambda: F.max_pool2d(T.zeros(10, 10), 2)),
+            err_of(lambda: F.conv2d(x, w)),
+            err_of(lambda: F.conv2d(x[:, :3, :2, :2], w)),
+            err_of(lambda: F.conv2d(T.zeros(10, 10), w)),
+            err_of(lambda: F.conv2d(x[:, :3], w, stride=2, padding="same")),
+            err_of(lambda: F.conv2d(x[:, :3], w, padding="foo")),
+            err_of(lambda: nn.Conv2d(3, 4, 3, stride=2, padding="same")),
+            err_of(lambda: nn.Conv2d(3, 4, 3, groups=2)),
+            err_of(lambda: F.conv2d(x[:, :3], w.double())),
+            err_of(lambda: F.max_pool2d(x, 3, padding=2)),
+            err_of(lambda: F.max_pool2d(x[:, :, :1, :1], 2)),
+            err_of(lambda: F.max_pool2d(T.zeros(10, 10), 2)),
         ]
 
     j, t = both(run)
@@ -372,10 +354,10 @@ def test_conv2d_padding_mode_errors():
     def run(T):
         nn = nn_(T)
         x = T.zeros(1, 2, 3, 3)
-        return [_err(lambda: nn.Conv2d(2, 3, 3, padding=(1, 3), padding_mode="reflect")(x)),
-                _err(lambda: nn.Conv2d(2, 3, 3, padding=(3, 1), padding_mode="reflect")(x)),
-                _err(lambda: nn.Conv2d(2, 3, 3, padding=(4, 1), padding_mode="circular")(x)),
+        return [err_of(lambda: nn.Conv2d(2, 3, 3, padding=(1, 3), padding_mode="reflect")(x)),
+                err_of(lambda: nn.Conv2d(2, 3, 3, padding=(3, 1), padding_mode="reflect")(x)),
+                err_of(lambda: nn.Conv2d(2, 3, 3, padding=(4, 1), padding_mode="circular")(x)),
                 # torch lists the modes from a set, in no fixed order: compare the start
-                _err(lambda: nn.Conv2d(2, 3, 3, padding=1, padding_mode="mirror"))[1][:27]]
+                err_of(lambda: nn.Conv2d(2, 3, 3, padding=1, padding_mode="mirror"))[1][:27]]
 
     both(run)

@@ -15,11 +15,6 @@ OPTS = [("SGD", {"lr": 0.1, "momentum": 0.9}), ("Adam", {"lr": 0.05}),
 IDS = [n for n, _ in OPTS]
 
 
-def _err(e):
-    """(type name, message) of a raised exception, or None."""
-    return None if e is None else (type(e).__name__, str(e))
-
-
 # -- optimizer-in-backward (class 12) -------------------------------------------------------
 
 @pytest.mark.parametrize("name,kw", OPTS[:2], ids=IDS[:2])

@@ -7,9 +7,9 @@ another size or dtype, must give PyTorch's error, never an out-of-bounds write. 
 is run in torch too, so the error is the one PyTorch raises."""
 import numpy as np
 import pytest
+from conftest import assert_close
 
 import jitgrad
-from conftest import assert_close
 
 torch = pytest.importorskip("torch")
 

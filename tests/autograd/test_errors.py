@@ -1,9 +1,9 @@
 """Error types and messages must match PyTorch; state must survive the error."""
 import numpy as np
 import pytest
+from conftest import assert_close, capture
 
 import jitgrad
-from conftest import assert_close, capture
 
 torch = pytest.importorskip("torch")
 

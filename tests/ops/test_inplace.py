@@ -1,11 +1,9 @@
 """In-place ops, rebasing and version counters, against PyTorch."""
 import numpy as np
 import pytest
-
-import jitgrad
+from conftest import LIB_MODULES, LIBS
 
 torch = pytest.importorskip("torch")
-LIBS = [jitgrad, torch]
 
 
 def t64(T, v, rg=False):
@@ -35,7 +33,7 @@ OPS = {
 def test_inplace_op_on_non_leaf_matches_torch(name):
     op, node = OPS[name]
     results = []
-    for T in LIBS:
+    for T in LIB_MODULES:
         x = t64(T, [0.5, 1.5, 2.0], rg=True)
         w = t64(T, [1.25, -0.5, 3.0], rg=True)
         y = x * 2.0
@@ -57,7 +55,7 @@ def test_inplace_op_on_non_leaf_matches_torch(name):
         assert jn == tn == node
 
 
-@pytest.mark.parametrize("T", LIBS, ids=["jitgrad", "torch"])
+@LIBS
 def test_rebase_example_from_the_issue(T):
     x = t64(T, [1.0, 2.0], rg=True)
     y = x * 2
@@ -68,7 +66,7 @@ def test_rebase_example_from_the_issue(T):
     assert x.grad.tolist() == [2.0, 2.0]
 
 
-@pytest.mark.parametrize("T", LIBS, ids=["jitgrad", "torch"])
+@LIBS
 def test_modified_saved_value_raises(T):
     x = t64(T, [1.0, 2.0], rg=True)
     y = x.exp()
@@ -83,7 +81,7 @@ def test_modified_saved_value_raises(T):
     assert x.grad.tolist() == [2.0, 4.0]
 
 
-@pytest.mark.parametrize("T", LIBS, ids=["jitgrad", "torch"])
+@LIBS
 def test_version_counter_shared_by_views_and_detach(T):
     y = t64(T, [1.0, 2.0, 3.0, 4.0], rg=True) * 1
     v = y.view(2, 2)
@@ -96,7 +94,7 @@ def test_version_counter_shared_by_views_and_detach(T):
     assert y.tolist() == [3.0, 5.0, 7.0, 9.0]
 
 
-@pytest.mark.parametrize("T", LIBS, ids=["jitgrad", "torch"])
+@LIBS
 def test_writes_through_data_bypass_the_version_counter(T):
     x = t64(T, [1.0, 2.0], rg=True)
     y = x.exp()
@@ -107,7 +105,7 @@ def test_writes_through_data_bypass_the_version_counter(T):
     np.testing.assert_allclose(x.grad.numpy(), 20 * np.exp([1.0, 2.0]), rtol=1e-12)
 
 
-@pytest.mark.parametrize("T", LIBS, ids=["jitgrad", "torch"])
+@LIBS
 def test_inplace_on_leaf_requiring_grad(T):
     x = t64(T, [1.0, 2.0], rg=True)
     with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
@@ -119,7 +117,7 @@ def test_inplace_on_leaf_requiring_grad(T):
     assert x.grad.tolist() == [4.0, 6.0]
 
 
-@pytest.mark.parametrize("T", LIBS, ids=["jitgrad", "torch"])
+@LIBS
 def test_inplace_with_an_operand_requiring_grad_makes_a_history(T):
     a = t64(T, [1.0, 2.0])            # does not require grad
     w = t64(T, [3.0, 4.0], rg=True)
@@ -143,7 +141,7 @@ VIEW_CASES = {
 @pytest.mark.parametrize("name", sorted(VIEW_CASES))
 def test_inplace_through_a_view_updates_the_base_like_torch(name):
     results = []
-    for T in LIBS:
+    for T in LIB_MODULES:
         x = t64(T, [1.0, -2.0, 3.0, 0.5], rg=True)
         y = x * 2.0
         VIEW_CASES[name](y)
@@ -156,7 +154,7 @@ def test_inplace_through_a_view_updates_the_base_like_torch(name):
     assert jv == tv
 
 
-@pytest.mark.parametrize("T", LIBS, ids=["jitgrad", "torch"])
+@LIBS
 def test_views_from_indexing_share_the_counter(T):
     y = t64(T, [1.0, 2.0, 3.0], rg=True) * 1
     v = y[1:]
@@ -166,7 +164,7 @@ def test_views_from_indexing_share_the_counter(T):
     assert y.tolist() == [1.0, 3.0, 4.0]
 
 
-@pytest.mark.parametrize("T", LIBS, ids=["jitgrad", "torch"])
+@LIBS
 @pytest.mark.parametrize("case", ["input_saved", "result_saved", "nothing_saved"])
 def test_modified_one_element_saved_value(T, case):
     # one-element values are copied into jitgrad's tape when saved: the check must still see

@@ -10,7 +10,7 @@ import sys
 import textwrap
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT
 
 PRELUDE = textwrap.dedent("""
     import gc, math, os, sys, time

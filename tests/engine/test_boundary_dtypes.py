@@ -9,11 +9,11 @@ import itertools
 
 import numpy as np
 import pytest
+from conftest import assert_close
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jitgrad
-from conftest import assert_close
 
 torch = pytest.importorskip("torch")
 

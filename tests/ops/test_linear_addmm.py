@@ -3,7 +3,6 @@ records (AddmmBackward0 / MmBackward0 over TBackward0, views around non-2-D inpu
 dtype errors, against torch 2.13."""
 import numpy as np
 import pytest
-
 from conftest import both
 
 torch = pytest.importorskip("torch")

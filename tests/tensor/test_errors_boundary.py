@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 import pytest
+from conftest import capture
 
 import jitgrad
-from conftest import capture
 
 torch = pytest.importorskip("torch")
 

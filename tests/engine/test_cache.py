@@ -19,11 +19,10 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import USING_TORCH_AS_JITGRAD
+from conftest import ROOT, USING_TORCH_AS_JITGRAD
 
 pytestmark = pytest.mark.skipif(USING_TORCH_AS_JITGRAD, reason="jitgrad's own cache")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JIT_DISABLED = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
 
 # one backward, its gradient printed as JSON on the last line

@@ -1,6 +1,5 @@
 """Graph lifetime and tape boundaries: memory is released by reference counting alone,
 and gradients cross from one tape into an older one (EXT rows) correctly."""
-import gc
 import threading
 import weakref
 
@@ -10,15 +9,6 @@ import pytest
 import jitgrad as J
 
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture
-def no_gc():
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def test_graph_is_freed_without_the_cycle_collector(no_gc):

@@ -1,9 +1,9 @@
 """Gradients of composite functions vs. central finite differences (no torch involved)."""
 import numpy as np
 import pytest
+from conftest import stable_seed
 
 import jitgrad
-from conftest import stable_seed
 
 EPS = 1e-6
 

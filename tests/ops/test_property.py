@@ -1,11 +1,11 @@
 """Hypothesis: random small graphs evaluated in jitgrad and torch give the same values and grads."""
 import numpy as np
 import pytest
+from conftest import assert_close
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jitgrad
-from conftest import assert_close
 
 torch = pytest.importorskip("torch")
 

@@ -4,7 +4,6 @@ arrays whose addresses it keeps change under it (p.data replaced, load_state_dic
 zero-size parameters)."""
 import numpy as np
 import pytest
-
 from conftest import both
 
 torch = pytest.importorskip("torch")

@@ -1,7 +1,7 @@
 """The compiled conv and pool loops (kernels/conv.py) against their numpy forms, over many
 random geometries: strides, paddings and dilations that put whole rows and columns of
 windows in the padding, kernels as large as the padded input, and ceil-mode pooling.
-The numpy forms are what runs under NUMBA_DISABLE_JIT; test_conv.py holds both to torch."""
+The numpy forms are what runs under NUMBA_DISABLE_JIT; test_conv_pool.py holds both to torch."""
 import numpy as np
 import pytest
 
