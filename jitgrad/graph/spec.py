@@ -13,7 +13,7 @@ Broadcasting is never handled in a formula: the engine reduces to the input's sh
 
 A structural primitive (reductions, matmul, views, indexing, joins, softmax) has a
 hand-written kernel in kernels/structural.py and a Tensor-level `rule`; the test
-tests/test_kernels_vs_rules.py holds each kernel against its rule.
+tests/ops/test_kernels_vs_rules.py holds each kernel against its rule.
 """
 import re
 

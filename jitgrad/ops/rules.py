@@ -2,7 +2,7 @@
 
 The Python engine runs these when `create_graph=True` (so the backward is itself
 recorded) and for graphs the compiled path does not take. Each has a compiled twin in
-kernels/structural.py; tests/test_kernels_vs_rules.py holds the two together.
+kernels/structural.py; tests/ops/test_kernels_vs_rules.py holds the two together.
 Signature: rule(grad, ri) -> one gradient (or None) per input, at the input's shape,
 where `ri` (graph/rowinfo.py) reads the node's shapes, parameters and saved values
 back from its tape row.
