@@ -28,8 +28,14 @@ if os.environ.get("JITGRAD_TESTS_USE_TORCH") == "1":  # pragma: no cover
     import torch.autograd as _tautograd
     import torch.nn as _tnn
     import torch.nn.functional as _tF
+    import torch.utils as _tutils
+    import torch.utils.checkpoint as _tcheckpoint
 
     sys.modules["jitgrad"] = _torch
+    # every jitgrad module a test imports by name: otherwise `import jitgrad.utils.x`
+    # would load torch/utils a second time under jitgrad's name and break torch's imports
+    sys.modules["jitgrad.utils"] = _tutils
+    sys.modules["jitgrad.utils.checkpoint"] = _tcheckpoint
     sys.modules["jitgrad.autograd"] = _tautograd
     sys.modules["jitgrad.nn"] = _tnn
     sys.modules["jitgrad.nn.functional"] = _tF
