@@ -76,10 +76,23 @@ def _address(arr):
 
 
 class Tape:
-    __slots__ = ("id", "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "keep", "keep_bytes",
-                 "nrows", "shape_ptr", "leaves", "ext", "ext_rows", "retained", "freed", "closed",
-                 "nodes", "metadata", "py_nodes", "packed", "kept", "stale", "tensor_hooks", "node_prehooks", "node_hooks",
-                 "dt_seen", "dt_scanned", "reshaped", "owner", "lock", "__weakref__")
+    # The fields, by what reads them. Only the columns cross into compiled code; the rest is
+    # Python-side state keyed by row, kept flat because recording reads some of it per op.
+    __slots__ = (
+        "id", "nrows", "closed", "owner", "lock", "__weakref__",
+        # the columns (the layout is _core/layout.py) and their interning of shapes
+        "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "freed", "shape_ptr",
+        # saved storage: arrays read by address, their version stamps, rows found stale
+        "keep", "keep_bytes", "kept", "stale", "packed",
+        # the graph's boundaries: leaf sinks, edges into older tapes, retained non-leaves
+        "leaves", "ext", "ext_rows", "retained",
+        # Python objects per row: node views, node metadata, custom Function nodes
+        "nodes", "metadata", "py_nodes",
+        # hooks, by row (graph/hooks.py registers them, engine/hooks.py runs them)
+        "tensor_hooks", "node_prehooks", "node_hooks",
+        # what backward has learnt about the rows (engine/compiled.py)
+        "dt_seen", "dt_scanned", "reshaped",
+    )
 
     def __init__(self):
         self.id = next(_tape_ids)
