@@ -42,11 +42,12 @@ def _stale_one_element_saves(t):
     edges = np.frombuffer(tape.edges, np.int64).reshape(-1, 3)
     readers = np.flatnonzero(edges[:, 0] == row)
     rows = np.searchsorted(hdr[:, H_E0], readers, side="right") - 1
-    marks = [(row, "result")] + [(int(r), "self" if e - hdr[r, H_E0] == 0 else "other")
-                                 for r, e in zip(rows, readers)]
+    marks = [(row, None)] + [(int(r), int(e - hdr[r, H_E0])) for r, e in zip(rows, readers)]
     del hdr, edges  # no view of the columns may outlive this call
-    for r, name in marks:
+    for r, j in marks:
         spec = SPECS[tape.hdr[r * HW]]
+        # the value that row saved under its name for input j (or its result)
+        name = "result" if j is None else spec.args[j] if j < len(spec.args) else None
         if spec.kind != "sink" and name in spec.saves and r not in tape.stale:
             tape.stale[r] = (t._data, version + 1, version)
             tape.grow_freed()
@@ -111,7 +112,7 @@ def _apply_to_view(t, view, compute, others):
     flat = _positions(base, fn)
     _assign(base, flat, new if new._data.shape == t._data.shape else F.expand(new, t._data.shape))
     # the view's new history: its elements, read from the updated base
-    again = F.index_flat(base, flat, t._data.shape, F.D.SLICE, data=t._data)
+    again = F.index_flat(base, flat, t._data.shape, F.SLICE, data=t._data)
     t._requires_grad = True
     t._tape, t._row, t._output_nr = again._tape, again._row, again._output_nr
     t._x.node = None
@@ -162,7 +163,7 @@ def copy_(t, src):
         src = F._wrap(np.asarray(src, dtype=t._data.dtype))
     if src._data.dtype != t._data.dtype:
         src = F.to_dtype(src, t.dtype)
-    return _overwrite(t, F.D.COPY, src)
+    return _overwrite(t, F.COPY, src)
 
 
 def fill_(t, value):
@@ -172,15 +173,15 @@ def fill_(t, value):
                                f"{value._data.ndim} dimensions.")
         if value._data.dtype != t._data.dtype:
             value = F.to_dtype(value, t.dtype)
-        return _overwrite(t, F.D.FILL_TENSOR, value)
+        return _overwrite(t, F.FILL_TENSOR, value)
     if not isinstance(value, (int, float, np.number, np.bool_)):
         raise TypeError(f"fill_() received an invalid combination of arguments - got ({type(value).__name__}), "
                         "but expected one of:\n * (Tensor value)\n * (Number value)")
-    return _overwrite(t, F.D.FILL, value)
+    return _overwrite(t, F.FILL, value)
 
 
 def zero_(t):
-    return _overwrite(t, F.D.ZERO, 0.0)
+    return _overwrite(t, F.ZERO, 0.0)
 
 
 def setitem(t, index, value):
