@@ -195,7 +195,7 @@ LAYER_NORM = structural("layer_norm", "NativeLayerNormBackward0", args=("input",
                         saves=("input", "result1", "result2", "weight"),
                         saved_as={"result1": _stat, "result2": _stat, "weight": _ln_weight},
                         rule=layer_norm_rule, kernel=K.k_layer_norm, iparams=("k", "has_w", "has_b"),
-                        fparams=("eps",), forward=layer_norm)
+                        fparams=("_eps",), forward=layer_norm)
 
 
 # --- Embedding -------------------------------------------------------------------------------
