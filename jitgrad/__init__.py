@@ -1,20 +1,21 @@
 """jitgrad: PyTorch's autograd on numpy, with a Numba-compiled backward engine.
 
 The path a gradient takes:
-  ops/functional.py   forward ops (numpy) ... record.py lowers each node onto the tape
-  ops/derivatives.py  one entry per primitive: its gradient rule(s)
+  ops/<family>.py     one entry per primitive beside its numpy forward (graph/spec.py: the keys);
+                      record.py lowers each node onto the tape; ops/__init__.py is the table
   graph/tape.py   the lowered graph: flat columns appended while the forward runs
   engine/run.py backward()/grad(): validate, pick an executor, free the graph
   kernels/            the @njit scheduler and kernels (generated from the rule table)
   engine/executor.py the Tensor-level executor, used for create_graph=True
 """
 from jitgrad import autograd  # noqa: F401  (first: the ops modules import the graph classes through it)
-from jitgrad.ops import methods as _tensor_methods  # noqa: F401  (binds Tensor methods)
+from jitgrad import ops as _ops  # noqa: F401  (the op table: binds Tensor methods)
 from jitgrad._core.device import device
 from jitgrad._core.dtype import bool_ as bool, double, dtype, float, float32, float64, get_default_dtype, int, int32, int64, long, set_default_dtype  # noqa: A004
 from jitgrad._core.modes import enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled
 from jitgrad.graph.tensor import Size, Tensor, arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, manual_seed, ones, ones_like, rand, rand_like, randn, randn_like, tensor, zeros, zeros_like
-from jitgrad.ops.functional import abs, add, addmm, allclose, amax, amin, argmax, argmin, bmm, cat, clamp, clip, clone, cos, div, dot, eq, equal, erf, exp, expand, flatten, ge, gt, isfinite, isnan, le, log, log_softmax, logical_and, logical_not, logical_or, lt, matmul, max, maximum, mean, min, minimum, mm, mul, mv, ne, neg, permute, pow, prod, reciprocal, relu, reshape, sigmoid, sign, sin, softmax, sqrt, squeeze, stack, sub, sum, t, tanh, trace, transpose, unsqueeze, where
+from jitgrad.ops import FUNCTIONS as _FUNCTIONS
+globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
 from jitgrad import nn, optim, utils  # noqa: E402
 from jitgrad.serialization import load, save  # noqa: E402
 from jitgrad import viz  # noqa: E402,F401  (graphviz itself is imported only by viz.make_dot)
@@ -23,13 +24,8 @@ from jitgrad._core.threads import default_threads as _default_threads  # noqa: E
 
 _default_threads()
 
-multiply = mul
-subtract = sub
-divide = div
-true_divide = div
-negative = neg
-absolute = abs
-concat = cat
-concatenate = cat
+for _alias, _op in (("multiply", "mul"), ("subtract", "sub"), ("divide", "div"), ("true_divide", "div"),
+                   ("negative", "neg"), ("absolute", "abs"), ("concat", "cat"), ("concatenate", "cat")):
+    globals()[_alias] = _FUNCTIONS[_op]
 
 __version__ = "0.1.0"

@@ -336,9 +336,9 @@ def _ew_branch(spec, kw):
             lines.append(f"{ind}i0 = bidx(mode0, m0, mp0, i)")
             if len(spec.grads) > 1:
                 lines.append(f"{ind}i1 = bidx(mode1, m1, mp1, i)")
-        where_read = {"self": i0, "other": i1, "result": "i", "aux": "i"}
-        for k, name in enumerate(spec.saves):
-            lines.append(f"{ind}{name} = s{k}[{where_read[name]}]")
+        for k, name in enumerate(spec.saves):  # an input's value at its index, others at the output's
+            j = spec.input_of(name)
+            lines.append(f"{ind}{name} = s{k}[{(i0, i1)[j] if j is not None else 'i'}]")
         for j, formula in enumerate(spec.grads):
             lines.append(f"{ind}if t{j} >= 0:")
             lines.append(f"{ind}    d{j}[{(i0, i1)[j]}] += {formula}")

@@ -49,15 +49,8 @@ def apply_rule(node, grad):
         return spec.rule(grad, ri)
     ns = dict(_NS)
     ns["grad"] = grad
-    for k, name in enumerate(spec.saves):
-        if name == "self":
-            ns[name] = ri.saved_input(k, 0)
-        elif name == "other":
-            ns[name] = ri.saved_input(k, 1)
-        elif name == "result":
-            ns[name] = ri.result(k)
-        else:
-            ns[name] = ri.saved(k, ri.out_shape())
+    for name in spec.saves:
+        ns[name] = ri.saved_named(name)  # as the spec declares it (graph/spec.py)
     for k, p in enumerate(ri.floats(spec.nparams)):
         ns[f"p{k}"] = p
     out = []

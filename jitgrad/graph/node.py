@@ -51,20 +51,18 @@ class Node:
         return (self._tape.id << 32) | self._row
 
     def __getattr__(self, name):
-        # the saved values, as PyTorch exposes them: _saved_self, _saved_other, _saved_result
+        # the saved values, as PyTorch exposes them: _saved_<name> for each name the op's
+        # spec declares (graph/spec.py: saves, named as derivatives.yaml names them, and
+        # fparams), read the way the spec says
         if name.startswith("_saved_"):
             key = name[len("_saved_"):]
-            saves = getattr(self._spec, "saves", ())
-            if key in saves:
+            spec = self._spec
+            if key in spec.saves and not key.startswith("_"):
                 if self._tape.is_freed(self._row):
                     raise freed_error()
-                k = saves.index(key)
-                ri = RowInfo(self)
-                if key in ("self", "other"):
-                    return ri.saved_input(k, 0 if key == "self" else 1)
-                if key == "result":
-                    return ri.result(k, always_linked=True)
-                return ri.saved(k, ri.out_shape())
+                return RowInfo(self).saved_named(key, exposed=True)
+            if key in spec.fparams and not key.startswith("_"):
+                return RowInfo(self).floats(spec.nparams)[spec.fparams.index(key)]
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def register_hook(self, fn):

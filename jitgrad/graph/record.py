@@ -168,15 +168,11 @@ def record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     return _record(spec, result, inputs, saved, fparams, iparams)
 
 
-# the input a saved value of that name is (mat1 / mat2: addmm's last two, with or without its first)
-_SAVED_INPUT = {"self": 0, "other": 1, "mat1": -2, "mat2": -1}
-
-
 def _record_packed(spec, result, inputs, saved, fparams, iparams):
     tensors = []
     for name, arr in zip(spec.saves, saved):
         # the tensor PyTorch would pack: the input itself for self / other
-        j = _SAVED_INPUT.get(name)
+        j = spec.input_of(name)
         t = inputs[j] if j is not None else None
         tensors.append(t if t is not None and t._data is arr else (result if arr is result._data else wrap(arr)))
     out = _record(spec, result, inputs, (), fparams, iparams)

@@ -1,5 +1,5 @@
 """What a Python rule needs to know about its node, read back from the tape row."""
-from jitgrad.graph.spec import OP_ACC, OP_EXT
+from jitgrad.graph.spec import OP_ACC, OP_EXT, SPECS
 from jitgrad.graph import tensor as _tensor  # the Tensor <-> Node pair: saved values read as Tensors
 
 
@@ -24,6 +24,13 @@ class RowInfo:
 
     def ints(self):
         return self.tape.iparams(self.row)
+
+    def spec(self):
+        return SPECS[self.tape.op(self.row)]
+
+    def iparams(self):
+        """The int params by the names the spec declares (spec.iparams): ri.iparams().ta."""
+        return self.spec().read_ints(self.ints())
 
     def floats(self, n):
         return self.tape.fparams(self.row, n)
@@ -60,3 +67,21 @@ class RowInfo:
             t._requires_grad, t._tape, t._row, t._output_nr = True, self.tape, self.row, 0
             return t
         return _tensor.linked(data, self.tape, self.row)
+
+    def saved_named(self, name, exposed=False):
+        """Saved value `name` of the row's spec, as the spec declares it (graph/spec.py,
+        `saves`): an argument of the op is read back as that input (with its grad_fn), the
+        result as the output, others through the spec's `saved_as` reader (default: the
+        array at the output's shape). exposed: for `grad_fn._saved_<name>` (the result is
+        then always linked to its node, as PyTorch's saved output)."""
+        spec = self.spec()
+        k = spec.saves.index(name)
+        reader = spec.saved_as.get(name)
+        if reader is not None:
+            return reader(self, k)
+        j = spec.input_of(name)
+        if j is not None:
+            return self.saved_input(k, j)
+        if name == "result":
+            return self.result(k, always_linked=exposed)
+        return self.saved(k, self.out_shape())

@@ -10,16 +10,12 @@ Each op is one primitive of the engine, one graph node named like PyTorch's:
   backward scatters the gradient there with the kernel max(dim) and indexing share.
 """
 
-import numpy as np
 
 from jitgrad._core.messages import size_str, tensor_type
-
 from jitgrad.graph.tensor import Tensor, empty
 from jitgrad._core import dtype as _dtype
-from jitgrad.kernels.conv import conv_forward, max_pool_forward
-from jitgrad.ops import derivatives as D
-from jitgrad.ops import functional as _F
-from jitgrad.graph.record import record
+# the primitives' forwards, each beside its entry in ops/nn.py
+from jitgrad.ops.nn import _max_pool2d_with_indices, _pad2d, convolution as _convolution  # noqa: F401
 from jitgrad.nn import init
 from jitgrad.nn.module import Module
 from jitgrad.nn.parameter import Parameter
@@ -37,28 +33,9 @@ def _pair(v, name="value"):
     return (int(v), int(v))
 
 
+
+
 # ============================================================================= conv2d
-
-def _convolution(input, weight, bias, stride, pads, dilation, groups):
-    """The ConvolutionBackward0 primitive on batched input: compiled forward (kernels/conv.py)
-    and one row whose kernel (structural.k_conv) computes all three gradients."""
-    x, w = input._data, weight._data
-    n, c, h, wd = x.shape
-    cout, cg, kh, kw = w.shape
-    pt, pb, pl, pr = pads
-    ho = (h + pt + pb - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    wo = (wd + pl + pr - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    geom = np.array([n, c, h, wd, cout, cg, kh, kw, stride[0], stride[1], pt, pl, dilation[0], dilation[1],
-                     groups, ho, wo], np.int64)
-    b = bias._data if bias is not None else np.zeros(0, x.dtype)
-    out = conv_forward(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(w).reshape(-1),
-                       np.ascontiguousarray(b), bias is not None, geom)
-    res = _F._wrap(out.reshape(n, cout, ho, wo))
-    inputs = (input, weight) if bias is None else (input, weight, bias)
-    if not _F._needs(*inputs):
-        return res
-    return record(D.CONVOLUTION, res, inputs, (x, w), (), geom.tolist())
-
 
 def _conv_pads(padding, kernel, dilation, stride):
     """(top, bottom, left, right) for an int/tuple/'same'/'valid' padding."""
@@ -134,42 +111,6 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _convolution(input, weight, bias, stride, pads, dilation, groups)
 
 
-def _pad_source(n, lo, hi, mode):
-    """For each position of a dimension of size n padded by (lo, hi), where it reads from."""
-    i = np.arange(-lo, n + hi)
-    if mode == "reflect":
-        i = np.abs(i)
-        return np.where(i >= n, 2 * (n - 1) - i, i)
-    if mode == "replicate":
-        return np.clip(i, 0, n - 1)
-    return i % n  # circular
-
-
-_PAD_SPEC = {"reflect": D.REFLECTION_PAD2D, "replicate": D.REPLICATION_PAD2D, "circular": D.INDEX}
-
-
-def _pad2d(x, pads, mode):
-    """The last two dims of x padded by pads = (top, bottom, left, right) in a non-zero
-    padding mode: a gather from the input (its gradient scatter-adds back), recorded under
-    torch's node name (circular, which torch builds from copies, records IndexBackward0)."""
-    shape = tuple(x.shape)
-    h, w = shape[-2:]
-    pt, pb, pl, pr = pads
-    if mode == "reflect":
-        # torch checks the width first; its messages number the pads as arguments #4 and #6
-        for arg, dim, (lo, hi), size in ((4, len(shape) - 1, (pl, pr), w), (6, len(shape) - 2, (pt, pb), h)):
-            if lo >= size or hi >= size:
-                raise RuntimeError(f"Argument #{arg}: Padding size should be less than the corresponding input "
-                                   f"dimension, but got: padding ({lo}, {hi}) at dimension {dim} of input {size_str(shape)}")
-    if mode == "circular" and max(pt, pb) > h or mode == "circular" and max(pl, pr) > w:
-        raise RuntimeError("Padding value causes wrapping around more than once.")
-    rows, cols = _pad_source(h, pt, pb, mode), _pad_source(w, pl, pr, mode)
-    planes = int(np.prod(shape[:-2], dtype=np.int64))
-    idx = (np.arange(planes)[:, None, None] * (h * w) + rows[None, :, None] * w + cols[None, None, :]).reshape(-1)
-    out_shape = shape[:-2] + (rows.size, cols.size)
-    return _F.index_flat(x, idx, out_shape, _PAD_SPEC[mode])
-
-
 class Conv2d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
                  bias=True, padding_mode="zeros", device=None, dtype=None):
@@ -241,25 +182,6 @@ def _pool_out(size, k, s, p, d, ceil_mode):
     if ceil_mode and (out - 1) * s >= size + p:
         out -= 1  # the last window must start inside the input or the left padding
     return out
-
-
-def _max_pool2d_with_indices(input, kernel, stride, padding, dilation, out_size):
-    """(values, indices), indices flat within each (H, W) plane as PyTorch's. The node is
-    a scatter of the gradient to the argmax positions (the kernel max(dim) uses), so it
-    saves the argmax as indices into the whole input."""
-    x = input._data
-    h, w = x.shape[-2:]
-    planes = x.size // (h * w)
-    (ho, wo) = out_size
-    pgeom = np.array([planes, h, w, *kernel, *stride, *padding, *dilation, ho, wo], np.int64)
-    out, arg = max_pool_forward(np.ascontiguousarray(x).reshape(-1), pgeom)
-    shape = x.shape[:-2] + (ho, wo)
-    indices = _F._wrap(arg.reshape(shape))
-    res = _F._wrap(out.reshape(shape))
-    if not _F._needs(input):
-        return res, indices
-    flat = arg + np.repeat(np.arange(planes, dtype=np.int64) * (h * w), ho * wo)
-    return record(D.MAX_POOL2D, res, (input,), (flat,)), indices
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):

@@ -37,9 +37,11 @@ def _stale_one_element_saves(t):
             return
         tape, row = acc._tape, acc._row
     version = t._version
-    marks = [(row, "result")] + [(r, "self" if j == 0 else "other") for r, j in tape.readers_of(row)]
-    for r, name in marks:
+    marks = [(row, None)] + tape.readers_of(row)
+    for r, j in marks:
         spec = SPECS[tape.op(r)]
+        # the value that row saved under its name for input j (or its result)
+        name = "result" if j is None else spec.args[j] if j < len(spec.args) else None
         if spec.kind != "sink" and name in spec.saves and r not in tape.stale:
             tape.stale[r] = (t._data, version + 1, version)
             tape.grow_freed()
@@ -104,7 +106,7 @@ def _apply_to_view(t, view, compute, others):
     flat = _positions(base, fn)
     _assign(base, flat, new if new._data.shape == t._data.shape else F.expand(new, t._data.shape))
     # the view's new history: its elements, read from the updated base
-    again = F.index_flat(base, flat, t._data.shape, F.D.SLICE, data=t._data)
+    again = F.index_flat(base, flat, t._data.shape, F.SLICE, data=t._data)
     t._requires_grad = True
     t._tape, t._row, t._output_nr = again._tape, again._row, again._output_nr
     t._x.node = None
@@ -155,7 +157,7 @@ def copy_(t, src):
         src = F._wrap(np.asarray(src, dtype=t._data.dtype))
     if src._data.dtype != t._data.dtype:
         src = F.to_dtype(src, t.dtype)
-    return _overwrite(t, F.D.COPY, src)
+    return _overwrite(t, F.COPY, src)
 
 
 def fill_(t, value):
@@ -165,15 +167,15 @@ def fill_(t, value):
                                f"{value._data.ndim} dimensions.")
         if value._data.dtype != t._data.dtype:
             value = F.to_dtype(value, t.dtype)
-        return _overwrite(t, F.D.FILL_TENSOR, value)
+        return _overwrite(t, F.FILL_TENSOR, value)
     if not isinstance(value, (int, float, np.number, np.bool_)):
         raise TypeError(f"fill_() received an invalid combination of arguments - got ({type(value).__name__}), "
                         "but expected one of:\n * (Tensor value)\n * (Number value)")
-    return _overwrite(t, F.D.FILL, value)
+    return _overwrite(t, F.FILL, value)
 
 
 def zero_(t):
-    return _overwrite(t, F.D.ZERO, 0.0)
+    return _overwrite(t, F.ZERO, 0.0)
 
 
 def setitem(t, index, value):

@@ -1,4 +1,6 @@
 """Tensor methods and operators, bound to the functional ops."""
+import numpy as np
+
 from jitgrad._core import device as _device, dtype as _dtype
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import functional as F
@@ -33,25 +35,15 @@ def _direct(spec, npfn):
     return op
 
 
+# operators; the methods that are plain ops are bound by the table (ops/__init__.py)
 _METHODS = {
-    "__add__": _direct(F.D.ADD, F.np.add), "__radd__": _direct(F.D.ADD, F.np.add), "__sub__": _operator(F.sub), "__rsub__": _operator(F.rsub),
-    "__mul__": _direct(F.D.MUL, F.np.multiply), "__rmul__": _direct(F.D.MUL, F.np.multiply), "__truediv__": _operator(F.div), "__rtruediv__": _r(F.div),
+    "__add__": _direct(F.ADD, np.add), "__radd__": _direct(F.ADD, np.add), "__sub__": _operator(F.sub),
+    "__rsub__": _operator(F.rsub), "__mul__": _direct(F.MUL, np.multiply), "__rmul__": _direct(F.MUL, np.multiply),
+    "__truediv__": _operator(F.div), "__rtruediv__": _r(F.div),
     "__pow__": _operator(F.pow), "__rpow__": _r(F.pow), "__neg__": F.neg, "__matmul__": _operator(F.matmul),
     "__rmatmul__": _r(F.matmul), "__abs__": F.abs, "__getitem__": F.getitem,
     "__eq__": F.eq, "__ne__": F.ne, "__lt__": F.lt, "__le__": F.le, "__gt__": F.gt, "__ge__": F.ge,
     "__and__": F.bitwise_and, "__or__": F.bitwise_or, "__xor__": F.bitwise_xor, "__invert__": F.bitwise_not,
-    "add": F.add, "sub": F.sub, "mul": F.mul, "div": F.div, "true_divide": F.div, "pow": F.pow,
-    "neg": F.neg, "exp": F.exp, "log": F.log, "sqrt": F.sqrt, "sin": F.sin, "cos": F.cos,
-    "tanh": F.tanh, "erf": F.erf, "sigmoid": F.sigmoid, "relu": F.relu, "abs": F.abs, "clamp": F.clamp, "clip": F.clamp,
-    "reciprocal": F.reciprocal, "maximum": F.maximum, "minimum": F.minimum,
-    "sum": F.sum, "mean": F.mean, "max": F.max, "min": F.min, "amax": F.amax, "amin": F.amin, "prod": F.prod,
-    "argmax": F.argmax, "argmin": F.argmin,
-    "matmul": F.matmul, "mm": F.mm, "addmm": F.addmm, "dot": F.dot, "mv": F.mv, "bmm": F.bmm, "trace": F.trace,
-    "t": F.t, "transpose": F.transpose, "permute": F.permute, "reshape": F.reshape, "view": F.view,
-    "flatten": F.flatten, "squeeze": F.squeeze, "unsqueeze": F.unsqueeze, "expand": F.expand,
-    "expand_as": F.expand_as, "softmax": F.softmax, "log_softmax": F.log_softmax,
-    "eq": F.eq, "ne": F.ne, "lt": F.lt, "le": F.le, "gt": F.gt, "ge": F.ge, "sign": F.sign,
-    "isnan": F.isnan, "logical_not": F.logical_not, "allclose": F.allclose, "equal": F.equal,
 }
 
 for _name, _fn in _METHODS.items():

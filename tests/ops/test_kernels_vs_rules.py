@@ -34,6 +34,8 @@ CASES = {
     "neg": (lambda: (t(4),), lambda a: -a),
     "exp": (lambda: (t(4),), J.exp),
     "log": (lambda: (t(4),), J.log),
+    "log1p": (lambda: (t(4),), J.log1p),
+    "expm1": (lambda: (t(4),), J.expm1),
     "sqrt": (lambda: (t(4),), J.sqrt),
     "sin": (lambda: (t(4),), J.sin),
     "cos": (lambda: (t(4),), J.cos),

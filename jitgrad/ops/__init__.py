@@ -1,0 +1,64 @@
+"""The op table: the families of primitives and the one place that binds them as
+`jitgrad.<name>` functions and Tensor methods.
+
+Layout (each module imports only the ones above it; no import cycle):
+  _common.py      grad-mode checks, operand handling, the registry `defop` publishes to
+  elementwise.py  arithmetic, unary math, comparisons, where, to_dtype; `defop`
+  shape.py        views, permute / transpose / t, expand, indexing (gather / scatter), cat / stack
+  reduce.py       sum, mean, amax / amin, max / min, prod, sum_to
+  linalg.py       matmul, mm, dot, mv, bmm, addmm, linear, trace
+  nn.py           softmax, log_softmax, gelu, layer_norm, embedding, nll_loss, convolution, max_pool2d, pads
+  functional.py   every op under one name space (what the engine calls as F.<name>)
+  methods.py      Tensor operators (__add__...) and the methods that are not plain ops
+  inplace.py      add_, mul_, fill_, copy_, setitem...
+Each primitive is one entry (graph/spec.py documents its keys) right beside its forward.
+"""
+from jitgrad.graph.tensor import Tensor
+from jitgrad.ops import _common, elementwise, linalg, nn, reduce, shape
+from jitgrad.ops.elementwise import defop  # noqa: F401  (the public declarator: jitgrad.ops.defop)
+
+# jitgrad.<name>: every public op; elementwise ones declared with defop come from _common.PUBLIC
+FUNCTIONS = dict(_common.PUBLIC)
+FUNCTIONS.update({
+    # elementwise
+    "add": elementwise.add, "sub": elementwise.sub, "mul": elementwise.mul, "div": elementwise.div,
+    "pow": elementwise.pow, "reciprocal": elementwise.reciprocal, "sign": elementwise.sign,
+    "clamp": elementwise.clamp, "clip": elementwise.clamp, "where": elementwise.where,
+    "eq": elementwise.eq, "ne": elementwise.ne, "lt": elementwise.lt, "le": elementwise.le, "gt": elementwise.gt,
+    "ge": elementwise.ge, "logical_and": elementwise.logical_and, "logical_or": elementwise.logical_or,
+    "logical_not": elementwise.logical_not, "isnan": elementwise.isnan, "isfinite": elementwise.isfinite,
+    "allclose": elementwise.allclose, "equal": elementwise.equal,
+    # shape
+    "reshape": shape.reshape, "flatten": shape.flatten, "squeeze": shape.squeeze, "unsqueeze": shape.unsqueeze,
+    "expand": shape.expand, "permute": shape.permute, "transpose": shape.transpose, "t": shape.t,
+    "cat": shape.cat, "stack": shape.stack,
+    # reductions
+    "sum": reduce.sum, "mean": reduce.mean, "amax": reduce.amax, "amin": reduce.amin, "max": reduce.max,
+    "min": reduce.min, "argmax": reduce.argmax, "argmin": reduce.argmin, "prod": reduce.prod,
+    # linear algebra
+    "matmul": linalg.matmul, "mm": linalg.mm, "addmm": linalg.addmm, "dot": linalg.dot, "mv": linalg.mv,
+    "bmm": linalg.bmm, "trace": linalg.trace,
+    # nn
+    "softmax": nn.softmax, "log_softmax": nn.log_softmax,
+})
+
+# Tensor.<name>: methods that are a public op of the same signature
+METHODS = dict(_common.METHODS)
+for _name in ("add", "sub", "mul", "div", "pow", "reciprocal", "sign", "clamp", "clip", "eq", "ne", "lt", "le",
+              "gt", "ge", "isnan", "logical_not", "allclose", "equal", "reshape", "flatten", "squeeze",
+              "unsqueeze", "expand", "permute", "transpose", "t", "sum", "mean", "amax", "amin", "max", "min",
+              "argmax", "argmin", "prod", "matmul", "mm", "addmm", "dot", "mv", "bmm", "trace",
+              "softmax", "log_softmax"):
+    METHODS[_name] = FUNCTIONS[_name]
+METHODS.update({
+    "true_divide": elementwise.div, "view": shape.view, "expand_as": shape.expand_as,
+    "sum_to_size": lambda self, *size: reduce.sum_to(self, size[0] if len(size) == 1 and
+                                                      isinstance(size[0], (tuple, list)) else size),
+})
+
+for _name, _fn in METHODS.items():
+    setattr(Tensor, _name, _fn)
+globals().update(FUNCTIONS)  # jitgrad.ops.<name>
+_common._bound[0] = True    # a later defop binds its op at once
+
+from jitgrad.ops import methods as _methods  # noqa: E402,F401  (operators, in-place ops: after the table)

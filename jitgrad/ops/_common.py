@@ -1,0 +1,86 @@
+"""What every op family shares: grad-mode checks, operand handling, error messages, and
+the registry of public ops the table (ops/__init__.py) binds as `jitgrad.xxx` functions
+and Tensor methods."""
+import builtins
+import sys
+
+import numpy as np
+
+from jitgrad._core import dtype as _dtype, modes as _grad_mode
+from jitgrad.graph.tensor import _ARRAYLIKE, Tensor, wrap as _wrap  # noqa: F401  (families import them from here)
+
+_gm_state = _grad_mode._state
+_new = object.__new__
+
+_f64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
+_NUMBER = (float, int, bool)
+
+# name -> function: ops declared public by their entry (elementwise `defop`), bound by the
+# table as jitgrad.<name> and, where METHODS says so, Tensor.<name>
+PUBLIC = {}
+METHODS = {}
+_bound = [False]  # the table has bound everything: later declarations bind at once
+
+
+def publish(name, fn, method=True):
+    PUBLIC[name] = fn
+    if method:
+        METHODS[name] = fn
+    if _bound[0]:
+        if method:
+            setattr(Tensor, name, fn)
+        ops_pkg = sys.modules.get("jitgrad.ops")
+        if ops_pkg is not None:
+            setattr(ops_pkg, name, fn)
+
+
+def _needs(*ts):
+    if not _gm_state.enabled:
+        return False
+    for t in ts:
+        if t._requires_grad:
+            return True
+    return False
+
+
+def _broadcast_error(sa, sb):
+    n = builtins.max(len(sa), len(sb))  # this module defines its own max
+    for i in range(1, n + 1):
+        x = sa[-i] if i <= len(sa) else 1
+        y = sb[-i] if i <= len(sb) else 1
+        if x != y and x != 1 and y != 1:
+            return RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b ({y}) "
+                                f"at non-singleton dimension {n - i}")
+    return RuntimeError(f"shapes {tuple(sa)} and {tuple(sb)} cannot be broadcast")
+
+
+def _scalar_dtype(t, s):
+    """The result dtype of tensor t with Python number s, as torch: a number only decides the
+    category (float beside an int tensor gives the default dtype, int beside bool int64)."""
+    d = t._data.dtype
+    if isinstance(s, float) and d.kind != "f":
+        return _dtype.get_default_dtype().np
+    if d.kind == "b" and type(s) is int:
+        return _I64
+    return d
+
+
+def _operand(x, like):
+    """Tensor -> (tensor, array); Python number -> (None, 0-d array of the promoted dtype)."""
+    if isinstance(x, Tensor):
+        return x, x._data
+    if isinstance(x, np.ndarray):
+        return None, x
+    return None, np.asarray(x, dtype=_scalar_dtype(like, x))
+
+
+
+class OperandTypeError(TypeError):
+    """An operand that is neither a Tensor nor a number. Tensor's operators turn it into
+    NotImplemented, so Python raises its own "unsupported operand type(s)" TypeError, as torch does."""
+
+
+def _operand_error(fn, x, pos=2):
+    name = "other" if pos == 2 else "input"
+    return OperandTypeError(f"{fn}(): argument '{name}' (position {pos}) must be Tensor, not {type(x).__name__}")

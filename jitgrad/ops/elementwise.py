@@ -1,0 +1,446 @@
+"""Elementwise primitives: each is one entry, its forward right below it.
+
+An entry (graph/spec.py documents every key) names the PyTorch node, the gradient formula
+per input and the saved values the formulas read, under PyTorch's names. From it come the
+compiled backward kernel (engine/codegen.py turns the formulas into an @njit branch), the
+Python engine's rule (the same text evaluated on Tensors, so create_graph works) and,
+for ops declared with `defop`, the `jitgrad.<name>` function and the Tensor method.
+
+Adding a unary op is one call:
+
+    log1p = defop("log1p", "Log1PBackward0", np.log1p, "grad / (self + 1.0)", saves=("self",))
+"""
+import math
+
+import numpy as np
+
+from jitgrad._core import dtype as _dtype, modes as _grad_mode
+from jitgrad._core.modes import _packing, _saved_hooks
+from jitgrad.graph.record import record, record_ew
+from jitgrad.graph.spec import alias, elementwise, structural
+from jitgrad.graph.tensor import _ARRAYLIKE, Tensor, wrap as _wrap
+from jitgrad.ops._common import (_NUMBER, _broadcast_error, _gm_state, _needs, _new, _operand, _operand_error,
+                                 _scalar_dtype, publish)
+
+# A 0-d result stays the numpy scalar numpy returns (np.float64 ...): it has the array API the
+# code reads (shape, dtype, size, item, reshape) and scalar arithmetic is ~7x cheaper than on
+# 0-d arrays, which is most of the forward cost of scalar graphs. In-place writes convert it.
+
+
+def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
+    """Wrap `out` and, if needed, record elementwise `spec` on Tensor a and b (a Tensor, a
+    Python float standing for a constant, or None for a unary op)."""
+    if not isinstance(out, _ARRAYLIKE):
+        out = np.asarray(out)
+    res = _new(Tensor)
+    res._data = out
+    res._requires_grad = False
+    res._tape = None
+    res._x = None
+    if not _gm_state.enabled:
+        return res
+    if not a._requires_grad and (b is None or type(b) is float or not b._requires_grad):
+        return res
+    saved = []
+    for src in spec.save_src:  # input 0 / 1, the result (-1) or the auxiliary array (-2)
+        if src == 0:
+            saved.append(a._data)
+        elif src == 1:
+            saved.append(b if type(b) is float else b._data)
+        elif src == -1:
+            saved.append(out)
+        else:
+            saved.append(aux._data.astype(out.dtype))
+    if _packing[0] and _saved_hooks.stack:  # saved_tensors_hooks: pack the tensors, save nothing
+        packed = [a if s == 0 else b if s == 1 else res if s == -1 else aux
+                  for s in spec.save_src if not (s == 1 and type(b) is float)]
+        if len(packed) == len(spec.saves):
+            return record_ew(spec, res, a, b, (), (p0, p1)[:spec.nparams] if spec.nparams else (), packed)
+    unneeded = ()
+    if b is not None and out.size != 1:  # one-element values are copied, never version-checked
+        wants = (a._requires_grad, type(b) is not float and b._requires_grad)
+        if not (wants[0] and wants[1]):
+            # one input needs no gradient: values only its formula reads are saved but unneeded
+            unneeded = tuple(i for i, users in enumerate(spec.save_users) if not any(wants[j] for j in users))
+    return record_ew(spec, res, a, b, saved, (p0, p1)[:spec.nparams] if spec.nparams else (), unneeded=unneeded)
+
+
+def _binary(spec, npfn, a, b):
+    """a (op) b where at least one is a Tensor. Callers with a Python number first are
+    commutative (others have their own reflected ops: rsub, rpow, 2 / x)."""
+    if not isinstance(a, Tensor):
+        a, b = b, a
+        if not isinstance(a, Tensor):
+            raise _operand_error(spec.name, b, 1)
+    ad = a._data
+    if type(b) in _NUMBER:
+        if ad.dtype.kind == "f":
+            out = npfn(ad, b)  # NEP 50: a Python scalar takes the array's dtype, as in PyTorch
+        else:
+            out = np.asarray(npfn(ad, b)).astype(_scalar_dtype(a, b), copy=False)
+        b = float(b)
+    else:
+        if not isinstance(b, Tensor):
+            if not isinstance(b, _ARRAYLIKE):  # None, str...: numpy would make nan or raise its own error
+                raise _operand_error(spec.name, b)
+            b = _wrap(np.asarray(b, dtype=ad.dtype))
+        bd = b._data
+        if bd.dtype != ad.dtype:
+            # compute at torch's result dtype, not numpy's (recording casts the saved copies)
+            dt = _dtype.result_type(ad, bd)
+            ad = ad if ad.dtype == dt else ad.astype(dt)
+            bd = bd if bd.dtype == dt else bd.astype(dt)
+        try:
+            out = npfn(ad, bd)
+        except ValueError:
+            raise _broadcast_error(ad.shape, bd.shape) from None
+    return _ew(spec, out, a, b)
+
+
+
+def _unary(spec, npfn, int_ok=False):
+    """The function of a unary elementwise op: an int or bool tensor is computed in the
+    default float dtype unless int_ok (neg, abs keep their dtype)."""
+    def op(x):
+        if not isinstance(x, Tensor):
+            if not isinstance(x, _NUMBER + _ARRAYLIKE):
+                raise _operand_error(spec.name, x, 1)
+            return npfn(x)  # a number, e.g. inside a gradient formula such as log(p0)
+        if not int_ok and x._data.dtype.kind != "f":
+            x = _as_float(x)
+        out = npfn(x._data)
+        return _ew(spec, out, x)
+
+    op.__name__ = op.__qualname__ = spec.name
+    return op
+
+
+def defop(name, node_name, forward, *grads, saves=(), fparams=(), method=True, int_ok=False, **later):
+    """Declare an elementwise primitive and make its function: one entry.
+
+    forward: numpy function (one argument per input); grads: the gradient formula of each
+    input (see graph/spec.py); saves: the names the formulas read (PyTorch's: self, other,
+    result). The function is returned and published: jitgrad.<name> (the table binds it)
+    and, with method=True, Tensor.<name>. The compiled kernel comes from the formulas."""
+    spec = elementwise(name, node_name, *grads, saves=saves, fparams=fparams, forward=forward, **later)
+    if len(grads) == 1:
+        fn = _unary(spec, forward, int_ok)
+    else:
+        def fn(a, b):
+            return _binary(spec, forward, a, b)
+        fn.__name__ = fn.__qualname__ = name
+    fn.spec = spec
+    publish(name, fn, method)
+    return fn
+
+
+# --- arithmetic ------------------------------------------------------------------------------
+ADD = elementwise("add", "AddBackward0", "grad", "grad", forward=np.add)
+
+
+def add(a, b, alpha=1):
+    if alpha != 1:
+        b = mul(b, alpha)
+    return _binary(ADD, np.add, a, b)
+
+
+SUB = elementwise("sub", "SubBackward0", "grad", "-grad", forward=np.subtract)
+RSUB = elementwise("rsub", "RsubBackward1", "-grad", forward=np.subtract)   # p0 - self (p0 unread: not recorded)
+
+_BOOL_SUB = ("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a "
+             "mask, use the `~` or `logical_not()` operator instead.")
+
+
+def _no_bool_sub(*operands):
+    for x in operands:
+        if isinstance(x, Tensor) and x._data.dtype.kind == "b":
+            raise RuntimeError(_BOOL_SUB)
+
+
+def sub(a, b, alpha=1):
+    _no_bool_sub(a, b)
+    if alpha != 1:
+        b = mul(b, alpha)
+    if not isinstance(a, Tensor):
+        return rsub(b, a)
+    return _binary(SUB, np.subtract, a, b)
+
+
+def rsub(t, s):
+    """s - t for a Python number s (PyTorch's RsubBackward1)."""
+    if not isinstance(s, _NUMBER + _ARRAYLIKE):
+        raise _operand_error("sub", s, 1)
+    _no_bool_sub(t)
+    out = np.asarray(np.subtract(s, t._data))
+    out = out.astype(_scalar_dtype(t, s), copy=False)
+    return _ew(RSUB, out, t, p0=float(s))
+
+
+MUL = elementwise("mul", "MulBackward0", "grad * other", "grad * self", saves=("self", "other"), forward=np.multiply)
+
+
+def mul(a, b):
+    return _binary(MUL, np.multiply, a, b)
+
+
+# other: torch's -grad * ((self / other) / other); self / (other * other) underflows to inf for small other
+DIV = elementwise("div", "DivBackward0", "grad / other", "-grad * ((self / other) / other)",
+                  saves=("self", "other"), forward=np.true_divide)
+
+
+def div(a, b, rounding_mode=None):
+    if rounding_mode is not None:
+        with _grad_mode.no_grad():
+            fn = np.floor_divide if rounding_mode == "floor" else lambda x, y: np.trunc(x / y)
+            return _binary(DIV, fn, a, b)
+    if not isinstance(a, Tensor):
+        return mul(reciprocal(b), a)  # PyTorch: 2 / x is reciprocal then MulBackward0
+    if a._data.dtype.kind != "f" and not (isinstance(b, Tensor) and b._data.dtype.kind == "f"):
+        # true division of integers gives the default dtype; with a float operand, promotion does
+        a, b = _as_float(a), _as_float(b)
+    return _binary(DIV, np.true_divide, a, b)
+
+
+def _as_float(t):
+    if isinstance(t, Tensor) and t._data.dtype.kind != "f":
+        return to_dtype(t, _dtype.get_default_dtype())
+    return t
+
+
+RECIPROCAL = elementwise("reciprocal", "ReciprocalBackward0", "-grad * result * result", saves=("result",),
+                         forward=np.reciprocal)
+
+
+def reciprocal(x):
+    x = _as_float(x)
+    return _ew(RECIPROCAL, np.reciprocal(x._data), x)
+
+# The pow rules are torch's pow_backward, pow_backward_self and pow_backward_exponent: the
+# where()s give 0, not 0 * inf = NaN, at a zero exponent and at a zero base with exponent >= 0;
+# pow() is torch's pow(Tensor, Scalar) (sqrt / rsqrt for 0.5 / -0.5, which differ from C pow at -0, -inf)
+POW = elementwise("pow", "PowBackward0",                                    # self ** p0
+                  "grad * p0 * pow(self, p0 - 1.0) if p0 != 0.0 else zeros_like(grad)",
+                  saves=("self",), fparams=("exponent",), args=("self",))
+POW_TT = elementwise("pow_tt", "PowBackward1",                              # self ** exponent
+                     "where(exponent == 0.0, 0.0, grad * exponent * self ** (exponent - 1.0))",
+                     "where((self == 0.0) & (exponent >= 0.0), grad * 0.0, grad * result * log(self))",
+                     saves=("self", "exponent", "result"), args=("self", "exponent"))
+RPOW = elementwise("rpow", "PowBackward2",                                  # p0 ** exponent
+                   "grad * where(exponent >= 0.0, 0.0, result * log(p0)) if p0 == 0.0 else grad * result * log(p0)",
+                   saves=("exponent", "result"), fparams=("self",), args=("exponent",))
+
+
+def pow(a, b):  # noqa: A001
+    for pos, x in ((1, a), (2, b)):
+        if not isinstance(x, (Tensor,) + _NUMBER + _ARRAYLIKE):
+            raise _operand_error("pow", x, pos)
+    if not isinstance(a, Tensor):
+        out = np.power(np.asarray(a, dtype=_scalar_dtype(b, a) if isinstance(a, float) else b._data.dtype), b._data)
+        return _ew(RPOW, np.asarray(out, dtype=b._data.dtype), b, p0=float(a))
+    if isinstance(b, Tensor):
+        return _binary(POW_TT, np.power, a, b)
+    ad = a._data
+    if ad.dtype.kind != "f" and isinstance(b, float):
+        a = _as_float(a)
+        ad = a._data
+    out = _pow_scalar(ad, b)
+    if out.dtype != ad.dtype:
+        out = out.astype(ad.dtype)
+    return _ew(POW, out, a, p0=float(b))
+
+
+def _pow_scalar(ad, e):
+    """torch's pow(Tensor, Scalar) computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt, which differ
+    from C pow at -0 and -inf (rsqrt(-0) = -inf, sqrt(-inf) = NaN); PowBackward0 reads it too."""
+    if e == 0.5:
+        return np.sqrt(ad)
+    if e == -0.5:
+        with np.errstate(divide="ignore"):
+            return np.reciprocal(np.sqrt(ad))
+    return np.power(ad, e)
+
+
+
+def _erf_array(x):
+    from scipy.special import erf as _erf  # imported on first use: scipy.special is slow to import
+    return np.asarray(_erf(x)).astype(x.dtype if x.dtype.kind == "f" else np.float32, copy=False)
+
+
+def _sigmoid(x):
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+# --- unary: one entry each, function and Tensor method included ------------------------------
+neg = defop("neg", "NegBackward0", np.negative, "-grad", int_ok=True)
+exp = defop("exp", "ExpBackward0", np.exp, "grad * result", saves=("result",))
+log = defop("log", "LogBackward0", np.log, "grad / self", saves=("self",))
+log1p = defop("log1p", "Log1PBackward0", np.log1p, "grad / (self + 1.0)", saves=("self",))
+expm1 = defop("expm1", "Expm1Backward0", np.expm1, "grad * (result + 1.0)", saves=("result",))
+sqrt = defop("sqrt", "SqrtBackward0", np.sqrt, "grad / (2.0 * result)", saves=("result",))
+sin = defop("sin", "SinBackward0", np.sin, "grad * cos(self)", saves=("self",))
+cos = defop("cos", "CosBackward0", np.cos, "grad * -sin(self)", saves=("self",))
+tanh = defop("tanh", "TanhBackward0", np.tanh, "grad * (1.0 - result * result)", saves=("result",))
+erf = defop("erf", "ErfBackward0", _erf_array,
+            "grad * 1.1283791670955126 * exp(-(self * self))", saves=("self",))  # 2/sqrt(pi)
+sigmoid = defop("sigmoid", "SigmoidBackward0", lambda x: _sigmoid(x).astype(x.dtype, copy=False),
+                "grad * (1.0 - result) * result", saves=("result",))
+# threshold_backward: a NaN result passes the gradient; sign() is torch's (0 at NaN)
+relu = defop("relu", "ReluBackward0", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
+             "where(result <= 0.0, 0.0, grad)", saves=("result",))
+abs = defop("abs", "AbsBackward0", np.abs, "grad * sign(self)", saves=("self",), int_ok=True)  # noqa: A001
+clone = defop("clone", "CloneBackward0", np.copy, "grad")
+SIGN = elementwise("sign", "SignBackward0", "zeros_like(grad)")            # zeros, even for a NaN grad
+
+
+def sign(x):
+    """torch's sign: 0 at NaN, where np.sign gives NaN (AbsBackward0 is grad * sign(self))."""
+    d = x._data if isinstance(x, Tensor) else np.asarray(x)
+    out = np.sign(d)
+    if d.dtype.kind == "f":
+        out = np.where(np.isnan(d), out.dtype.type(0), out)
+    return _ew(SIGN, out, x) if isinstance(x, Tensor) else out
+
+
+def zeros_like(x):
+    """Zeros at x's shape and dtype, with no graph (torch's zeros_like in a gradient formula)."""
+    return _wrap(np.zeros_like(x._data))
+
+
+
+
+CLAMP = elementwise("clamp", "ClampBackward1", "where((self >= p0) & (self <= p1), grad, 0.0)",
+                    saves=("self",), fparams=("min", "max"), args=("self",))
+
+
+def clamp(x, min=None, max=None):  # noqa: A002
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    lo = -math.inf if min is None else float(min)
+    hi = math.inf if max is None else float(max)
+    out = np.clip(x._data, lo, hi).astype(x._data.dtype, copy=False)
+    return _ew(CLAMP, np.asarray(out), x, p0=lo, p1=hi)
+
+
+clip = clamp
+
+
+# torch's masked_fill form: where a NaN meets a number neither side is smaller, so both get grad
+maximum = defop("maximum", "MaximumBackward0", np.maximum,
+                "where(self == other, grad / 2.0, where(self < other, 0.0, grad))",
+                "where(self == other, grad / 2.0, where(self > other, 0.0, grad))", saves=("self", "other"))
+minimum = defop("minimum", "MinimumBackward0", np.minimum,
+                "where(self == other, grad / 2.0, where(self > other, 0.0, grad))",
+                "where(self == other, grad / 2.0, where(self < other, 0.0, grad))", saves=("self", "other"))
+
+
+def _condition(ri, k):
+    """where's saved condition, as torch's _saved_condition: a bool tensor."""
+    return _wrap(np.asarray(ri.saved(k, ri.out_shape())) != 0)
+
+
+WHERE = elementwise("where", "WhereBackward0", "where(condition, grad, 0.0)", "where(condition, 0.0, grad)",
+                    saves=("condition",), saved_as={"condition": _condition})
+
+
+def where(cond, a, b):
+    c = cond._data if isinstance(cond, Tensor) else np.asarray(cond)
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        return _wrap(np.where(c, a, b))
+    like = a if isinstance(a, Tensor) else b
+    ta, ad = _operand(a, like)
+    tb, bd = _operand(b, like)
+    try:
+        out = np.asarray(np.where(c, ad, bd))
+    except ValueError:
+        raise _broadcast_error(ad.shape, bd.shape) from None
+    dt = _dtype.result_type(ad, bd)  # a Python number was made a 0-d array of its torch dtype
+    if out.dtype != dt:
+        out = out.astype(dt)
+    ta = ta if ta is not None else _wrap(np.asarray(ad, dtype=out.dtype))
+    tb = tb if tb is not None else _wrap(np.asarray(bd, dtype=out.dtype))
+    aux = _wrap(np.broadcast_to(c, out.shape))
+    return _ew(WHERE, out, ta, tb, aux=aux)
+
+
+# --- comparisons and logic (never differentiable) -------------------------------------
+def _cmp(npfn):
+    def op(a, b):
+        ad = a._data if isinstance(a, Tensor) else a
+        bd = b._data if isinstance(b, Tensor) else b
+        try:
+            return _wrap(np.asarray(npfn(ad, bd)))
+        except ValueError:
+            raise _broadcast_error(np.shape(ad), np.shape(bd)) from None
+    return op
+
+
+eq = _cmp(np.equal)
+ne = _cmp(np.not_equal)
+lt = _cmp(np.less)
+le = _cmp(np.less_equal)
+gt = _cmp(np.greater)
+ge = _cmp(np.greater_equal)
+logical_and = _cmp(np.logical_and)
+logical_or = _cmp(np.logical_or)
+bitwise_and = _cmp(np.bitwise_and)
+bitwise_or = _cmp(np.bitwise_or)
+bitwise_xor = _cmp(np.bitwise_xor)
+
+
+def logical_not(x):
+    return _wrap(np.logical_not(x._data))
+
+
+def bitwise_not(x):
+    return _wrap(np.invert(x._data))
+
+
+def isnan(x):
+    return _wrap(np.isnan(x._data))
+
+
+def isfinite(x):
+    return _wrap(np.isfinite(x._data))
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return bool(np.allclose(a._data, b._data, rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def equal(a, b):
+    return a._data.shape == b._data.shape and bool((a._data == b._data).all())
+
+
+def to_dtype(x, dtype):
+    if x._data.dtype == dtype.np:
+        return x
+    res = _wrap(x._data.astype(dtype.np))
+    if dtype.is_floating_point and _needs(x):
+        return record(TO_COPY, res, (x,), (), (), [x._data.dtype.num])
+    return res
+
+
+
+
+def to_copy_rule(grad, ri):
+    (num,) = ri.iparams()
+    return (to_dtype(grad, _dtype.from_numpy_dtype(_np_from_num(num))),)
+
+
+def _np_from_num(num):
+    for d in (np.float64, np.float32, np.int64, np.int32, np.bool_):
+        if np.dtype(d).num == num:
+            return np.dtype(d)
+    raise ValueError(num)
+
+
+TO_COPY = structural("to_copy", "ToCopyBackward0", rule=to_copy_rule, iparams=("dtype_num",), forward=to_dtype)
+
+# --- in-place overwrites: where(False, old, value) under torch's node names -------------
+# the value lands everywhere and the old values (NaN and inf included) get an exact zero
+# (they keep where's saved name: the formula text reads it; torch saves nothing for these)
+FILL = alias("fill", WHERE, "FillBackward2")              # fill_(number)
+FILL_TENSOR = alias("fill_tensor", WHERE, "FillBackward3")  # fill_(0-d tensor)
+ZERO = alias("zero", WHERE, "ZeroBackward0")
+COPY = alias("copy", WHERE, "CopyBackwards")

@@ -1,0 +1,229 @@
+"""Linear algebra: matmul (mm, dot, mv, bmm), addmm (and linear, which torch records as
+addmm / mm over the weight's t()), trace. Each entry sits below its forward."""
+import numpy as np
+
+from jitgrad._core.messages import scalar_name
+from jitgrad._core.modes import _packing, _saved_hooks
+from jitgrad.graph.record import record
+from jitgrad.graph.spec import alias, structural
+from jitgrad.graph.tensor import Tensor, wrap as _wrap
+from jitgrad.kernels import structural as K
+from jitgrad.ops._common import _needs, _operand_error
+from jitgrad.ops.reduce import sum_to
+from jitgrad.ops.shape import RESHAPE_ALIAS, _view_like, reshape, t, transpose, unsqueeze
+
+
+def matmul(a, b):
+    for pos, x in ((1, a), (2, b)):
+        if not isinstance(x, Tensor):
+            raise _operand_error("matmul", x, pos)
+    ad, bd = a._data, b._data
+    if ad.ndim == 0 or bd.ndim == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {ad.ndim}D and {bd.ndim}D")
+    if ad.ndim == 1 and bd.ndim == 1:
+        if ad.shape[0] != bd.shape[0]:
+            raise RuntimeError(f"inconsistent tensor size, expected tensor [{ad.shape[0]}] and src [{bd.shape[0]}] to "
+                               f"have the same number of elements, but got {ad.shape[0]} and {bd.shape[0]} elements respectively")
+        spec = DOT
+    elif ad.ndim == 2 and bd.ndim == 2:
+        if ad.shape[1] != bd.shape[0]:
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({ad.shape[0]}x{ad.shape[1]} and "
+                               f"{bd.shape[0]}x{bd.shape[1]})")
+        spec = MATMUL
+    elif ad.ndim <= 2 and bd.ndim <= 2:
+        k_a = ad.shape[-1]
+        k_b = bd.shape[0]
+        if k_a != k_b:
+            raise RuntimeError(f"size mismatch, got input ({ad.shape[0]}), mat ({ad.shape[0]}x{k_a}), vec ({k_b})"
+                               if bd.ndim == 1 else
+                               f"size mismatch, got input ({bd.shape[1]}), mat ({bd.shape[0]}x{bd.shape[1]}), vec ({k_a})")
+        spec = MV if bd.ndim == 1 else MATMUL
+    else:
+        spec = BMM
+        ka = ad.shape[-1]
+        kb = bd.shape[-2] if bd.ndim > 1 else bd.shape[0]
+        if ka != kb:
+            raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                               f"[{int(np.prod(ad.shape[:-2]))}, {ka}] but got: [{int(np.prod(bd.shape[:-2]))}, {kb}].")
+    if ad.dtype != bd.dtype:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}"
+                           .replace("float64", "double").replace("float32", "float"))
+    try:
+        out = np.asarray(np.matmul(ad, bd))
+    except ValueError as e:
+        raise RuntimeError(str(e)) from None
+    res = _wrap(out)
+    if not _needs(a, b):
+        return res
+    return record(spec, res, (a, b), (ad, bd))
+
+
+
+
+def matmul_rule(grad, ri):
+    a = ri.saved_input(0, 0)
+    b = ri.saved_input(1, 1)
+    a2 = unsqueeze(a, 0) if a.ndim == 1 else a
+    b2 = unsqueeze(b, 1) if b.ndim == 1 else b
+    out_shape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
+    g = reshape(grad, out_shape)
+    ga = sum_to(matmul(g, transpose(b2, -1, -2)), a2.shape)
+    gb = sum_to(matmul(transpose(a2, -1, -2), g), b2.shape)
+    return (reshape(ga, a.shape), reshape(gb, b.shape))
+
+
+# saved: both operands, under torch's names per node (MmBackward0: self, mat2; DotBackward0:
+# self, tensor; MvBackward0: self, vec). torch's bmm node is UnsafeViewBackward0 over a
+# BmmBackward0 it keeps the operands in, so there they are internal.
+MATMUL = structural("matmul", "MmBackward0", saves=("self", "mat2"), args=("self", "mat2"), rule=matmul_rule,
+                    kernel=K.k_matmul, forward=matmul)
+DOT = alias("dot", MATMUL, "DotBackward0", saves=("self", "tensor"), args=("self", "tensor"))
+MV = alias("mv", MATMUL, "MvBackward0", saves=("self", "vec"), args=("self", "vec"))
+BMM = alias("bmm", MATMUL, "UnsafeViewBackward0", saves=("_self", "_mat2"), args=("_self", "_mat2"))
+
+
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """beta * input + alpha * (mat1 @ mat2), input broadcast to the product's shape."""
+    for name, m in (("mat1", mat1), ("mat2", mat2)):
+        if m._data.ndim != 2:
+            raise RuntimeError(f"{name} must be a matrix, got {m._data.ndim}-D tensor")
+    n, m = mat1._data.shape[0], mat2._data.shape[1]
+    try:
+        np.broadcast_shapes(input._data.shape, (n, m))
+    except ValueError:
+        raise RuntimeError(f"The expanded size of the tensor ({m}) must match the existing size "
+                           f"({input._data.shape[-1]}) at non-singleton dimension 1.  Target sizes: [{n}, {m}].  "
+                           f"Tensor sizes: [{', '.join(str(d) for d in input._data.shape)}]") from None
+    return _mm_into(ADDMM, input, mat1, mat2, float(beta), float(alpha))
+
+
+def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
+    """The addmm primitive (and linear's bias-free mm when input is None). A transposed
+    operand, such as linear's W.t(), is saved as its contiguous base, flagged, instead of
+    being copied into a contiguous transpose."""
+    ad, bd = a._data, b._data
+    if ad.shape[1] != bd.shape[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({ad.shape[0]}x{ad.shape[1]} and "
+                           f"{bd.shape[0]}x{bd.shape[1]})")
+    if input is None and ad.dtype != bd.dtype:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {ad.dtype.name} != {bd.dtype.name}"
+                           .replace("float64", "double").replace("float32", "float"))
+    if input is not None:  # torch checks the input against mat2 first, then mat1
+        for name, x in (("self", input._data), ("mat1", ad)):
+            if x.dtype != bd.dtype:
+                got = " and ".join(scalar_name(d) for d in (x.dtype, bd.dtype))
+                raise RuntimeError(f"{name} and mat2 must have the same dtype, but got {got}")
+    prod = ad @ bd
+    if alpha != 1.0:
+        prod *= alpha
+    if input is not None and beta != 0.0:
+        prod += input._data * beta if beta != 1.0 else input._data
+    res = _wrap(prod)
+    inputs = (a, b) if input is None else (input, a, b)
+    if not _needs(*inputs):
+        return res
+    packing = _packing[0] and _saved_hooks.stack  # packed values keep the operands as they are
+    ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
+    tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
+    return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha),
+                  spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb))
+
+
+def linear(input, weight, bias=None):
+    """input @ weight.t() + bias as torch records it: AddmmBackward0 (MmBackward0 without a
+    bias) over TBackward0 of the weight; other than 2-D input with a bias is viewed as 2-D
+    around the addmm; without a bias it is a matmul."""
+    wt = t(weight)
+    x = input._data
+    spec = LINEAR_MM if bias is None else ADDMM
+    if x.ndim == 2:
+        return _mm_into(spec, bias, input, wt)
+    if x.ndim == 0 or x.shape[-1] != wt._data.shape[0] or (bias is None and x.ndim == 1):
+        out = matmul(input, wt)  # and matmul raises torch's error for bad shapes
+        return out if bias is None else out + bias
+    out = _mm_into(spec, bias, reshape(input, (-1, x.shape[-1])), wt)
+    shape = x.shape[:-1] + (wt._data.shape[1],)
+    return reshape(out, shape) if bias is not None else _view_like(RESHAPE_ALIAS, out, out._data.reshape(shape))
+
+
+
+
+def addmm_rule(grad, ri):
+    """beta * input + alpha * A @ B: input gets beta * grad summed to its shape, A gets
+    alpha * grad @ B^T, B gets alpha * A^T @ grad (no input when the row has two inputs)."""
+    beta, alpha = ri.floats(2)
+    nin = ri.n_inputs()
+    a = _mm_operand(ri, 0)
+    b = _mm_operand(ri, 1)
+    g = grad * alpha if alpha != 1.0 else grad
+    ga = matmul(g, transpose(b, 0, 1))
+    gb = matmul(transpose(a, 0, 1), g)
+    if nin == 2:
+        return (ga, gb)
+    gi = sum_to(grad, ri.in_shape(0))
+    return (gi * beta if beta != 1.0 else gi, ga, gb)
+
+
+def _mm_operand(ri, k):
+    """Saved operand k (0: mat1, 1: mat2; the row's last two inputs) of an addmm row as a
+    Tensor with its input's grad_fn; a transposed one (ta / tb) was saved as its base."""
+    p = ri.iparams()
+    j = ri.n_inputs() - 2 + k
+    shape, transposed = ((p.n, p.k), p.ta) if k == 0 else ((p.k, p.m), p.tb)
+    if not transposed or ri.tape.packed.get(ri.row) is not None:
+        return ri.saved_input(k, j)
+    return ri.input(j, np.asarray(ri.saved(k, shape[::-1])).reshape(shape[::-1]).T)
+
+
+# iparams: mat1 is n x k, mat2 k x m; ta / tb: that operand was saved as its transpose's
+# contiguous base (linear's W.t()); fparams: beta, alpha
+ADDMM = structural("addmm", "AddmmBackward0", args=("self", "mat1", "mat2"), saves=("mat1", "mat2"),
+                   saved_as={"mat1": _mm_operand, "mat2": _mm_operand}, rule=addmm_rule, kernel=K.k_addmm,
+                   iparams=("n", "k", "m", "ta", "tb"), fparams=("beta", "alpha"), forward=_mm_into)
+# x @ W.t() without a bias: addmm's kernel, no input; torch's node is MmBackward0 (self, mat2)
+LINEAR_MM = alias("linear_mm", ADDMM, "MmBackward0", args=("self", "mat2"), saves=("self", "mat2"),
+                  saved_as={"self": _mm_operand, "mat2": _mm_operand}, fparams=("_beta", "_alpha"), forward=linear)
+
+
+def mm(a, b):
+    if a._data.ndim != 2:
+        raise RuntimeError("self must be a matrix")
+    if b._data.ndim != 2:
+        raise RuntimeError("mat2 must be a matrix")
+    return matmul(a, b)
+
+
+def dot(a, b):
+    if a._data.ndim != 1 or b._data.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {a._data.ndim}D and {b._data.ndim}D tensors")
+    return matmul(a, b)
+
+
+def mv(a, b):
+    return matmul(a, b)
+
+
+def bmm(a, b):
+    return matmul(a, b)
+
+
+def trace(x):
+    d = x._data
+    if d.ndim != 2:
+        raise RuntimeError("trace: expected a matrix, but got tensor with dim " + str(d.ndim))
+    res = _wrap(np.asarray(np.trace(d), dtype=d.dtype if d.dtype.kind == "f" else np.int64))
+    if not _needs(x):
+        return res
+    return record(TRACE, res, (x,))
+
+
+
+
+def trace_rule(grad, ri):
+    rows, cols = ri.in_shape(0)
+    return (grad * _wrap(np.eye(rows, cols, dtype=grad._data.dtype)),)
+
+
+TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=K.k_trace, forward=trace)

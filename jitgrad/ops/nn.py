@@ -1,0 +1,507 @@
+"""Neural-network primitives: softmax / log_softmax, gelu, layer_norm, embedding, nll_loss,
+convolution, max_pool2d and the padding gathers. Each entry sits below its forward; the
+user-facing functions (argument handling, torch's error messages) are jitgrad/nn/functional.py
+and jitgrad/nn/conv.py, which call these forwards."""
+import numpy as np
+
+from jitgrad._core.messages import scalar_name, size_str, tensor_type
+from jitgrad.graph.record import record
+from jitgrad.graph.spec import alias, elementwise, structural
+from jitgrad.graph.tensor import Tensor, _wrap_dim, wrap as _wrap
+from jitgrad.kernels import structural as K
+from jitgrad.kernels.conv import conv_forward, max_pool_forward
+from jitgrad.kernels.norm import layer_norm_forward
+from jitgrad.ops._common import _needs
+from jitgrad.ops.elementwise import _as_float, _erf_array, _ew, exp, reciprocal, sqrt, to_dtype
+from jitgrad.ops.linalg import matmul, transpose
+from jitgrad.ops.reduce import mean, sum
+from jitgrad.ops.shape import INDEX, cat, expand, getitem, index_flat, index_put_flat, permute, reshape
+
+
+# --- softmax / log_softmax ------------------------------------------------------------------
+def _softmax_np(d, dim):
+    e = np.exp(d - d.max(axis=dim, keepdims=True))
+    return e / e.sum(axis=dim, keepdims=True)
+
+
+def _groups(shape, dim):
+    return [int(np.prod(shape[:dim], dtype=np.int64)), shape[dim], int(np.prod(shape[dim + 1:], dtype=np.int64))]
+
+
+def _normalise(spec, x, dim, dtype, forward):
+    """softmax / log_softmax along `dim`: forward(d, dim) computes the values."""
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    x = _as_float(x)
+    d = x._data
+    dim = _wrap_dim(dim, d.ndim)
+    out = forward(d, dim) if d.ndim else forward(d.reshape(1), 0).reshape(())
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    return record(spec, res, (x,), (out,), (), spec.pack_ints(*_groups(d.shape or (1,), dim), dim))
+
+
+def _log_softmax_np(d, dim):
+    s = d - d.max(axis=dim, keepdims=True)
+    return s - np.log(np.exp(s).sum(axis=dim, keepdims=True))
+
+
+def softmax(x, dim, dtype=None):
+    return _normalise(SOFTMAX, x, dim, dtype, _softmax_np)
+
+
+def log_softmax(x, dim, dtype=None):
+    return _normalise(LOG_SOFTMAX, x, dim, dtype, _log_softmax_np)
+
+
+def softmax_rule(grad, ri):
+    dim = ri.iparams().dim
+    y = ri.result(0)
+    return (y * (grad - sum(grad * y, dim, keepdim=True)),)
+
+
+def log_softmax_rule(grad, ri):
+    dim = ri.iparams().dim
+    y = ri.result(0)
+    return (grad - exp(y) * sum(grad, dim, keepdim=True),)
+
+
+# iparams: the input as (outer, n, inner) around `dim`, and dim
+SOFTMAX = structural("softmax", "SoftmaxBackward0", saves=("result",), rule=softmax_rule, kernel=K.k_softmax_grad,
+                     iparams=("outer", "n", "inner", "dim"), forward=softmax)
+LOG_SOFTMAX = structural("log_softmax", "LogSoftmaxBackward0", saves=("result",), rule=log_softmax_rule,
+                         kernel=K.k_log_softmax_grad, iparams=("outer", "n", "inner", "dim"), forward=log_softmax)
+
+
+# --- GELU ------------------------------------------------------------------------------------
+_SQRT1_2 = 0.7071067811865476          # 1 / sqrt(2)
+_SQRT_2_OVER_PI = 0.7978845608028654   # sqrt(2 / pi)
+
+
+def gelu(input, approximate="none"):
+    """x * Phi(x) ('none', exact, via erf) or its tanh approximation ('tanh'), as torch;
+    one GeluBackward0 node whose gradient formula is compiled like any elementwise op."""
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError("approximate argument must be either none or tanh.")
+    x = input._data
+    if x.dtype.kind != "f":
+        raise NotImplementedError(f"\"GeluKernelImpl\" not implemented for '{scalar_name(x.dtype)}'")
+    if approximate == "none":
+        out = 0.5 * x * (1.0 + _erf_array(x * _SQRT1_2))
+    else:
+        out = 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+    return _ew(GELU, np.asarray(out).astype(x.dtype, copy=False), input, p0=float(approximate == "tanh"))
+
+
+# p0: 0 for the exact form x * Phi(x), 1 for the tanh approximation; both as torch's GeluBackward0
+# (0.7071... = 1/sqrt(2), 0.3989... = 1/sqrt(2 pi), 0.7978... = sqrt(2/pi), 0.044715 torch's kappa)
+GELU = elementwise("gelu", "GeluBackward0",
+                   "grad * (0.5 * (1.0 + erf(self * 0.7071067811865476)) + self * 0.3989422804014327 * "
+                   "exp(-0.5 * self * self)) if p0 == 0.0 else "
+                   "grad * (0.5 * (1.0 + tanh(0.7978845608028654 * (self + 0.044715 * self * self * self))) + "
+                   "0.5 * self * (1.0 - tanh(0.7978845608028654 * (self + 0.044715 * self * self * self)) ** 2.0) * "
+                   "0.7978845608028654 * (1.0 + 3.0 * 0.044715 * self * self))",
+                   saves=("self",), fparams=("_approximate",), args=("self",), forward=gelu)
+
+
+# --- LayerNorm -------------------------------------------------------------------------------
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last len(normalized_shape) dims,
+    var with correction 0: one NativeLayerNormBackward0 node with torch's three inputs
+    (input, weight, bias; None where absent), compiled forward and backward."""
+    if isinstance(normalized_shape, (int, np.integer)):
+        normalized_shape = (int(normalized_shape),)
+    normalized_shape = tuple(int(d) for d in normalized_shape)
+    n = len(normalized_shape)
+    shape = tuple(input.shape)
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != normalized_shape:
+            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
+                               f"{size_str(p.shape)} and normalized_shape = {size_str(normalized_shape)}")
+    if n == 0 or len(shape) < n or shape[len(shape) - n:] != normalized_shape:
+        raise RuntimeError(f"Given normalized_shape={size_str(normalized_shape)}, expected input with shape "
+                           f"[*, {', '.join(str(d) for d in normalized_shape)}], but got input of size"
+                           f"{size_str(shape)}")
+    x = input._data
+    if x.dtype.kind != "f":
+        raise NotImplementedError(f"\"LayerNormKernelImpl\" not implemented for '{scalar_name(x.dtype)}'")
+    if any(p is not None and p._data.dtype != x.dtype for p in (weight, bias)):
+        raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
+    k = int(np.prod(normalized_shape, dtype=np.int64))
+    none = np.zeros(0, x.dtype)
+    w = none if weight is None else np.ascontiguousarray(weight._data).reshape(-1)
+    b = none if bias is None else np.ascontiguousarray(bias._data).reshape(-1)
+    out, mean, rstd = layer_norm_forward(np.ascontiguousarray(x).reshape(-1, k), w, b, weight is not None,
+                                         bias is not None, float(eps))
+    res = _wrap(out.reshape(x.shape))
+    inputs = (input, _ABSENT if weight is None else weight, _ABSENT if bias is None else bias)
+    if not _needs(*inputs):
+        return res
+    # x itself is saved (not a reshaped copy), so saved_tensors_hooks and _saved_self see the input
+    saved = (x, mean, rstd) if weight is None else (x, mean, rstd, weight._data)
+    return record(LAYER_NORM, res, inputs, saved, (float(eps),),
+                  LAYER_NORM.pack_ints(k=k, has_w=weight is not None, has_b=bias is not None))
+
+
+_ABSENT = _wrap(np.zeros(0))  # an input slot without a tensor: the node's next_functions entry is None
+
+
+
+
+def layer_norm_rule(grad, ri):
+    """dx = rstd * (gy - mean(gy) - y * mean(gy * y)) per group of k with gy = grad * weight,
+    dw = sum of grad * y, db = sum of grad; y and rstd are rebuilt from the saved input
+    with Tensor ops, so that under create_graph the second derivative sees how they depend
+    on x (the compiled kernel reads the saved values)."""
+    k, has_w, has_b = ri.iparams()
+    (eps,) = ri.floats(1)
+    shape = ri.in_shape(0)
+    rows = int(np.prod(shape, dtype=np.int64)) // k
+    x = reshape(ri.saved_input(0, 0), (rows, k))
+    c = x - mean(x, 1, keepdim=True)
+    rstd = reciprocal(sqrt(mean(c * c, 1, keepdim=True) + eps))
+    y = c * rstd
+    g = reshape(grad, (rows, k))
+    gy = g * reshape(ri.saved_input(3, 1), (k,)) if has_w else g
+    dx = (gy - mean(gy, 1, keepdim=True) - y * mean(gy * y, 1, keepdim=True)) * rstd
+    dw = reshape(sum(g * y, 0), ri.in_shape(1)) if has_w else None
+    db = reshape(sum(g, 0), ri.in_shape(2)) if has_b else None
+    return (reshape(dx, shape), dw, db)
+
+
+def _stat(ri, k):
+    """Saved mean / rstd (torch's result1 / result2): the input's shape with the normalized
+    dims as 1 (taken as the fewest trailing dims that hold k elements)."""
+    shape = ri.in_shape(0)
+    n = ri.iparams().k
+    lead = len(shape)
+    while lead > 0 and int(np.prod(shape[lead:], dtype=np.int64)) != n:
+        lead -= 1
+    rows = int(np.prod(shape[:lead], dtype=np.int64))
+    return _wrap(np.asarray(ri.saved(k, (rows,))).reshape(tuple(shape[:lead]) + (1,) * (len(shape) - lead)))
+
+
+def _ln_weight(ri, k):
+    return ri.saved_input(k, 1) if ri.iparams().has_w else None
+
+
+# saved: the input, torch's result1 / result2 (mean, rstd per group) and the weight (when given)
+LAYER_NORM = structural("layer_norm", "NativeLayerNormBackward0", args=("input", "weight", "bias"),
+                        saves=("input", "result1", "result2", "weight"),
+                        saved_as={"result1": _stat, "result2": _stat, "weight": _ln_weight},
+                        rule=layer_norm_rule, kernel=K.k_layer_norm, iparams=("k", "has_w", "has_b"),
+                        fparams=("_eps",), forward=layer_norm)
+
+
+# --- Embedding -------------------------------------------------------------------------------
+def _padding_index(padding_idx, num):
+    if padding_idx is None:
+        return None
+    if padding_idx > 0:
+        if padding_idx >= num:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+    elif padding_idx < 0:
+        if padding_idx < -num:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+        padding_idx = num + padding_idx
+    return padding_idx
+
+
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+              sparse=False):
+    """weight[input]: rows of weight picked by an integer tensor of any shape; one
+    EmbeddingBackward0 node whose compiled kernel scatter-adds the gradient rows (repeated
+    indices accumulate; the padding_idx row gets none; scale_grad_by_freq divides by how
+    often each index occurs). max_norm first renormalises the rows used, in place."""
+    if sparse:
+        raise NotImplementedError("jitgrad: sparse embedding gradients are not supported (no sparse tensors)")
+    idx = input._data if isinstance(input, Tensor) else np.asarray(input)
+    idx = np.asarray(idx)
+    if idx.dtype not in (np.int64, np.int32):
+        name = tensor_type(idx.dtype)
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got {name} instead (while checking arguments for embedding)")
+    if weight.ndim != 2:
+        raise RuntimeError("'weight' must be 2-D")
+    num, dim = weight.shape
+    if idx.size and (idx.min() < 0 or idx.max() >= num):
+        raise IndexError("index out of range in self")
+    padding_idx = _padding_index(padding_idx, num)
+    flat = idx.reshape(-1).astype(np.int64, copy=False)
+    if max_norm is not None:
+        _embedding_renorm_(weight, flat, float(max_norm), float(norm_type))
+    w = weight._data
+    res = _wrap(w[flat].reshape(idx.shape + (dim,)))
+    if not _needs(weight):
+        return res
+    coef = np.ones(flat.size, w.dtype)
+    if scale_grad_by_freq:
+        coef /= np.bincount(flat, minlength=num)[flat]
+    if padding_idx is not None:
+        coef[flat == padding_idx] = 0
+    return record(EMBEDDING, res, (weight,), (np.ascontiguousarray(flat), coef), (), EMBEDDING.pack_ints(dim=dim))
+
+
+def _embedding_renorm_(weight, flat, max_norm, norm_type):
+    """torch.embedding_renorm_: rows used whose norm exceeds max_norm are scaled to
+    max_norm / (norm + 1e-7), in place and outside autograd (the weight's version moves)."""
+    rows = np.unique(flat)
+    if rows.size == 0:
+        return
+    w = weight._array()
+    norms = np.linalg.norm(w[rows].astype(np.float64), ord=norm_type, axis=1)
+    big = norms > max_norm
+    if big.any():
+        r = rows[big]
+        w[r] *= (max_norm / (norms[big] + 1e-7)).astype(w.dtype)[:, None]
+        weight._bump()
+
+
+def embedding_rule(grad, ri):
+    """d weight[idx[j]] += coef[j] * grad[j] (coef: 0 on padding_idx, 1/count of the index
+    with scale_grad_by_freq, else 1), as a scatter-add Tensor op.
+    As in torch, the counts are not part of the derivative of this backward (torch's
+    embedding_dense_double_backward masks the padding row only), so they are applied as
+    a constant offset rather than as a recorded multiply."""
+    (dim,) = ri.iparams()
+    idx = np.asarray(ri.saved(0, None)).reshape(-1)
+    n = idx.size
+    coef = np.asarray(ri.saved(1, (n,))).reshape(n)
+    used = coef != 0
+    mask = _wrap(used.astype(coef.dtype).reshape(n, 1))
+    g = reshape(reshape(grad, (n, dim)) * mask, (-1,))
+    flat = (idx[:, None] * dim + np.arange(dim, dtype=np.int64)).reshape(-1)
+    gw = index_put_flat(g, flat, ri.in_shape(0))
+    if np.all(coef[used] == 1):
+        return (gw,)
+    scale = np.ones((ri.in_shape(0)[0], 1), coef.dtype)
+    scale[idx[used], 0] = coef[used]  # 1/count of each row used
+    return (gw + _wrap(gw._data * scale - gw._data),)
+
+
+def _indices(ri, k):
+    """torch's _saved_indices: the index tensor, at its own shape."""
+    return _wrap(np.asarray(ri.saved(k, None)).reshape(ri.out_shape()[:-1]))
+
+
+# saved: the indices (flat, int64) and per index its gradient's coefficient (0 at padding_idx,
+# 1/count with scale_grad_by_freq), which torch recomputes instead of saving
+EMBEDDING = structural("embedding", "EmbeddingBackward0", args=("weight",), saves=("indices", "_coef"),
+                       index_saves=("indices",), saved_as={"indices": _indices}, rule=embedding_rule,
+                       kernel=K.k_embedding, iparams=("dim",), forward=embedding)
+
+
+# --- nll_loss --------------------------------------------------------------------------------
+def _legacy_reduction(size_average, reduce, reduction):
+    # torch's deprecated size_average/reduce flags still decide the reduction when given
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    return "none" if not reduce else ("mean" if size_average else "sum")
+
+
+def _targets(target):
+    t = target._data if isinstance(target, Tensor) else np.asarray(target)
+    return np.asarray(t, dtype=np.int64)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """-weight[t] * input[n, t] with t = target[n]; ignored targets contribute nothing and,
+    for the mean, the sum is divided by the total weight of the targets that count."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    t = _targets(target)
+    if input.ndim == 1:                               # one sample: (C,) input, () target
+        out = nll_loss(input.unsqueeze(0), t.reshape(1), weight, None, ignore_index, None, reduction)
+        return out.reshape(()) if reduction == "none" else out
+    if input.ndim != 2:
+        raise ValueError(f"Expected 2 dimensions (got {input.ndim})")
+    if t.shape != (input.shape[0],):
+        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
+                         f"({t.shape[0] if t.ndim else 0}).")
+    valid = t != ignore_index
+    safe = np.where(valid, t, 0)
+    if valid.any() and (safe.min() < 0 or safe.max() >= input.shape[1]):
+        raise IndexError(f"Target {int(safe.max() if safe.max() >= input.shape[1] else safe.min())} "
+                         "is out of bounds.")
+    x = input._data
+    w = valid.astype(x.dtype)
+    if weight is not None:
+        w = w * (weight._data if isinstance(weight, Tensor) else np.asarray(weight))[safe]
+        w = w.astype(x.dtype, copy=False)
+    losses = -(x[np.arange(t.shape[0]), safe] * w)
+    total = w.sum()
+    with np.errstate(divide="ignore", invalid="ignore"):   # all targets ignored: nan, as torch
+        if reduction == "mean":
+            out, coef = np.asarray(losses.sum() / total, dtype=x.dtype), w / total
+        elif reduction == "sum":
+            out, coef = np.asarray(losses.sum(), dtype=x.dtype), w
+        elif reduction == "none":
+            out, coef = losses, w
+        else:
+            raise ValueError(f"{reduction} is not a valid value for reduction")
+    res = _wrap(out)
+    if not _needs(input):
+        return res
+    # one node, as torch's NllLossBackward0: its kernel scatters -grad * coef to the targets
+    return record(NLL_LOSS, res, (input,), (np.ascontiguousarray(safe), coef.astype(x.dtype, copy=False)), (),
+                  NLL_LOSS.pack_ints(ncls=x.shape[1], per_row=reduction == "none"))
+
+
+def nll_rule(grad, ri):
+    """d input[n, target[n]] = -grad * weight[n] (grad is one value unless reduction='none';
+    the saved weight already holds the class weight, the ignore mask and the 1/total)."""
+    ncls, per_row = ri.iparams()
+    shape = ri.in_shape(0)
+    n = shape[0]
+    target = np.asarray(ri.saved(0, None)).reshape(n)
+    coef = _wrap(np.asarray(ri.saved(1, (n,))).reshape(n))
+    g = grad if per_row else expand(reshape(grad, (1,)), (n,))
+    return (index_put_flat(-(g * coef), np.arange(n, dtype=np.int64) * ncls + target, shape),)
+
+
+def _target(ri, k):
+    return _wrap(np.asarray(ri.saved(k, None)).reshape(ri.in_shape(0)[:1]))
+
+
+# saved: the target (ignored ones as 0) and per sample the gradient's coefficient (class
+# weight, ignore mask and 1/total), where torch saves self, weight and total_weight
+NLL_LOSS = structural("nll_loss", "NllLossBackward0", saves=("target", "_coef"), index_saves=("target",),
+                      saved_as={"target": _target}, rule=nll_rule, kernel=K.k_nll,
+                      iparams=("ncls", "per_row"), forward=nll_loss)
+
+
+# --- convolution -----------------------------------------------------------------------------
+
+
+def convolution(input, weight, bias, stride, pads, dilation, groups):
+    """The ConvolutionBackward0 primitive on batched input: compiled forward (kernels/conv.py)
+    and one row whose kernel (structural.k_conv) computes all three gradients."""
+    x, w = input._data, weight._data
+    n, c, h, wd = x.shape
+    cout, cg, kh, kw = w.shape
+    pt, pb, pl, pr = pads
+    ho = (h + pt + pb - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (wd + pl + pr - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    geom = np.array([n, c, h, wd, cout, cg, kh, kw, stride[0], stride[1], pt, pl, dilation[0], dilation[1],
+                     groups, ho, wo], np.int64)
+    b = bias._data if bias is not None else np.zeros(0, x.dtype)
+    out = conv_forward(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(w).reshape(-1),
+                       np.ascontiguousarray(b), bias is not None, geom)
+    res = _wrap(out.reshape(n, cout, ho, wo))
+    inputs = (input, weight) if bias is None else (input, weight, bias)
+    if not _needs(*inputs):
+        return res
+    return record(CONVOLUTION, res, inputs, (x, w), (), CONVOLUTION.pack_ints(*geom.tolist()))
+
+
+def conv_rule(grad, ri):
+    """ConvolutionBackward0 from Tensor ops, so that create_graph records a differentiable
+    backward: im2col is a gather (an IndexBackward0 node) from the flattened input with
+    one zero appended, which every padding position reads; the rest is matmuls."""
+    geom = ri.iparams()
+    n, c, h, w, cout, cg, kh, kw, _, _, _, _, _, _, groups, ho, wo = geom
+    x = ri.saved_input(0, 0)
+    wt = ri.saved_input(1, 1)
+    idx = conv_gather_index(geom)                                  # (G, K, N*L)
+    xz = cat([reshape(x, (-1,)), _wrap(np.zeros(1, x._data.dtype))], 0)
+    cols = index_flat(xz, idx.reshape(-1), idx.shape, INDEX)
+    m = cout // groups
+    # grad (N, Cout, Ho, Wo) -> (G, M, N*L), the columns' layout
+    gmat = reshape(permute(reshape(grad, (n, groups, m, ho * wo)), (1, 2, 0, 3)), (groups, m, n * ho * wo))
+    wmat = reshape(wt, (groups, m, cg * kh * kw))
+    gw = reshape(matmul(gmat, transpose(cols, -1, -2)), tuple(wt.shape))
+    gcols = matmul(transpose(wmat, -1, -2), gmat)
+    gxz = index_put_flat(reshape(gcols, (-1,)), idx.reshape(-1), (n * c * h * w + 1,))
+    gx = reshape(getitem(gxz, slice(0, n * c * h * w)), (n, c, h, w))
+    gb = sum(grad, (0, 2, 3)) if ri.n_inputs() == 3 else None
+    return (gx, gw) if gb is None else (gx, gw, gb)
+
+
+def conv_gather_index(geom):
+    """For each column entry (group, (c, i, j), (sample, oh, ow)), the flat input index it
+    reads, or N*C*H*W (the appended zero) where it falls in the padding."""
+    n, c, h, w, _, cg, kh, kw, sh, sw, pt, pl, dh, dw, groups, ho, wo = (int(v) for v in geom)
+    grp, ch, i, j, s, oh, ow = np.ix_(*(np.arange(d) for d in (groups, cg, kh, kw, n, ho, wo)))
+    ih = oh * sh - pt + i * dh
+    iw = ow * sw - pl + j * dw
+    flat = ((s * c + grp * cg + ch) * h + ih) * w + iw
+    inside = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
+    return np.where(inside, flat, n * c * h * w).reshape(groups, cg * kh * kw, n * ho * wo)
+
+
+# iparams: the geometry (kernels/conv.py reads the same 17 numbers)
+CONVOLUTION = structural("convolution", "ConvolutionBackward0", args=("input", "weight", "bias"),
+                         saves=("input", "weight"), rule=conv_rule, kernel=K.k_conv,
+                         iparams=("n", "c", "h", "w", "cout", "cg", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw",
+                                  "groups", "ho", "wo"), forward=convolution)
+
+
+# --- max_pool2d and the padding modes: gathers (indexing's primitive) under torch's names ----
+def _max_pool2d_with_indices(input, kernel, stride, padding, dilation, out_size):
+    """(values, indices), indices flat within each (H, W) plane as PyTorch's. The node is
+    a scatter of the gradient to the argmax positions (the kernel max(dim) uses), so it
+    saves the argmax as indices into the whole input."""
+    x = input._data
+    h, w = x.shape[-2:]
+    planes = x.size // (h * w)
+    (ho, wo) = out_size
+    pgeom = np.array([planes, h, w, *kernel, *stride, *padding, *dilation, ho, wo], np.int64)
+    out, arg = max_pool_forward(np.ascontiguousarray(x).reshape(-1), pgeom)
+    shape = x.shape[:-2] + (ho, wo)
+    indices = _wrap(arg.reshape(shape))
+    res = _wrap(out.reshape(shape))
+    if not _needs(input):
+        return res, indices
+    flat = arg + np.repeat(np.arange(planes, dtype=np.int64) * (h * w), ho * wo)
+    return record(MAX_POOL2D, res, (input,), (flat,)), indices
+
+
+MAX_POOL2D = alias("max_pool2d", INDEX, "MaxPool2DWithIndicesBackward0", forward=_max_pool2d_with_indices)
+
+
+def _pad_source(n, lo, hi, mode):
+    """For each position of a dimension of size n padded by (lo, hi), where it reads from."""
+    i = np.arange(-lo, n + hi)
+    if mode == "reflect":
+        i = np.abs(i)
+        return np.where(i >= n, 2 * (n - 1) - i, i)
+    if mode == "replicate":
+        return np.clip(i, 0, n - 1)
+    return i % n  # circular
+
+
+# Conv2d's padding modes
+REFLECTION_PAD2D = alias("reflection_pad2d", INDEX, "ReflectionPad2DBackward0")
+REPLICATION_PAD2D = alias("replication_pad2d", INDEX, "ReplicationPad2DBackward0")
+_PAD_SPEC = {"reflect": REFLECTION_PAD2D, "replicate": REPLICATION_PAD2D, "circular": INDEX}
+
+
+def _pad2d(x, pads, mode):
+    """The last two dims of x padded by pads = (top, bottom, left, right) in a non-zero
+    padding mode: a gather from the input (its gradient scatter-adds back), recorded under
+    torch's node name (circular, which torch builds from copies, records IndexBackward0)."""
+    shape = tuple(x.shape)
+    h, w = shape[-2:]
+    pt, pb, pl, pr = pads
+    if mode == "reflect":
+        # torch checks the width first; its messages number the pads as arguments #4 and #6
+        for arg, dim, (lo, hi), size in ((4, len(shape) - 1, (pl, pr), w), (6, len(shape) - 2, (pt, pb), h)):
+            if lo >= size or hi >= size:
+                raise RuntimeError(f"Argument #{arg}: Padding size should be less than the corresponding input "
+                                   f"dimension, but got: padding ({lo}, {hi}) at dimension {dim} of input {size_str(shape)}")
+    if mode == "circular" and max(pt, pb) > h or mode == "circular" and max(pl, pr) > w:
+        raise RuntimeError("Padding value causes wrapping around more than once.")
+    rows, cols = _pad_source(h, pt, pb, mode), _pad_source(w, pl, pr, mode)
+    planes = int(np.prod(shape[:-2], dtype=np.int64))
+    idx = (np.arange(planes)[:, None, None] * (h * w) + rows[None, :, None] * w + cols[None, None, :]).reshape(-1)
+    out_shape = shape[:-2] + (rows.size, cols.size)
+    return index_flat(x, idx, out_shape, _PAD_SPEC[mode])
+
+
+REFLECTION_PAD2D.forward = REPLICATION_PAD2D.forward = _pad2d

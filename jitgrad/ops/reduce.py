@@ -1,0 +1,243 @@
+"""Reductions: sum, mean, amax / amin, max / min (all, and along a dim), prod, and
+sum_to (the reverse of broadcasting, a composition). Each entry sits below its forward."""
+import collections
+import math
+
+import numpy as np
+
+from jitgrad._core import modes as _grad_mode
+from jitgrad.graph.record import record
+from jitgrad.graph.spec import alias, structural
+from jitgrad.graph.tensor import Tensor, _wrap_dim, wrap as _wrap
+from jitgrad.kernels import structural as K
+from jitgrad.ops._common import _needs
+from jitgrad.ops.elementwise import eq, maximum, minimum, to_dtype, where
+from jitgrad.ops.shape import INDEX, _dims, _kd_shape, expand, index_flat, reshape
+
+
+def _reduce(spec_all, spec_dim, x, dim, keepdim, out, scale):
+    dims = _dims(x, dim)
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    kd = _kd_shape(x._data.shape, dims)
+    spec = spec_all if dim is None else spec_dim
+    return record(spec, res, (x,), (), (scale,), spec.pack_ints(rest=kd))
+
+
+def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    dims = _dims(x, dim)
+    d = x._data
+    out = d.sum(axis=dims, keepdims=keepdim)
+    if d.dtype.kind in "bi":
+        out = out.astype(np.int64)
+    return _reduce(SUM_ALL, SUM, x, dim, keepdim, out, 1.0)
+
+
+
+
+def sum_rule(grad, ri):
+    (scale,) = ri.floats(1)
+    g = expand(reshape(grad, ri.iparams().keepdim_shape), ri.in_shape(0))
+    return (g * scale if scale != 1.0 else g,)
+
+
+# iparams: the input's shape with the reduced dims kept as 1 (the kernel's broadcast plan
+# reads it as a shape); fparams: the scale (1 for sum, 1/count for mean)
+SUM = structural("sum", "SumBackward1", rule=sum_rule, kernel=K.k_sum, iparams=("*keepdim_shape",),
+                 fparams=("_scale",), forward=sum)
+SUM_ALL = alias("sum_all", SUM, "SumBackward0")
+
+
+def mean(x, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    if x._data.dtype.kind != "f":
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
+                           f"or complex dtype. Got: {x.dtype.name.capitalize()}")
+    dims = _dims(x, dim)
+    d = x._data
+    count = 1
+    for i in dims:
+        count *= d.shape[i]
+    out = np.asarray(d.mean(axis=dims, keepdims=keepdim), dtype=d.dtype)
+    return _reduce(MEAN_ALL, MEAN, x, dim, keepdim, out, 1.0 / count if count else math.nan)
+
+
+
+
+MEAN = alias("mean", SUM, "MeanBackward1", forward=mean)         # the kernel scales by fp[0]
+MEAN_ALL = alias("mean_all", SUM, "MeanBackward0", forward=mean)
+
+
+def _extremum(spec, npfn, x, dim, keepdim):
+    dims = _dims(x, dim)
+    if x._data.size == 0:
+        raise RuntimeError(f"{spec.name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    out = np.asarray(npfn(x._data, axis=dims, keepdims=keepdim))
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    kd = _kd_shape(x._data.shape, dims)
+    return record(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=kd))
+
+
+def amax(x, dim=(), keepdim=False):
+    return _extremum(AMAX, np.max, x, None if dim == () else dim, keepdim)
+
+
+def amin(x, dim=(), keepdim=False):
+    return _extremum(AMIN, np.min, x, None if dim == () else dim, keepdim)
+
+
+
+
+def _dims_of(in_shape, kd):
+    return tuple(i for i, (a, b) in enumerate(zip(in_shape, kd)) if b == 1)
+
+
+def extremum_rule(grad, ri):
+    kd = ri.iparams().keepdim_shape
+    self = ri.saved_input(0, 0)
+    r = _wrap(ri.saved(1, ri.out_shape())).reshape(kd)
+    mask = to_dtype(eq(self, r), self.dtype)
+    count = sum(mask, _dims_of(ri.in_shape(0), kd), keepdim=True)
+    return (reshape(grad, kd) * mask / count,)
+
+
+def evenly_rule(grad, ri):
+    """max()/min(): torch's evenly_distribute_backward, grad / count where self equals the
+    result (where self is NaN when the result is NaN), exactly 0 elsewhere."""
+    self = ri.saved_input(0, 0)
+    x = np.asarray(self._data)
+    r = np.asarray(ri.saved(1, ri.out_shape()))
+    mask = np.isnan(x) if np.isnan(r).all() else x == r
+    g = reshape(grad, ()) / float(mask.sum())
+    return (where(_wrap(mask), g, 0.0),)
+
+
+AMAX = structural("amax", "AmaxBackward0", saves=("self", "result"), rule=extremum_rule, kernel=K.k_amax_dims,
+                  iparams=("*keepdim_shape",), forward=amax)
+AMIN = alias("amin", AMAX, "AminBackward0", forward=amin)
+MAX_ALL = structural("max_all", "MaxBackward1", saves=("self", "result"), rule=evenly_rule, kernel=K.k_max_all,
+                     iparams=("*keepdim_shape",), forward=_extremum)  # torch's own rule
+MIN_ALL = alias("min_all", MAX_ALL, "MinBackward1")
+
+return_types_max = collections.namedtuple("max", ["values", "indices"])
+return_types_min = collections.namedtuple("min", ["values", "indices"])
+
+
+def _extremum_dim(spec, argfn, x, dim, keepdim, rtype):
+    d = x._data
+    dim = _wrap_dim(dim, d.ndim)
+    if d.ndim == 0:
+        return rtype(index_flat(x, np.zeros(1, np.int64), (), spec), _wrap(np.asarray(0)))
+    shape = d.shape
+    pre = int(np.prod(shape[:dim], dtype=np.int64))
+    n = shape[dim]
+    post = int(np.prod(shape[dim + 1:], dtype=np.int64))
+    arg = argfn(d.reshape(pre, n, post), axis=1)
+    flat = (np.arange(pre)[:, None] * n + arg) * post + np.arange(post)[None, :]
+    out_shape = shape[:dim] + ((1,) if keepdim else ()) + shape[dim + 1:]
+    values = index_flat(x, flat.reshape(-1).astype(np.int64), out_shape, spec)
+    return rtype(values, _wrap(arg.reshape(out_shape).astype(np.int64)))
+
+
+def max(x, dim=None, keepdim=False):  # noqa: A001
+    if isinstance(dim, Tensor):
+        return maximum(x, dim)
+    if dim is None:
+        return _extremum(MAX_ALL, np.max, x, None, False)
+    return _extremum_dim(MAX_DIM, np.argmax, x, dim, keepdim, return_types_max)
+
+
+def min(x, dim=None, keepdim=False):  # noqa: A001
+    if isinstance(dim, Tensor):
+        return minimum(x, dim)
+    if dim is None:
+        return _extremum(MIN_ALL, np.min, x, None, False)
+    return _extremum_dim(MIN_DIM, np.argmin, x, dim, keepdim, return_types_min)
+
+
+def argmax(x, dim=None, keepdim=False):
+    if dim is None:
+        return _wrap(np.asarray(np.argmax(x._data), dtype=np.int64))
+    return max(x, dim, keepdim).indices
+
+
+def argmin(x, dim=None, keepdim=False):
+    if dim is None:
+        return _wrap(np.asarray(np.argmin(x._data), dtype=np.int64))
+    return min(x, dim, keepdim).indices
+
+
+def prod(x, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    dims = _dims(x, dim)
+    out = np.asarray(x._data.prod(axis=dims, keepdims=keepdim))
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    kd = _kd_shape(x._data.shape, dims)
+    spec = PROD_ALL if dim is None else PROD
+    return record(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=kd))
+
+
+
+# max / min along a dim: a gather of the extreme elements (indexing's primitive)
+MAX_DIM = alias("max_dim", INDEX, "MaxBackward0", forward=max)
+MIN_DIM = alias("min_dim", INDEX, "MinBackward0", forward=min)
+
+
+def prod_all_rule(grad, ri):
+    """torch's prod_backward without a dim: with more than one zero and grad mode off, zeros."""
+    zeros = int((np.asarray(ri.saved_input(0, 0)._data) == 0).sum())
+    if zeros > 1 and not _grad_mode.is_grad_enabled():
+        return (_wrap(np.zeros(ri.in_shape(0), grad._data.dtype)),)
+    return prod_rule(grad, ri)
+
+
+def prod_rule(grad, ri):
+    kd = ri.iparams().keepdim_shape
+    self = ri.saved_input(0, 0)
+    g = reshape(grad, kd)
+    x = np.asarray(self._data)
+    if not (x == 0).any():
+        return (g * (reshape(ri.result(1), kd) / self),)
+    # With zeros, result/self is undefined: use the product of the other elements,
+    # computed without a graph (its second derivative is not tracked here).
+    return (g * _wrap(_prod_others(x, _dims_of(x.shape, kd))),)
+
+
+def _prod_others(x, dims):
+    moved = np.moveaxis(x, dims, tuple(range(len(dims))))
+    lead = int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
+    flat = moved.reshape(lead, -1)
+    res = np.empty_like(flat)
+    for i in range(lead):
+        mask = np.ones(lead, bool)
+        mask[i] = False
+        res[i] = flat[mask].prod(axis=0)
+    return np.moveaxis(res.reshape(moved.shape), tuple(range(len(dims))), dims)
+
+
+PROD = structural("prod", "ProdBackward1", saves=("self", "result"), rule=prod_rule, kernel=K.k_prod_dims,
+                  iparams=("*keepdim_shape",), forward=prod)
+PROD_ALL = structural("prod_all", "ProdBackward0", saves=("self", "result"), rule=prod_all_rule,
+                      kernel=K.k_prod_all, iparams=("*keepdim_shape",), forward=prod)
+
+
+def sum_to(t, shape):
+    """Sum `t` down to `shape` (the reverse of broadcasting)."""
+    shape = tuple(shape)
+    if t._data.shape == shape:
+        return t
+    lead = t._data.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                      if s == 1 and t._data.shape[lead + i] != 1)
+    return reshape(sum(t, dims, keepdim=True), shape) if dims else reshape(t, shape)
+
+

@@ -1,0 +1,396 @@
+"""Shape primitives: views (reshape, squeeze, unsqueeze, permute, transpose, t), expand,
+indexing (a gather at flat indices, and its adjoint scatter), cat / stack. Each entry
+(graph/spec.py) sits below its forward, with its rule above it; the compiled kernels are
+in kernels/structural.py, passed as function objects.
+
+Rules call Tensor methods (bound by the table, ops/__init__.py) or functions of this module
+and lower ones, never of a module above: the ops package has no import cycle.
+"""
+import operator
+
+import numpy as np
+
+from jitgrad.graph.record import record
+from jitgrad.graph.spec import alias, structural
+from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim, wrap as _wrap
+from jitgrad.kernels import structural as K
+from jitgrad.ops._common import _needs
+
+
+def _dims(x, dim):
+    nd = x._data.ndim
+    if dim is None:
+        return tuple(range(nd))
+    if nd == 0:
+        # PyTorch accepts dim 0 / -1 on a 0-d tensor; there is nothing to reduce
+        for d in (dim if isinstance(dim, (tuple, list)) else (dim,)):
+            _wrap_dim(d, 0)
+        return ()
+    if isinstance(dim, (tuple, list)):
+        ds = tuple(sorted(_wrap_dim(d, nd) for d in dim))
+        if len(set(ds)) != len(ds):
+            raise RuntimeError(f"dim {ds[0]} appears multiple times in the list of dims")
+        return ds
+    return (_wrap_dim(dim, nd),)
+
+
+def _kd_shape(shape, dims):
+    return tuple(1 if i in dims else s for i, s in enumerate(shape))
+
+
+def _shape_arg(shape, fn="view", arg="shape"):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    try:
+        if any(isinstance(s, (bool, np.bool_)) for s in shape):
+            raise TypeError
+        return tuple(operator.index(s) for s in shape)  # ints, numpy ints, one-element int tensors
+    except TypeError:
+        bad = next(s for s in shape if isinstance(s, (bool, np.bool_)) or not hasattr(s, "__index__"))
+        raise TypeError(f"{fn}(): argument '{arg}' (position 1) must be tuple of ints, not {type(bad).__name__}") \
+            from None
+
+
+def _infer_shape(shape, numel):
+    shape = list(shape)
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    for i, s in enumerate(shape):
+        if s < -1:
+            raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape {shape}")
+    if -1 in shape:
+        known = 1
+        for s in shape:
+            if s != -1:
+                known *= s
+        if known == 0 and numel == 0:
+            raise RuntimeError(f"cannot reshape tensor of 0 elements into shape {shape} because the unspecified "
+                               "dimension size -1 can be any value and is ambiguous")
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+        shape[shape.index(-1)] = numel // known
+    n = 1
+    for s in shape:
+        n *= s
+    if n != numel:
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+def _mark_view(res, x, fn):
+    """res shares x's storage (fn(x's array) gives res's): an in-place op on res must then
+    update x's history too (ops/inplace.py)."""
+    if isinstance(res._data, np.ndarray) and res._data.base is not None:
+        if res._x is None:
+            res._x = _Rare()
+        res._x.view_of = (x, fn)
+    return res
+
+
+def _view_like(spec, x, out, fn=None):
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    res = record(spec, res, (x,))
+    if fn is None:
+        shape = out.shape
+        fn = lambda a: a.reshape(shape)  # noqa: E731
+    return _mark_view(res, x, fn)
+
+
+def reshape(x, *shape):
+    shape = _infer_shape(_shape_arg(shape, "reshape"), x._data.size)
+    return _view_like(VIEW, x, x._data.reshape(shape))
+
+
+view = reshape
+
+
+def view_rule(grad, ri):
+    return (reshape(grad, ri.in_shape(0)),)
+
+
+VIEW = structural("view", "ViewBackward0", rule=view_rule, kernel=K.k_view, forward=reshape)
+RESHAPE_ALIAS = alias("unsafe_view", VIEW, "UnsafeViewBackward0")
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    d = x._data
+    if d.ndim == 0:
+        return reshape(x, (1,))
+    s = _wrap_dim(start_dim, d.ndim)
+    e = _wrap_dim(end_dim, d.ndim)
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    if s == e:
+        return x
+    shape = d.shape[:s] + (int(np.prod(d.shape[s:e + 1])),) + d.shape[e + 1:]
+    return reshape(x, shape)
+
+
+def squeeze(x, dim=None):
+    d = x._data
+    if dim is None:
+        return _view_like(SQUEEZE, x, d.reshape(tuple(s for s in d.shape if s != 1)))
+    dims = _dims(x, dim) if d.ndim else ()
+    shape = tuple(s for i, s in enumerate(d.shape) if not (i in dims and s == 1))
+    return _view_like(SQUEEZE_DIM, x, d.reshape(shape))
+
+
+def unsqueeze(x, dim):
+    d = x._data
+    dim = _wrap_dim(dim, d.ndim + 1)
+    return _view_like(UNSQUEEZE, x, np.expand_dims(d, dim))
+
+
+
+
+SQUEEZE = alias("squeeze", VIEW, "SqueezeBackward0", forward=squeeze)
+SQUEEZE_DIM = alias("squeeze_dim", VIEW, "SqueezeBackward1", forward=squeeze)
+UNSQUEEZE = alias("unsqueeze", VIEW, "UnsqueezeBackward0", forward=unsqueeze)
+
+
+def expand(x, *sizes):
+    sizes = _shape_arg(sizes, "expand", "size")
+    d = x._data
+    if len(sizes) < d.ndim:
+        raise RuntimeError(f"expand(torch.FloatTensor{{{list(d.shape)}}}, size={list(sizes)}): the number of sizes "
+                           f"provided ({len(sizes)}) must be greater or equal to the number of dimensions in the "
+                           f"tensor ({d.ndim})")
+    lead = len(sizes) - d.ndim
+    for i, s in enumerate(sizes):
+        if s == -1 and i < lead:  # -1 keeps an existing size; a new leading dim has none
+            raise RuntimeError(f"The expanded size of the tensor (-1) isn't allowed in a leading, non-existing "
+                               f"dimension {i}")
+        if s < -1 and (i < lead or d.shape[i - lead] == 1):  # else the size mismatch below reports it
+            raise RuntimeError("numel: integer multiplication overflow")  # sic: what torch says
+    shape = tuple(d.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
+    for i in range(d.ndim):
+        if d.shape[i] != 1 and d.shape[i] != shape[lead + i]:
+            raise RuntimeError(f"The expanded size of the tensor ({shape[lead + i]}) must match the existing size "
+                               f"({d.shape[i]}) at non-singleton dimension {lead + i}.  Target sizes: {list(sizes)}."
+                               f"  Tensor sizes: {list(d.shape)}")
+    if shape == d.shape:
+        return x
+    res = _wrap(np.broadcast_to(d, shape))
+    if not _needs(x):
+        return res
+    return record(EXPAND, res, (x,))
+
+
+def expand_as(x, other):
+    return expand(x, other._data.shape)
+
+
+
+
+def expand_rule(grad, ri):
+    return (grad.sum_to_size(ri.in_shape(0)),)
+
+
+EXPAND = structural("expand", "ExpandBackward0", rule=expand_rule, kernel=K.k_expand, forward=expand)
+
+
+def permute(x, *dims, spec=None):
+    dims = _shape_arg(dims, "permute", "dims")
+    d = x._data
+    if len(dims) != d.ndim:
+        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
+                           f"of the desired ordering of dimensions i.e. input.dim() = {d.ndim} is not equal to "
+                           f"len(dims) = {len(dims)}")
+    perm = tuple(_wrap_dim(i, d.ndim) for i in dims)
+    if sorted(perm) != list(range(d.ndim)):
+        raise RuntimeError("permute(): duplicate dims are not allowed.")
+    res = _wrap(d.transpose(perm))
+    if not _needs(x):
+        return res
+    return _mark_view(record(spec or PERMUTE, res, (x,), (), (), PERMUTE.pack_ints(rest=perm)), x, lambda a: a.transpose(perm))
+
+
+def transpose(x, dim0, dim1):
+    nd = x._data.ndim
+    if nd == 0:
+        return x
+    perm = list(range(nd))
+    a, b = _wrap_dim(dim0, nd), _wrap_dim(dim1, nd)
+    perm[a], perm[b] = perm[b], perm[a]
+    return permute(x, perm, spec=TRANSPOSE)
+
+
+def t(x):
+    nd = x._data.ndim
+    if nd > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {nd}D")
+    return permute(x, tuple(range(nd))[::-1], spec=T)
+
+
+def _T(x):
+    return permute(x, tuple(range(x._data.ndim))[::-1])
+
+
+
+
+def permute_rule(grad, ri):
+    return (permute(grad, tuple(int(i) for i in np.argsort(ri.iparams().dims))),)
+
+
+PERMUTE = structural("permute", "PermuteBackward0", rule=permute_rule, kernel=K.k_permute, iparams=("*dims",),
+                     forward=permute)
+TRANSPOSE = alias("transpose", PERMUTE, "TransposeBackward0", forward=transpose)
+T = alias("t", PERMUTE, "TBackward0", forward=t)
+
+
+# --- indexing ----------------------------------------------------------------------------------
+def index_flat(x, idx, out_shape, spec, data=None):
+    """out = x.flatten()[idx].reshape(out_shape): the primitive behind indexing and max(dim).
+    `data`: the same values as a numpy view of x, when indexing is basic."""
+    src = x._data
+    out = src.reshape(-1)[idx].reshape(out_shape) if data is None else data
+    res = _wrap(out)
+    if not _needs(x):
+        return res
+    return record(spec, res, (x,), (idx,))
+
+
+def index_put_flat(g, idx, in_shape):
+    """zeros(in_shape) with g accumulated at flat indices idx: the adjoint of index_flat."""
+    out = np.zeros(int(np.prod(in_shape, dtype=np.int64)), dtype=g._data.dtype)
+    np.add.at(out, idx, g._data.reshape(-1))
+    res = _wrap(out.reshape(in_shape))
+    if not _needs(g):
+        return res
+    return record(INDEX_PUT, res, (g,), (idx,))
+
+
+def _norm_index(index):
+    if not isinstance(index, tuple):
+        index = (index,)
+    out = []
+    for i in index:
+        if isinstance(i, Tensor):
+            i = i._data
+        elif isinstance(i, list):
+            i = np.asarray(i)
+        out.append(i)
+    return tuple(out)
+
+
+def getitem(x, index):
+    idx = _norm_index(index)
+    d = x._data
+    if type(d) is not np.ndarray:
+        d = np.asarray(d)
+    try:
+        # a trailing Ellipsis makes integer indexing return a 0-d view, not a scalar copy
+        out = d[idx] if any(i is Ellipsis for i in idx) else d[idx + (Ellipsis,)]
+    except IndexError as e:
+        raise IndexError(str(e)) from None
+    out = np.asarray(out)
+    advanced = any(isinstance(i, np.ndarray) and i.ndim >= 0 and i.dtype.kind in "iub" for i in idx)
+    if not _needs(x):
+        res = _wrap(out)
+        if not advanced:
+                return res
+    if all(i is None for i in idx):
+        return _view_like(UNSQUEEZE, x, out)
+    if advanced:
+        spec = INDEX
+    elif any(isinstance(i, (int, np.integer)) for i in idx):
+        spec = SELECT
+    else:
+        spec = SLICE
+    flat = np.asarray(np.arange(d.size, dtype=np.int64).reshape(d.shape)[idx]).reshape(-1)
+    if advanced:
+        return index_flat(x, flat, out.shape, spec)
+    # basic indexing gives a view of x's storage, as in PyTorch
+    res = index_flat(x, flat, out.shape, spec, data=out)
+    return _mark_view(res, x, lambda a: a[idx] if any(i is Ellipsis for i in idx) else a[idx + (Ellipsis,)])
+
+
+
+
+def scatter_rule(grad, ri):
+    idx = ri.saved(0, None)
+    return (index_put_flat(grad, idx, ri.in_shape(0)),)
+
+
+def gather_rule(grad, ri):
+    idx = ri.saved(0, None)
+    return (index_flat(grad, idx, ri.in_shape(0), INDEX),)
+
+
+# The gather primitive behind indexing, max(dim), max_pool2d and padding: its saved value is
+# the flat input index of each output element (torch keeps other values: indices per dim,
+# a dim and an index... so it is internal, no _saved_ attribute)
+INDEX = structural("index", "IndexBackward0", rule=scatter_rule, kernel=K.k_scatter, saves=("_flat_index",),
+                   index_saves=("_flat_index",), forward=index_flat)
+SELECT = alias("select", INDEX, "SelectBackward0", forward=getitem)
+SLICE = alias("slice", INDEX, "SliceBackward0", forward=getitem)
+INDEX_PUT = structural("index_put", "IndexPutBackward0", rule=gather_rule, kernel=K.k_index_put,
+                       saves=("_flat_index",), index_saves=("_flat_index",), forward=index_put_flat)
+
+
+# --- joining ---------------------------------------------------------------------------------
+def cat(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    nd = tensors[0]._data.ndim
+    if nd == 0:
+        raise RuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated")
+    dim = _wrap_dim(dim, nd)
+    ref = tensors[0]._data.shape
+    for k, t in enumerate(tensors):
+        s = t._data.shape
+        if len(s) != nd:
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {nd} and {len(s)}")
+        for i in range(nd):
+            if i != dim and s[i] != ref[i]:
+                raise RuntimeError(f"Sizes of tensors must match except in dimension {dim}. Expected size {ref[i]} "
+                                   f"but got size {s[i]} for tensor number {k} in the list.")
+    return _join(CAT, tensors, dim, np.concatenate([t._data for t in tensors], axis=dim), False)
+
+
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    ref = tensors[0]._data.shape
+    for k, t in enumerate(tensors):
+        if t._data.shape != ref:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(ref)} at entry 0 and "
+                               f"{list(t._data.shape)} at entry {k}")
+    dim = _wrap_dim(dim, len(ref) + 1)
+    return _join(STACK, tensors, dim, np.stack([t._data for t in tensors], axis=dim), True)
+
+
+def _join(spec, tensors, dim, out, stacked):
+    dt = np.result_type(*[t._data.dtype for t in tensors])
+    res = _wrap(out.astype(dt, copy=False))
+    if not _needs(*tensors):
+        return res
+    shape = out.shape
+    outer = int(np.prod(shape[:dim], dtype=np.int64))
+    inner = int(np.prod(shape[dim + 1:], dtype=np.int64))
+    sizes = [1 if stacked else t._data.shape[dim] for t in tensors]
+    return record(spec, res, tuple(tensors), (), (), spec.pack_ints(outer, shape[dim], inner, dim, rest=sizes))
+
+
+
+
+def cat_rule(grad, ri):
+    p = ri.iparams()
+    stacked = ri.op() == STACK.op
+    out = []
+    off = 0
+    for n in p.sizes:
+        idx = [slice(None)] * grad.ndim
+        idx[p.dim] = off if stacked else slice(off, off + n)
+        out.append(grad[tuple(idx)])
+        off += n
+    return tuple(out)
+
+
+CAT = structural("cat", "CatBackward0", rule=cat_rule, kernel=K.k_cat, args=("tensors",),
+                 iparams=("outer", "total", "inner", "dim", "*sizes"), forward=cat)
+STACK = alias("stack", CAT, "StackBackward0", forward=stack)
