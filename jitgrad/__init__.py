@@ -29,3 +29,11 @@ for _alias, _op in (("multiply", "mul"), ("subtract", "sub"), ("divide", "div"),
     globals()[_alias] = _FUNCTIONS[_op]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # an op declared after import (jitgrad.ops.defop) is jitgrad.<name> as well
+    fn = _ops._common.PUBLIC.get(name)
+    if fn is None:
+        raise AttributeError(f"module 'jitgrad' has no attribute '{name}'")
+    return fn

@@ -24,7 +24,7 @@ _CHILD = textwrap.dedent('''
     from jitgrad.graph.spec import REGISTRY
 
     cube = J.ops.defop("cube", "CubeBackward0", lambda x: x * x * x, "grad * 3.0 * self * self", saves=("self",))
-    assert REGISTRY["cube"].node_name == "CubeBackward0" and J.ops.cube is cube
+    assert REGISTRY["cube"].node_name == "CubeBackward0" and J.ops.cube is cube and J.cube is cube
     x0 = np.array([0.5, -1.25, 2.0, 3.0])
     x = J.tensor(x0, dtype=J.float64, requires_grad=True)
     y = x.cube()                                   # the Tensor method comes from the entry
