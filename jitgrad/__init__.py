@@ -1,12 +1,12 @@
 """jitgrad: PyTorch's autograd on numpy, with a Numba-compiled backward engine.
 
-The path a gradient takes:
-  ops/<family>.py     one entry per primitive beside its numpy forward (graph/spec.py: the keys);
-                      record.py lowers each node onto the tape; ops/__init__.py is the table
-  graph/tape.py   the lowered graph: flat columns appended while the forward runs
-  engine/run.py backward()/grad(): validate, pick an executor, free the graph
-  kernels/            the @njit scheduler and kernels (generated from the rule table)
-  engine/executor.py the Tensor-level executor, used for create_graph=True
+The layers, each importing only those before it (README.md, "How a gradient travels"):
+  _core/     the tape layout, dtypes, modes, version counters, PyTorch's messages
+  kernels/   @njit backward kernels of the structural ops
+  graph/     op specs, the tape and its recording, grad_fn views, the Tensor
+  ops/       one module per op family: each primitive's forward beside its entry
+  engine/    backward()/grad(), the compiled sweep and its generator, the Python executor
+  autograd/  torch.autograd's public surface
 """
 from jitgrad import autograd  # noqa: F401  (first: the ops modules import the graph classes through it)
 from jitgrad import ops as _ops  # noqa: F401  (the op table: binds Tensor methods)
