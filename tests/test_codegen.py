@@ -120,5 +120,6 @@ def test_scheduler_is_bound_to_the_generated_module():
         else:
             # numba's cache is found through the file name: one set of entries per generated module
             assert py.__code__.co_filename == mod.__file__
-            assert py.__code__.co_code == getattr(scheduler, name).__code__.co_code
+            if name != "sweep":  # the sweep is compiled with scalar_grads' body in place of its call
+                assert py.__code__.co_code == getattr(scheduler, name).__code__.co_code
 

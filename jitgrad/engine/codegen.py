@@ -5,8 +5,10 @@ ops/derivatives.py):
 - the per-opcode tables the scheduler reads (OP_ACC, OP_EXT, OP_PYFN, OP_OUT the sink
   opcodes; OP_NSAVED, OP_IS_EW, OP_NPARAMS, OP_BASE);
 - `scalar_grads`: one branch per elementwise op, its gradient formulas (derivatives.py)
-  as scalar code for one-element rows; compiled inline="always", so the sweep's
-  per-node path has no call in it (the scalar chain's 20-odd ns per node);
+  as scalar code for one-element rows. Compiled, the sweep gets its body in place of
+  its call (bind_scheduler, _spliced): the scalar chain's per-node path (20-odd ns)
+  measured 1.5x slower through a call, even one Numba (inline="always") or LLVM
+  (forceinline) inlines;
 - `ew`: the same formulas as loops over the elements, for larger rows;
 - `run_kernel`: the dispatch from base opcode to each structural op's `spec.kernel`,
   imported by its module and name.
@@ -14,7 +16,8 @@ The scheduler itself (the resumable sweep, start, finish, ...) is ordinary Pytho
 engine/scheduler.py. The generated module ends by binding it (bind_scheduler): each
 scheduler function is rebuilt from its code object with the generated module's
 namespace as its globals, so its calls to scalar_grads, ew and run_kernel reach the
-generated ones, and compiled with the kernels' @njit options.
+generated ones, and compiled with the kernels' @njit options; the sweep's one line
+`c0, c1 = scalar_grads(...)` is replaced by that function's body first.
 
 The module is written once per content hash into the cache directory and imported from
 there; Numba's on-disk cache (cache=True) of everything in it is keyed on that file. The
@@ -27,16 +30,20 @@ new file and a fresh compile (DESIGN.md point 4); nothing is listed by hand.
 Numba's cache finds a function's entries through its code's file name (co_filename) and
 keys them on its bytecode, not its globals: the scheduler's code objects would be shared
 by every generated module. So bind_scheduler gives them the generated module's file name
-(each content hash gets its own entries), and with no file (the in-memory fallback)
+(each content hash gets its own entries; line numbers in Numba's messages stay
+scheduler.py's), and with no file (the in-memory fallback)
 Numba's file cache stays off for them. Under NUMBA_DISABLE_JIT=1 the scheduler's code
-objects run unchanged, so tracebacks and coverage point into scheduler.py.
+objects run unchanged (the sweep calls scalar_grads), so tracebacks and coverage point
+into scheduler.py.
 """
 import glob
 import hashlib
 import importlib.util
+import inspect
 import marshal
 import os
 import sys
+import textwrap
 import threading
 import types
 
@@ -49,7 +56,7 @@ from jitgrad.graph.spec import BY_OP
 from jitgrad.engine import scheduler
 from jitgrad.kernels import _cache, structural
 
-# the options of every kernel (kernels/structural.py's jit; scalar_grads in _SCALAR_HEAD adds inline)
+# the options of every kernel (kernels/structural.py's jit)
 JIT_OPTIONS = dict(nogil=True, error_model="numpy")
 
 _HEADER = '''\
@@ -161,13 +168,11 @@ def ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 _SCALAR_HEAD = '''
 
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+@jit
 def scalar_grads(op, grad, v, kp, fp, fpp):
     """(c0, c1): what a one-element elementwise row contributes to its inputs (see
-    engine/scheduler.py). Inlined into the sweep: the scalar path makes no call."""
-    c0 = 0.0
-    c1 = 0.0
-{branches}
+    engine/scheduler.py). Compiled, the sweep has this body in place of the call."""
+{body}
     return c0, c1
 '''
 
@@ -190,17 +195,48 @@ bind_scheduler(globals())
 '''
 
 
-def _scalar_branch(spec, kw):
-    """One op's branch of scalar_grads: contributions c0, c1."""
-    ind = " " * 8
-    lines = [f"    {kw} op == {spec.op}:"]
-    for k in range(spec.nparams):
-        lines.append(f"{ind}p{k} = fp[fpp + {k}]")
-    for k, name in enumerate(spec.saves):
-        lines.append(f"{ind}{name} = v[kp + {k}]")
-    for j, formula in enumerate(spec.grads):
-        lines.append(f"{ind}c{j} = {formula}")
+def _scalar_body():
+    """scalar_grads' body, unindented: c0, c1 from op, grad, v, kp, fp, fpp; one branch
+    per elementwise op."""
+    lines = ["c0 = 0.0", "c1 = 0.0"]
+    kw = "if"
+    for spec in BY_OP:
+        if spec.kind != "ew":
+            continue
+        lines.append(f"{kw} op == {spec.op}:")
+        kw = "elif"
+        for k in range(spec.nparams):
+            lines.append(f"    p{k} = fp[fpp + {k}]")
+        for k, name in enumerate(spec.saves):
+            lines.append(f"    {name} = v[kp + {k}]")
+        for j, formula in enumerate(spec.grads):
+            lines.append(f"    c{j} = {formula}")
     return "\n".join(lines)
+
+
+# the sweep's call that compiled code replaces by _scalar_body() (measured: the chain's
+# per-node time is 1.5x with a call, even one Numba or LLVM inlines)
+_SCALAR_CALL = "c0, c1 = scalar_grads(op, grad, v, kp, fp, fpp)"
+
+
+def _spliced(fn, filename):
+    """fn's code with the call to scalar_grads replaced by its body, compiled as if at
+    fn's lines in `filename`; None if fn's source cannot be read (then the call stays)."""
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return None
+    out = []
+    for line in lines:
+        if line.strip() == _SCALAR_CALL:
+            ind = line[:len(line) - len(line.lstrip())]
+            out.extend(ind + b + "\n" for b in _scalar_body().splitlines())
+        else:
+            out.append(line)
+    if len(out) == len(lines):
+        raise RuntimeError(f"engine/scheduler.py: {fn.__name__} has no line {_SCALAR_CALL!r} to compile inline")
+    module = compile("\n" * (first - 1) + textwrap.dedent("".join(out)), filename, "exec")
+    return next(c for c in module.co_consts if isinstance(c, types.CodeType) and c.co_name == fn.__name__)
 
 
 def _ew_branch(spec, kw):
@@ -248,15 +284,13 @@ def generate():
     """The generated module's source (see the module doc)."""
     dispatch = []
     op_saves = []
-    scalar = []
     loops = []
     ew_ops = []
     imports = set()
     for spec in BY_OP:
         op_saves.append(len(spec.saves))
         if spec.kind == "ew":
-            kw = "if" if not scalar else "elif"
-            scalar.append(_scalar_branch(spec, kw))
+            kw = "if" if not loops else "elif"
             loops.append(_ew_branch(spec, kw))
             ew_ops.append(spec.op)
             continue
@@ -271,8 +305,7 @@ def generate():
                         f"        {kernel.__name__}(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)")
     if not dispatch:
         dispatch.append("    if False:\n        pass")
-    if not scalar:
-        scalar.append("    pass")
+    if not loops:
         loops.append("    pass")
     sink = {s.name: s.op for s in BY_OP if s.kind == "sink"}
     is_ew = [1 if s.op in ew_ops else 0 for s in BY_OP]
@@ -281,7 +314,7 @@ def generate():
     src = _HEADER.format(op_acc=sink["_acc"], op_ext=sink["_ext"], op_pyfn=sink["_pyfn"], op_out=sink["_out"],
                          op_saves=op_saves, is_ew=is_ew, nparams=nparams, base=base)
     src += "\n".join(sorted(imports)) + "\n"
-    src += _SCALAR_HEAD.format(branches="\n".join(scalar))
+    src += _SCALAR_HEAD.format(body=textwrap.indent(_scalar_body(), "    "))
     src += _EW_HEAD.format(loops="\n".join(loops))
     src += _KERNEL_HEAD.format(branches="\n".join(dispatch))
     src += _FOOTER
@@ -300,6 +333,8 @@ def bind_scheduler(namespace):
         fn = own[name]
         code = fn.__code__
         if not config.DISABLE_JIT:
+            if name == "sweep":
+                code = _spliced(fn, filename) or code
             code = code.replace(co_filename=filename)
         f = types.FunctionType(code, namespace, name, fn.__defaults__)
         f.__doc__ = fn.__doc__

@@ -23,7 +23,8 @@ PRE is cleared; LEAF_READY, the row made a leaf with hooks ready (see count_pend
 resume below it. A tape with nothing for Python runs in one call, `backward`.
 
 What depends on the op table is generated (engine/codegen.py): the per-opcode tables,
-`scalar_grads` (the formulas of a one-element elementwise row, inlined into the sweep),
+`scalar_grads` (the formulas of a one-element elementwise row; compiled, its body
+replaces the sweep's call to it, see codegen.bind_scheduler),
 `ew` (the elementwise loops) and `run_kernel` (the structural dispatch). The generated
 module binds the functions listed in SCHEDULER to those names: it compiles them (@njit)
 with its own namespace as their globals. The definitions of those names below are
@@ -215,7 +216,7 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, 
             return FREED, row
         if OP_IS_EW[op] and hdr[b + H_NUMEL] == 1:
             # One-element rows (scalar graphs) run inline: plain loads and stores on the
-            # flat arena g1, no array views. Their saved values sit in v at v[kp],
+            # flat arena g1, no array views, no calls. Their saved values sit in v at v[kp],
             # v[kp + 1], ... (graph/record.py, record_ew).
             e = hdr[b + H_E0] * EW
             t0 = edges[e + E_TGT]
@@ -226,7 +227,11 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, 
                 t1 = edges[e + EW + E_TGT]
                 if t1 >= 0 and not (st[t1] & RECV):
                     t1 = -1
-            c0, c1 = scalar_grads(op, g1[row], v, hdr[b + H_KP], fp, hdr[b + H_FP])
+            grad = g1[row]
+            kp = hdr[b + H_KP]
+            fpp = hdr[b + H_FP]
+            # compiled, this line is replaced by scalar_grads' body (engine/codegen.py)
+            c0, c1 = scalar_grads(op, grad, v, kp, fp, fpp)
             if t0 >= 0:
                 g1[t0] += c0
                 st[t0] |= HAS
