@@ -23,7 +23,6 @@ import numpy as np
 from jitgrad._core.threads import deferred_interrupts
 from jitgrad.engine import codegen
 from jitgrad._core.modes import no_grad
-from jitgrad.kernels.structural import DONE, EXEC, HAS, PRE, PYRUN, RECV, mark_need
 from jitgrad.ops import functional as F
 from jitgrad.graph.record import OP_OUT
 from jitgrad.engine import executor as pyengine
@@ -34,12 +33,15 @@ from jitgrad.graph.node import AccumulateGrad, node_for
 from jitgrad.graph.spec import SPECS
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 from jitgrad.graph.hooks import leaf_hooks
-from jitgrad.graph.tape import DT_F32, DT_F64, DT_OTHER, H_DT, H_E0, H_IP, H_NIN, H_NUMEL, H_OP, H_SHP, HW, close_current_tape, live_tape
+from jitgrad.graph.tape import close_current_tape, live_tape
+from jitgrad._core.layout import (DONE, DT_OF, DT_OTHER, E_SHP, E_TGT, EW, EXEC, FREED, H_DT, H_E0, H_IP, H_NIN,
+                                  H_NUMEL, H_OP, H_SHP, HAS, HW, LEAF_READY, PRE, PREHOOKS, PYNODE, PYRUN, RECV, SW)
+from jitgrad._core.layout import FALLBACK as ROW_FALLBACK  # a sweep's status; FALLBACK below is run()'s answer
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 
 _sched = []
-_DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
+_DT = DT_OF
 
 
 def scheduler():
@@ -121,7 +123,7 @@ class _TapeRun:
         # rows that need Python: the sweep hands each back and resumes
         for row in (*tape.tensor_hooks, *tape.node_prehooks):
             self.st[row] |= PRE
-            if tape.hdr[row * HW] == OP_OUT:  # its node's row runs it if this output gets nothing
+            if tape.hdr[row * HW + H_OP] == OP_OUT:  # its node's row runs it if this output gets nothing
                 self.st[row - tape.hdr[row * HW + H_IP]] |= PRE
         for row in tape.node_hooks:
             self.st[row] |= PYRUN
@@ -142,14 +144,14 @@ class _TapeRun:
             status, row = sched.sweep(*self._columns(), g1, self.st, bslot, bigs, freed, hi, True, _DT[self.npd],
                                       self.pend)
             with no_grad():  # Python in a backward without create_graph records nothing
-                if status == 4:  # hooks before the row, then the row itself
+                if status == PREHOOKS:  # hooks before the row, then the row itself
                     self._run_pre_hooks(row, g1, bslot, bigs)
                     hi = row
                     continue
-                if status == 3:  # the node runs in Python, then the sweep goes on below it
+                if status == PYNODE:  # the node runs in Python, then the sweep goes on below it
                     self._run_python_node(row, g1, bslot, bigs, retain)
                     self._leaves_ready_after(row, g1, bslot, bigs, decrement=True)
-                elif status == 5:  # the row made leaves with hooks ready
+                elif status == LEAF_READY:  # the row made leaves with hooks ready
                     self._leaves_ready_after(row, g1, bslot, bigs, decrement=False)
                 else:
                     break
@@ -178,8 +180,8 @@ class _TapeRun:
     def _read_columns(self, how):
         tape = self.tape
         v = tape.v64 if self.npd == np.float64 else tape.v32
-        return (how(tape.hdr, np.int64, HW), how(tape.edges, np.int64, 3), how(tape.xs, np.int64, 1),
-                how(tape.fp, np.float64, 1), how(tape.slots, np.int64, 3), how(v, self.npd, 1))
+        return (how(tape.hdr, np.int64, HW), how(tape.edges, np.int64, EW), how(tape.xs, np.int64, 1),
+                how(tape.fp, np.float64, 1), how(tape.slots, np.int64, SW), how(v, self.npd, 1))
 
     def _hdr(self):
         return self.snapshot[0] if self.snapshot else _view(self.tape.hdr, np.int64, HW)
@@ -217,7 +219,7 @@ class _TapeRun:
         tape = self.tape
         # the tensor hooks of this row's output; at a multi-output node's row also those of
         # its outputs that got no gradient (their rows never stop the sweep): with None
-        n_out = 1 if tape.hdr[row * HW] == OP_OUT else _n_outputs(tape, row)
+        n_out = 1 if tape.hdr[row * HW + H_OP] == OP_OUT else _n_outputs(tape, row)
         for r in range(row, row + n_out):
             hooks = tape.tensor_hooks.get(r)
             if hooks and (r == row or not self.st[r] & HAS):
@@ -238,8 +240,8 @@ class _TapeRun:
         """Accumulate (with their hooks) the leaves that `row` was the last to feed."""
         tape, pend = self.tape, self.pend
         e0 = tape.hdr[row * HW + H_E0]
-        for j in range(tape.hdr[row * HW + 2]):
-            t = tape.edges[3 * (e0 + j)]
+        for j in range(tape.hdr[row * HW + H_NIN]):
+            t = tape.edges[EW * (e0 + j) + E_TGT]
             # pend is 0 for every row without leaf hooks too (an intermediate, a leaf with
             # none): only the hooked leaves are this method's to accumulate
             if t < 0 or not pend.size or not self.hooked[t] or (not decrement and pend[t] != 0) \
@@ -281,10 +283,10 @@ class _TapeRun:
             result = run_node_posthooks(post, result, grads)
         e0 = tape.hdr[row * HW + H_E0]
         for j, g in enumerate(result):
-            t = tape.edges[3 * (e0 + j)]
+            t = tape.edges[EW * (e0 + j) + E_TGT]
             if g is None or t < 0 or not st[t] & RECV:
                 continue
-            g = validate_gradient(node.name(), j, g, tape.shape_at(tape.edges[3 * (e0 + j) + 2]), self.npd)
+            g = validate_gradient(node.name(), j, g, tape.shape_at(tape.edges[EW * (e0 + j) + E_SHP]), self.npd)
             scheduler().contribute(t, self._buffer(t, g), self._hdr(), g1, bslot, bigs, st)
 
 
@@ -332,7 +334,7 @@ def run(roots, grads, targets, retain, tapes=None):
                 if runs[ft.id].st[frow] & RECV:
                     r.st[row] |= RECV
             cols = r._columns()
-            mark_need(cols[0], cols[1], r.st.size, r.st)
+            scheduler().mark_need(cols[0], cols[1], r.st.size, r.st)
             del cols
     code = _DT[npd]
     for t in tapes:
@@ -367,9 +369,9 @@ def run(roots, grads, targets, retain, tapes=None):
         hooked = ([row for row, acc in r.leaves.items() if pyengine.leaf_has_hooks(acc)]
                   if want is None and leaf_hooks[0] else ())
         status = r.run(sinks, retain, hooked)
-        if status == 1:
+        if status == FREED:
             raise pyengine.freed_or_modified(t, r.row)
-        if status == 2:
+        if status == ROW_FALLBACK:
             return FALLBACK
         st = r.st
         for lrow, acc in r.leaves.items():
@@ -436,17 +438,17 @@ def check_edge_shapes(r):
     tape = r.tape
     cols = r._columns()
     hdr = cols[0].reshape(-1, HW)
-    edges = cols[1].reshape(-1, 3)
+    edges = cols[1].reshape(-1, EW)
     del cols
-    target = edges[:, 0]
+    target = edges[:, E_TGT]
     # shapes are interned per tape, so equal shapes have equal pointers
-    bad = np.flatnonzero((target >= 0) & (edges[:, 2] != hdr[np.maximum(target, 0), H_SHP]))
+    bad = np.flatnonzero((target >= 0) & (edges[:, E_SHP] != hdr[np.maximum(target, 0), H_SHP]))
     if bad.size:
         e = int(bad[0])
         row = int(np.searchsorted(hdr[:, H_E0], e, side="right")) - 1
         while hdr[row, H_NIN] == 0:  # sinks own no edges but share the next row's start
             row -= 1
-        j, got, want = e - int(hdr[row, H_E0]), int(edges[e, 2]), int(hdr[target[e], H_SHP])
+        j, got, want = e - int(hdr[row, H_E0]), int(edges[e, E_SHP]), int(hdr[target[e], H_SHP])
         del hdr, edges, target  # views of the tape's columns must not live on in the traceback
         raise RuntimeError(f"Function {node_for(tape, row).name()} returned an invalid gradient at index {j} - got "
                            f"{size_str(tape.shape_at(got))} but expected shape compatible with "

@@ -15,7 +15,7 @@ from jitgrad._core.threads import leaf_lock
 from jitgrad.ops import functional as F
 from jitgrad.graph.spec import FUNCS
 from jitgrad.graph.rowinfo import RowInfo
-from jitgrad.graph.tape import DT_F32, DT_F64, H_DT, H_E0, HW
+from jitgrad._core.layout import DT_F32, DT_F64, E_SHP, E_TGT, EW, H_DT, H_E0, HW
 from jitgrad._core.messages import freed_error as _freed_error, modified_error, size_str
 from jitgrad.graph.pynode import FunctionNode
 from jitgrad.graph.node import AccumulateGrad
@@ -156,7 +156,7 @@ def input_grads(node, grad):
             continue
         if node._spec.kind == "ew":
             g = F.sum_to(g, input_shape(node, j))  # broadcasting is undone here, once
-        t = tape.edges[3 * (e0 + j)]
+        t = tape.edges[EW * (e0 + j) + E_TGT]
         want = _FLOAT_OF_DT.get(tape.hdr[t * HW + H_DT]) if t >= 0 else None
         if want is not None and g._data.dtype != want:
             g = F.to_dtype(g, F._dtype.from_numpy_dtype(want))  # mixed dtypes: back to the input's
@@ -170,7 +170,7 @@ def _add(buffers, key, g):
 
 def input_shape(node, j):
     tape = node._tape
-    p = tape.edges[3 * (tape.hdr[node._row * HW + H_E0] + j) + 2]
+    p = tape.edges[EW * (tape.hdr[node._row * HW + H_E0] + j) + E_SHP]
     return tuple(tape.xs[p + 1:p + 1 + tape.xs[p]])
 
 

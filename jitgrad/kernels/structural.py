@@ -1,7 +1,7 @@
 """Hand-written @njit kernels for the structural primitives, and the helpers every
 kernel shares (saved-value access, gradient buffers, broadcast index maps).
 
-Conventions (the generated scheduler calls every node kernel the same way):
+Conventions (the scheduler, engine/scheduler.py, calls every node kernel the same way):
   node kernel  k(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)
   - row's own gradient: gradient(row, ...) (already complete: rows run in descending order)
   - a contribution to input j goes into target_buffer(...) of the edge's target row,
@@ -17,13 +17,9 @@ from numba import njit
 from jitgrad.kernels.blas import gemm
 from jitgrad.kernels.conv import U, col2im_add, im2col
 from jitgrad.kernels.pointers import view
+from jitgrad._core.layout import (E_SHP, E_TGT, EW, H_E0, H_FP, H_IP, H_KP, H_NIN, H_NUMEL,
+                                  H_SHP, HAS, HW, RECV, S_NUMEL, S_REF, SW)
 
-HW = 9
-H_OP, H_DT, H_NIN, H_E0, H_NUMEL, H_SHP, H_FP, H_KP, H_IP = range(HW)
-# per-row state bits: RECV takes gradient, EXEC may run, HAS got gradient, FED one of
-# the node's further outputs got gradient (multi-output nodes), DONE ran, PRE hooks to
-# run in Python before the row, PYRUN the node itself runs in Python (it has post-hooks)
-RECV, EXEC, HAS, FED, DONE, PRE, PYRUN = 1, 2, 4, 8, 16, 32, 64
 
 # error_model="numpy": float division by zero gives inf/nan as in PyTorch (no raising path)
 jit = njit(cache=True, nogil=True, error_model="numpy")
@@ -33,16 +29,16 @@ jit = njit(cache=True, nogil=True, error_model="numpy")
 @jit
 def saved(slots, v, k):
     """Saved value k as a 1-D array of the graph's dtype."""
-    ref = slots[3 * k]
+    ref = slots[SW * k + S_REF]
     if ref < 0:
         j = -ref - 1
         return v[j:j + 1]
-    return view(ref, slots[3 * k + 1], v)
+    return view(ref, slots[SW * k + S_NUMEL], v)
 
 
 @jit
 def saved_index(slots, k, like_i64):
-    return view(slots[3 * k], slots[3 * k + 1], like_i64)
+    return view(slots[SW * k + S_REF], slots[SW * k + S_NUMEL], like_i64)
 
 
 # --- gradient buffers ------------------------------------------------------------------------
@@ -88,7 +84,7 @@ def dot_into(tgt, fresh, x, tx, y, ty, rows, cols, g1, bslot, bigs):
 def edge_target(edges, e, st):
     """Target row of edge e, or -1 when it gets no gradient (no grad, or not needed);
     marks the target as reached, since the caller is about to contribute to it."""
-    t = edges[3 * e]
+    t = edges[EW * e + E_TGT]
     if t >= 0:
         if not (st[t] & RECV):
             return -1
@@ -104,7 +100,7 @@ def one_input(row, hdr, edges, xs, g1, bslot, bigs, st):
     g = gradient(row, hdr, g1, bslot, bigs)
     e0 = hdr[b + H_E0]
     t = edge_target(edges, e0, st)
-    pin = edges[3 * e0 + 2]
+    pin = edges[EW * e0 + E_SHP]
     d = g
     if t >= 0:
         d = target_buffer(t, shape_numel(xs, pin), g1, bslot, bigs)
@@ -325,12 +321,12 @@ def k_matmul(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     g = gradient(row, hdr, g1, bslot, bigs)
     e0 = hdr[b + H_E0]
     # fresh: nothing has contributed to the target yet (read before edge_target marks it)
-    fresh_a = edges[3 * e0] >= 0 and not (st[edges[3 * e0]] & HAS)
-    fresh_b = edges[3 * e0 + 3] >= 0 and not (st[edges[3 * e0 + 3]] & HAS)
+    fresh_a = edges[EW * e0 + E_TGT] >= 0 and not (st[edges[EW * e0 + E_TGT]] & HAS)
+    fresh_b = edges[EW * (e0 + 1) + E_TGT] >= 0 and not (st[edges[EW * (e0 + 1) + E_TGT]] & HAS)
     ta = edge_target(edges, e0, st)
     tb = edge_target(edges, e0 + 1, st)
-    pa = edges[3 * e0 + 2]
-    pb = edges[3 * e0 + 5]
+    pa = edges[EW * e0 + E_SHP]
+    pb = edges[EW * (e0 + 1) + E_SHP]
     kp = hdr[b + H_KP]
     a = saved(slots, v, kp)
     bm = saved(slots, v, kp + 1)
@@ -377,14 +373,14 @@ def k_addmm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     if nin == 3:
         ti = edge_target(edges, e0, st)
         if ti >= 0:  # beta * grad, summed back to the input's (broadcast) shape
-            pin = edges[3 * e0 + 2]
+            pin = edges[EW * e0 + E_SHP]
             d = target_buffer(ti, shape_numel(xs, pin), g1, bslot, bigs)
             mode, mm, mp = bcast_plan(xs, hdr[b + H_SHP], pin)
             for i in range(n * m):
                 d[bidx(mode, mm, mp, i)] += beta * g[i]
     ea = e0 + nin - 2
-    fresh_a = edges[3 * ea] >= 0 and not (st[edges[3 * ea]] & HAS)
-    fresh_b = edges[3 * ea + 3] >= 0 and not (st[edges[3 * ea + 3]] & HAS)
+    fresh_a = edges[EW * ea + E_TGT] >= 0 and not (st[edges[EW * ea + E_TGT]] & HAS)
+    fresh_b = edges[EW * (ea + 1) + E_TGT] >= 0 and not (st[edges[EW * (ea + 1) + E_TGT]] & HAS)
     t_a = edge_target(edges, ea, st)
     t_b = edge_target(edges, ea + 1, st)
     kp = hdr[b + H_KP]
@@ -696,43 +692,3 @@ def k_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 @jit
 def k_log_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, True)
-
-
-@jit
-def mark_need(hdr, edges, n, st):
-    """Selective execution for grad(): rows on a path to a requested input. Rows whose
-    RECV bit is preset are the inputs; rows are visited in ascending order, so every
-    edge target is final before the rows that feed from it are decided."""
-    for row in range(n):
-        b = row * HW
-        e0 = hdr[b + H_E0]
-        for j in range(hdr[b + H_NIN]):
-            t = edges[3 * (e0 + j)]
-            if t >= 0 and (st[t] & RECV):
-                st[row] |= RECV | EXEC
-                break
-
-
-@jit
-def count_pending(hdr, edges, st, hi, hooked):
-    """For leaf rows with hooks (hooked[row] = 1): how many edges into them come from rows
-    this backward will run; the sweep then reports when each becomes ready, so its hooks
-    run when PyTorch's would. Rows are reached as the sweep reaches them: from the seeded
-    rows down, through edges into rows that take gradient."""
-    n = st.size
-    reach = np.zeros(n, np.uint8)
-    pend = np.zeros(n, np.int64)
-    for row in range(hi, -1, -1):
-        if st[row] & HAS:
-            reach[row] = 1
-        if not reach[row] or not (st[row] & EXEC):
-            continue
-        b = row * HW
-        e0 = hdr[b + H_E0]
-        for j in range(hdr[b + H_NIN]):
-            t = edges[3 * (e0 + j)]
-            if t >= 0 and (st[t] & RECV):
-                reach[t] = 1
-                if hooked[t]:
-                    pend[t] += 1
-    return pend

@@ -1,0 +1,262 @@
+"""The backward scheduler: the resumable sweep over a tape, written once as plain Python.
+
+A tape's rows are in creation order, so sweeping them from the newest down is a
+topological order: when the sweep reaches a row, every row that feeds gradient into it
+has run, and its gradient is complete. The sweep runs each row that got gradient (HAS,
+or FED for a multi-output node) and may run (EXEC), adding its contributions into its
+inputs' rows, and marks it DONE.
+
+Gradients live in two places: `g1`, one number per row, for rows of one element (a
+scalar graph never allocates an array), and `bigs`, one flat buffer per larger row
+(`bslot[row]` is its index; -1 until something contributes). Sinks (leaves, edges into
+older tapes, retained and requested tensors) get their buffers as slices of one output
+array, so a whole backward hands Python two arrays.
+
+The sweep is *resumable*: all its state is in its arguments, so when it meets a row it
+cannot run by itself it returns (status, row) and the Python driver (engine/compiled.py)
+does that part, then calls sweep again from where it stopped. The statuses (defined in
+_core/layout.py): SWEPT, done; FREED, a row whose saved values are gone (a second
+backward through a freed graph); FALLBACK, a row at another dtype: the Python engine
+takes the whole call; PYNODE, a node that runs in Python (a custom Function, or one with
+post-hooks): resume below it; PREHOOKS, hooks to run before the row: resume at it once
+PRE is cleared; LEAF_READY, the row made a leaf with hooks ready (see count_pending):
+resume below it. A tape with nothing for Python runs in one call, `backward`.
+
+What depends on the op table is generated (engine/codegen.py): the per-opcode tables,
+`scalar_grads` (the formulas of a one-element elementwise row; compiled, its body
+replaces the sweep's call to it, see codegen.bind_scheduler),
+`ew` (the elementwise loops) and `run_kernel` (the structural dispatch). The generated
+module binds the functions listed in SCHEDULER to those names: it compiles them (@njit)
+with its own namespace as their globals. The definitions of those names below are
+placeholders that document them; calling the functions of this module directly reaches
+them. Under NUMBA_DISABLE_JIT=1 the code objects run are this file's own.
+"""
+import numpy as np
+from numba.typed import List
+
+from jitgrad._core.layout import (DONE, E_TGT, EW, EXEC, FALLBACK, FED, FREED, H_DT, H_E0, H_FP, H_IP, H_KP, H_NIN,
+                                  H_NUMEL, H_OP, HAS, HW, LEAF_READY, PRE, PREHOOKS, PYNODE, PYRUN, RECV, SWEPT)
+from jitgrad.kernels.structural import gradient
+
+# the functions the generated module compiles, bound to its names (engine/codegen.py)
+SCHEDULER = ("mark_need", "count_pending", "contribute", "set_grad", "grad_of", "start", "finish", "sweep",
+             "backward")
+
+# --- supplied by the generated module ---------------------------------------------------------
+OP_ACC = OP_EXT = OP_PYFN = OP_OUT = -1  # the sink opcodes: leaf, edge to an older tape, Python node, output k
+OP_NSAVED = np.zeros(0, np.int64)        # per opcode: how many saved values it has
+OP_IS_EW = np.zeros(0, np.int8)          # per opcode: elementwise (scalar_grads, ew) or not (run_kernel)
+OP_BASE = np.zeros(0, np.int64)          # per opcode: the opcode whose kernel runs it (aliases)
+
+
+def scalar_grads(op, grad, v, kp, fp, fpp):
+    """(c0, c1): what a one-element elementwise row of opcode `op` contributes to its
+    inputs, from its gradient, its saved values at v[kp], v[kp + 1], ... and its float
+    params at fp[fpp], ..."""
+    raise NotImplementedError("bound by the generated backward module (engine/codegen.py)")
+
+
+def ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """Run an elementwise row of any size."""
+    raise NotImplementedError("bound by the generated backward module (engine/codegen.py)")
+
+
+def run_kernel(bop, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """Run a structural row with the kernel of base opcode `bop`; False if it has none."""
+    raise NotImplementedError("bound by the generated backward module (engine/codegen.py)")
+
+
+# --- before the sweep ---------------------------------------------------------------------------
+def mark_need(hdr, edges, n, st):
+    """Selective execution for grad(): rows on a path to a requested input. Rows whose
+    RECV bit is preset are the inputs; rows are visited in ascending order, so every
+    edge target is final before the rows that feed from it are decided."""
+    for row in range(n):
+        b = row * HW
+        e = hdr[b + H_E0] * EW
+        for j in range(hdr[b + H_NIN]):
+            t = edges[e + j * EW + E_TGT]
+            if t >= 0 and (st[t] & RECV):
+                st[row] |= RECV | EXEC
+                break
+
+
+def count_pending(hdr, edges, st, hi, hooked):
+    """For leaf rows with hooks (hooked[row] = 1): how many edges into them come from rows
+    this backward will run; the sweep then reports when each becomes ready, so its hooks
+    run when PyTorch's would. Rows are reached as the sweep reaches them: from the seeded
+    rows down, through edges into rows that take gradient."""
+    n = st.size
+    reach = np.zeros(n, np.uint8)
+    pend = np.zeros(n, np.int64)
+    for row in range(hi, -1, -1):
+        if st[row] & HAS:
+            reach[row] = 1
+        if not reach[row] or not (st[row] & EXEC):
+            continue
+        b = row * HW
+        e = hdr[b + H_E0] * EW
+        for j in range(hdr[b + H_NIN]):
+            t = edges[e + j * EW + E_TGT]
+            if t >= 0 and (st[t] & RECV):
+                reach[t] = 1
+                if hooked[t]:
+                    pend[t] += 1
+    return pend
+
+
+def start(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v):
+    """Set up a backward call: the buffers, the sinks' output array, the seeded roots.
+
+    Sinks are the rows whose gradient Python reads afterwards (leaves, edges into older
+    tapes, retained and requested tensors): their buffers are slices of one output array,
+    returned with each sink's offset, so nothing but two arrays crosses back to Python.
+    Returns (g1, bslot, bigs, out, offsets)."""
+    n = st.size
+    g1 = np.zeros(n, v.dtype)          # gradient of every one-element row
+    bslot = np.full(n, -1, np.int64)   # row -> its buffer in bigs, for larger rows
+    bigs = List()
+    bigs.append(g1[0:0].copy())        # types the list; then emptied
+    bigs.pop()
+    ns = sinks.size
+    offs = np.empty(ns + 1, np.int64)
+    total = 0
+    for i in range(ns):
+        offs[i] = total
+        total += hdr[sinks[i] * HW + H_NUMEL]
+    offs[ns] = total
+    out = np.zeros(total, v.dtype)
+    for i in range(ns):
+        r = sinks[i]
+        if hdr[r * HW + H_NUMEL] != 1 and bslot[r] < 0:
+            bslot[r] = len(bigs)
+            bigs.append(out[offs[i]:offs[i + 1]])
+    for i in range(seed_rows.size):
+        contribute(seed_rows[i], seed_vals[seed_offs[i]:seed_offs[i + 1]], hdr, g1, bslot, bigs, st)
+    return g1, bslot, bigs, out, offs
+
+
+# --- what Python hands in and reads between sweeps ----------------------------------------------
+def contribute(row, arr, hdr, g1, bslot, bigs, st):
+    """Add a gradient for `row`'s output (flat) that Python computed: a root's seed, or
+    what a node run in Python (a custom Function) passes to its inputs."""
+    st[row] |= HAS
+    if hdr[row * HW + H_NUMEL] == 1:
+        g1[row] += arr[0]
+    elif bslot[row] < 0:
+        bslot[row] = len(bigs)
+        bigs.append(arr.astype(g1.dtype))
+    else:
+        buf = bigs[bslot[row]]
+        for j in range(arr.size):
+            buf[j] += arr[j]
+
+
+def set_grad(row, arr, hdr, g1, bslot, bigs, st):
+    """Replace `row`'s gradient (a hook returned a new one)."""
+    st[row] |= HAS
+    if hdr[row * HW + H_NUMEL] == 1:
+        g1[row] = arr[0]
+    elif bslot[row] < 0:
+        bslot[row] = len(bigs)
+        bigs.append(arr.astype(g1.dtype))
+    else:
+        bigs[bslot[row]][:] = arr
+
+
+def grad_of(row, hdr, g1, bslot, bigs):
+    """A copy of `row`'s complete gradient, for a node run in Python."""
+    return gradient(row, hdr, g1, bslot, bigs).copy()
+
+
+def finish(hdr, g1, sinks, offs, out):
+    """Copy the one-element sinks' gradients from g1 into the output array (the larger
+    ones were accumulated there in place)."""
+    for i in range(sinks.size):
+        r = sinks[i]
+        if hdr[r * HW + H_NUMEL] == 1:
+            out[offs[i]] = g1[r]
+
+
+def backward(hdr, edges, xs, fp, slots, v, st, freed, seed_rows, seed_offs, seed_vals, sinks, hi, retain, dt):
+    """The whole backward of a tape in one call, for tapes with no node that needs
+    Python. Returns (status, row, out, offsets)."""
+    g1, bslot, bigs, out, offs = start(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v)
+    status, row = sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt, xs[0:0])
+    finish(hdr, g1, sinks, offs, out)
+    return status, row, out, offs
+
+
+# --- the sweep ------------------------------------------------------------------------------------
+def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt, pend):
+    """Sweep rows from `hi` down, running each row that received gradient and may run.
+    All state is in the arguments, so a sweep stopped at a row resumes with hi = that
+    row - 1 (or hi = row after PREHOOKS). Returns (status, row): see the module doc.
+    `pend` (count_pending) is empty unless leaves with hooks must be reported as they
+    become ready; `retain` False marks the rows that ran as freed at the end."""
+    for row in range(hi, -1, -1):
+        s = st[row]
+        if not (s & EXEC) or not (s & (HAS | FED)):
+            continue
+        if s & PRE:
+            return PREHOOKS, row
+        b = row * HW
+        op = hdr[b + H_OP]
+        if op == OP_OUT:
+            if s & HAS:  # output k of a multi-output node, k rows below: the node must run
+                st[row - hdr[b + H_IP]] |= FED
+            continue
+        if op == OP_ACC or op == OP_EXT:
+            continue
+        if op == OP_PYFN or s & PYRUN:
+            return PYNODE, row
+        if hdr[b + H_DT] != dt:
+            return FALLBACK, row
+        if freed[row] and OP_NSAVED[op]:
+            return FREED, row
+        if OP_IS_EW[op] and hdr[b + H_NUMEL] == 1:
+            # One-element rows (scalar graphs) run inline: plain loads and stores on the
+            # flat arena g1, no array views, no calls. Their saved values sit in v at v[kp],
+            # v[kp + 1], ... (graph/record.py, record_ew).
+            e = hdr[b + H_E0] * EW
+            t0 = edges[e + E_TGT]
+            if t0 >= 0 and not (st[t0] & RECV):
+                t0 = -1
+            t1 = -1
+            if hdr[b + H_NIN] > 1:
+                t1 = edges[e + EW + E_TGT]
+                if t1 >= 0 and not (st[t1] & RECV):
+                    t1 = -1
+            grad = g1[row]
+            kp = hdr[b + H_KP]
+            fpp = hdr[b + H_FP]
+            # compiled, this line is replaced by scalar_grads' body (engine/codegen.py)
+            c0, c1 = scalar_grads(op, grad, v, kp, fp, fpp)
+            if t0 >= 0:
+                g1[t0] += c0
+                st[t0] |= HAS
+            if t1 >= 0:
+                g1[t1] += c1
+                st[t1] |= HAS
+        elif OP_IS_EW[op]:
+            ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)
+        elif not run_kernel(OP_BASE[op], row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+            return FALLBACK, row
+        st[row] = s | DONE
+        if hdr[b + H_NUMEL] != 1 and bslot[row] >= 0:
+            bigs[bslot[row]] = g1[0:0].copy()  # consumed: free it now (a sink's data stays in `out`)
+        if pend.size:
+            ready = False
+            e = hdr[b + H_E0] * EW
+            for j in range(hdr[b + H_NIN]):
+                t = edges[e + j * EW + E_TGT]
+                if t >= 0 and pend[t] > 0:
+                    pend[t] -= 1
+                    ready = ready or pend[t] == 0
+            if ready:
+                return LEAF_READY, row
+    if not retain:
+        for row in range(hi, -1, -1):
+            if st[row] & DONE:
+                freed[row] = 1
+    return SWEPT, -1
