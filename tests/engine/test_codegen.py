@@ -12,11 +12,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import USING_TORCH_AS_JITGRAD
+from conftest import ROOT, USING_TORCH_AS_JITGRAD
 
 pytestmark = pytest.mark.skipif(USING_TORCH_AS_JITGRAD, reason="jitgrad's own engine")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _codegen():
