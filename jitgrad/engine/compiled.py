@@ -30,7 +30,7 @@ from jitgrad._core.messages import freed_error as _freed_error, size_str, torch_
 from jitgrad.engine.executor import input_grads
 from jitgrad.graph.pynode import FunctionNode, validate_gradient
 from jitgrad.graph.node import AccumulateGrad, node_for
-from jitgrad.graph.spec import SPECS
+from jitgrad.graph.spec import BY_OP, SPECS
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.tape import close_current_tape, live_tape
@@ -45,9 +45,12 @@ _DT = DT_OF
 
 
 def scheduler():
-    if not _sched:
-        _sched.append(codegen.load())
-    return _sched[0]
+    """The compiled module of the op table as it is now. The table only grows: an op
+    declared after the first backward (ops.defop) gives a new module, which also runs
+    every opcode the old one knew."""
+    if not _sched or _sched[0] != len(BY_OP):
+        _sched[:] = [len(BY_OP), codegen.load()]
+    return _sched[1]
 
 
 def _view(col, dtype, empty_len):
