@@ -54,9 +54,9 @@ from jitgrad._core import layout
 from jitgrad.ops import derivatives  # noqa: F401  (fills the registry)
 from jitgrad.graph.spec import BY_OP
 from jitgrad.engine import scheduler
-from jitgrad.kernels import _cache, structural
+from jitgrad.kernels import _cache, common
 
-# the options of every kernel (kernels/structural.py's jit)
+# the options of every kernel (kernels/common.py's jit)
 JIT_OPTIONS = dict(nogil=True, error_model="numpy")
 
 _HEADER = '''\
@@ -66,9 +66,8 @@ import math
 import numpy as np
 from numba import njit
 from numba.typed import List
-from jitgrad.kernels.structural import *  # noqa
 from jitgrad._core.layout import *  # noqa
-from jitgrad.kernels.structural import (jit, gradient, target_buffer, edge_target, shape_numel, bcast_plan, bidx,
+from jitgrad.kernels.common import (jit, gradient, target_buffer, edge_target, shape_numel, bcast_plan, bidx,
     saved)
 
 OP_ACC = {op_acc}
@@ -370,7 +369,7 @@ def _dependencies():
     """The hand-written code the generated module compiles: the scheduler, the layout
     constants, the jitgrad.kernels package (the kernels and the helpers they call), and
     each registered kernel (a file path, or the function when it has no file)."""
-    kernels_dir = os.path.dirname(structural.__file__)
+    kernels_dir = os.path.dirname(common.__file__)
     deps = {scheduler.__file__, layout.__file__, *glob.glob(os.path.join(kernels_dir, "*.py"))}
     deps = {os.path.abspath(d) for d in deps}
     for spec in BY_OP:

@@ -36,7 +36,7 @@ from numba.typed import List
 
 from jitgrad._core.layout import (DONE, E_TGT, EW, EXEC, FALLBACK, FED, FREED, H_DT, H_E0, H_FP, H_IP, H_KP, H_NIN,
                                   H_NUMEL, H_OP, HAS, HW, LEAF_READY, PRE, PREHOOKS, PYNODE, PYRUN, RECV, SWEPT)
-from jitgrad.kernels.structural import gradient
+from jitgrad.kernels.common import gradient
 
 # the functions the generated module compiles, bound to its names (engine/codegen.py)
 SCHEDULER = ("mark_need", "count_pending", "contribute", "set_grad", "grad_of", "start", "finish", "sweep",

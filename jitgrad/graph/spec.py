@@ -37,7 +37,7 @@ Python engine, `grad_fn._saved_<name>`, viz) reads it from here. Keys:
   rule        structural: the Tensor-level rule(grad, ri) -> input grads (create_graph and
               the Python engine); its compiled twin is `kernel`
   kernel      structural: the @njit backward kernel, a function object (the standard
-              arguments, kernels/structural.py); None: runs in the Python engine only
+              arguments, kernels/common.py); None: runs in the Python engine only
   forward     the op's forward: a numpy function (elementwise) or the Python function
               that computes and records the op (structural); documentation for readers
               and the place later lowering starts from

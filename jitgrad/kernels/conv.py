@@ -1,5 +1,5 @@
 """Convolution and max pooling loops, shared by the forward ops (nn/conv.py) and the
-engine's ConvolutionBackward0 kernel (structural.py's k_conv).
+engine's ConvolutionBackward0 kernel (k_conv, at the end).
 
 A convolution runs one sample and one group at a time, as PyTorch's CPU slow_conv2d does:
 im2col copies the sample's receptive fields into a (Cg*kh*kw, Ho*Wo) column matrix, and
@@ -15,13 +15,14 @@ same functions are numpy versions (strided views), and the CI pass without the J
 them against PyTorch just as the compiled pass checks the loops.
 """
 import numpy as np
-from numba import njit
 from numba.core.config import DISABLE_JIT
 from numpy.lib.stride_tricks import as_strided
-
+from jitgrad._core.layout import (H_E0, H_IP, H_KP, H_NIN, HW)
 from jitgrad.kernels.blas import gemm
+from jitgrad.kernels.common import (edge_target, gradient, jit, saved,
+                                    target_buffer)
 
-jit = njit(cache=True, nogil=True, error_model="numpy")
+
 U = np.uint64  # an index known to be in bounds: see _im2col_nb
 
 GEOM = ("N", "C", "H", "W", "Cout", "Cg", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw", "G", "Ho", "Wo")
@@ -213,3 +214,54 @@ def _pool_nb(x, pgeom):
 
 
 max_pool_forward = _pool_np if DISABLE_JIT else _pool_nb
+
+
+# --- the convolution backward kernel (standard kernel arguments, kernels/common.py) ---
+@jit
+def k_conv(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """ConvolutionBackward0 (inputs: input, weight[, bias]), per sample and group as the
+    forward (kernels/conv.py): the columns are rebuilt from the saved input, then
+    dW_g += G_g @ cols^T, dcols = W_g^T @ G_g scattered back by col2im, db = sum of G."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    tx = edge_target(edges, e0, st)
+    tw = edge_target(edges, e0 + 1, st)
+    tb = edge_target(edges, e0 + 2, st) if hdr[b + H_NIN] == 3 else -1
+    kp = hdr[b + H_KP]
+    ip = hdr[b + H_IP]
+    geom = xs[ip + 1:ip + 18]
+    n, c, h, w, cout, cg, kh, kw = geom[0], geom[1], geom[2], geom[3], geom[4], geom[5], geom[6], geom[7]
+    groups, L = geom[14], geom[15] * geom[16]
+    m = cout // groups
+    k = cg * kh * kw
+    if tb >= 0:
+        db = target_buffer(tb, cout, g1, bslot, bigs)
+        for s in range(n):
+            for co in range(cout):
+                o = (s * cout + co) * L
+                acc = 0.0
+                for q in range(o, o + L):
+                    acc += g[U(q)]
+                db[co] += acc
+    if tw < 0 and tx < 0:
+        return
+    x = saved(slots, v, kp)
+    wt = saved(slots, v, kp + 1)
+    cols = np.empty((k, L), g.dtype)
+    if tw >= 0:
+        dw = target_buffer(tw, wt.size, g1, bslot, bigs)
+        for s in range(n):
+            for grp in range(groups):
+                im2col(x, (s * c + grp * cg) * h * w, geom, cols)
+                o = (s * cout + grp * m) * L
+                gemm(g[o:o + m * L].reshape((m, L)), False, cols, True,
+                     dw[grp * m * k:(grp + 1) * m * k].reshape((m, k)), 1.0)
+    if tx >= 0:
+        dx = target_buffer(tx, x.size, g1, bslot, bigs)
+        for s in range(n):
+            for grp in range(groups):
+                o = (s * cout + grp * m) * L
+                gemm(wt[grp * m * k:(grp + 1) * m * k].reshape((m, k)), True, g[o:o + m * L].reshape((m, L)), False,
+                     cols, 0.0)
+                col2im_add(cols, dx, (s * c + grp * cg) * h * w, geom)

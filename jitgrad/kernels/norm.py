@@ -5,6 +5,9 @@ against torch just as the compiled pass checks the loops)."""
 import numpy as np
 from numba import njit
 from numba.core.config import DISABLE_JIT
+from jitgrad._core.layout import (H_E0, H_IP, H_KP, HW)
+from jitgrad.kernels.common import (edge_target, gradient, jit, one_input, saved,
+                                    target_buffer)
 
 from jitgrad.kernels.conv import U
 
@@ -63,3 +66,79 @@ def _layer_norm_np(x, w, b, has_w, has_b, eps):
 
 
 layer_norm_forward = _layer_norm_np if DISABLE_JIT else _layer_norm_nb
+
+
+# --- softmax / log_softmax and layer norm backward kernels (standard kernel arguments, kernels/common.py) ---
+@jit
+def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, log):
+    """softmax: d = y * (g - sum(g * y)); log_softmax: d = g - exp(y) * sum(g), per group."""
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    if t < 0:
+        return
+    ip = hdr[b + H_IP]
+    outer, n, inner = xs[ip + 1], xs[ip + 2], xs[ip + 3]
+    y = saved(slots, v, hdr[b + H_KP])
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            s = 0.0
+            for j in range(n):
+                q = base + j * inner
+                s += g[q] if log else g[q] * y[q]
+            for j in range(n):
+                q = base + j * inner
+                d[q] += g[q] - np.exp(y[q]) * s if log else y[q] * (g[q] - s)
+
+
+# reassoc lets the row sums vectorise (see kernels/norm.py); NaN and inf still propagate
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+def k_layer_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """NativeLayerNormBackward0 (input, weight, bias) over rows of k, with y = (x - mean) * rstd
+    rebuilt from the saved input, mean and rstd (as torch saves): db = sum of g,
+    dw = sum of g * y, dx = rstd * (gy - mean(gy) - y * mean(gy * y)) with gy = g * w."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    ip = hdr[b + H_IP]
+    k, has_w, has_b = xs[ip + 1], xs[ip + 2], xs[ip + 3]
+    tx = edge_target(edges, e0, st)
+    tw = edge_target(edges, e0 + 1, st) if has_w else -1
+    tb = edge_target(edges, e0 + 2, st) if has_b else -1
+    kp = hdr[b + H_KP]
+    x = saved(slots, v, kp)
+    mean = saved(slots, v, kp + 1)
+    rstd = saved(slots, v, kp + 2)
+    w = saved(slots, v, kp + 3) if has_w else np.ones(k, g.dtype)
+    dx = target_buffer(tx, x.size, g1, bslot, bigs) if tx >= 0 else x[0:0]
+    dw = target_buffer(tw, k, g1, bslot, bigs) if tw >= 0 else x[0:0]
+    db = target_buffer(tb, k, g1, bslot, bigs) if tb >= 0 else x[0:0]
+    for r in range(mean.size):
+        o = r * k
+        mu, s = mean[r], rstd[r]
+        if tb >= 0:
+            for i in range(k):
+                db[U(i)] += g[U(o + i)]
+        if tw >= 0:
+            for i in range(k):
+                dw[U(i)] += g[U(o + i)] * (x[U(o + i)] - mu) * s
+        if tx < 0:
+            continue
+        sg = 0.0
+        sgy = 0.0
+        for i in range(k):
+            gy = g[U(o + i)] * w[U(i)]
+            sg += gy
+            sgy += gy * (x[U(o + i)] - mu) * s
+        mg, mgy = sg / k, sgy / k
+        for i in range(k):
+            dx[U(o + i)] += s * (g[U(o + i)] * w[U(i)] - mg - (x[U(o + i)] - mu) * s * mgy)
+
+
+@jit
+def k_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, False)
+
+
+@jit
+def k_log_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, True)

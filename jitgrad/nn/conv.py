@@ -4,7 +4,7 @@ Each op is one primitive of the engine, one graph node named like PyTorch's:
 
 * conv2d: ConvolutionBackward0. The forward (im2col + gemm per sample and group) and the
   backward kernel, which gives input, weight and bias gradients in one row, are compiled
-  (kernels/conv.py, structural.k_conv). Under create_graph the backward is rebuilt from
+  (kernels/conv.py, k_conv). Under create_graph the backward is rebuilt from
   differentiable Tensor ops (rules.conv_rule), so double backward works.
 * max_pool2d: MaxPool2DWithIndicesBackward0. The compiled forward keeps the argmax; the
   backward scatters the gradient there with the kernel max(dim) and indexing share.

@@ -7,7 +7,7 @@ from jitgrad._core.modes import _packing, _saved_hooks
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor, wrap as _wrap
-from jitgrad.kernels import structural as K
+from jitgrad.kernels.linalg import k_addmm, k_matmul, k_trace
 from jitgrad.ops._common import _needs, _operand_error
 from jitgrad.ops.reduce import sum_to
 from jitgrad.ops.shape import RESHAPE_ALIAS, _view_like, reshape, t, transpose, unsqueeze
@@ -76,7 +76,7 @@ def matmul_rule(grad, ri):
 # self, tensor; MvBackward0: self, vec). torch's bmm node is UnsafeViewBackward0 over a
 # BmmBackward0 it keeps the operands in, so there they are internal.
 MATMUL = structural("matmul", "MmBackward0", saves=("self", "mat2"), args=("self", "mat2"), rule=matmul_rule,
-                    kernel=K.k_matmul, forward=matmul)
+                    kernel=k_matmul, forward=matmul)
 DOT = alias("dot", MATMUL, "DotBackward0", saves=("self", "tensor"), args=("self", "tensor"))
 MV = alias("mv", MATMUL, "MvBackward0", saves=("self", "vec"), args=("self", "vec"))
 BMM = alias("bmm", MATMUL, "UnsafeViewBackward0", saves=("_self", "_mat2"), args=("_self", "_mat2"))
@@ -180,7 +180,7 @@ def _mm_operand(ri, k):
 # iparams: mat1 is n x k, mat2 k x m; ta / tb: that operand was saved as its transpose's
 # contiguous base (linear's W.t()); fparams: beta, alpha
 ADDMM = structural("addmm", "AddmmBackward0", args=("self", "mat1", "mat2"), saves=("mat1", "mat2"),
-                   saved_as={"mat1": _mm_operand, "mat2": _mm_operand}, rule=addmm_rule, kernel=K.k_addmm,
+                   saved_as={"mat1": _mm_operand, "mat2": _mm_operand}, rule=addmm_rule, kernel=k_addmm,
                    iparams=("n", "k", "m", "ta", "tb"), fparams=("beta", "alpha"), forward=_mm_into)
 # x @ W.t() without a bias: addmm's kernel, no input; torch's node is MmBackward0 (self, mat2)
 LINEAR_MM = alias("linear_mm", ADDMM, "MmBackward0", args=("self", "mat2"), saves=("self", "mat2"),
@@ -226,4 +226,4 @@ def trace_rule(grad, ri):
     return (grad * _wrap(np.eye(rows, cols, dtype=grad._data.dtype)),)
 
 
-TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=K.k_trace, forward=trace)
+TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=k_trace, forward=trace)

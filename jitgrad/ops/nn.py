@@ -8,7 +8,10 @@ from jitgrad._core.messages import scalar_name, size_str, tensor_type
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import Tensor, _wrap_dim, wrap as _wrap
-from jitgrad.kernels import structural as K
+from jitgrad.kernels.conv import k_conv
+from jitgrad.kernels.loss import k_nll
+from jitgrad.kernels.norm import k_layer_norm, k_log_softmax_grad, k_softmax_grad
+from jitgrad.kernels.shape import k_embedding
 from jitgrad.kernels.conv import conv_forward, max_pool_forward
 from jitgrad.kernels.norm import layer_norm_forward
 from jitgrad.ops._common import _needs
@@ -68,10 +71,10 @@ def log_softmax_rule(grad, ri):
 
 
 # iparams: the input as (outer, n, inner) around `dim`, and dim
-SOFTMAX = structural("softmax", "SoftmaxBackward0", saves=("result",), rule=softmax_rule, kernel=K.k_softmax_grad,
+SOFTMAX = structural("softmax", "SoftmaxBackward0", saves=("result",), rule=softmax_rule, kernel=k_softmax_grad,
                      iparams=("outer", "n", "inner", "dim"), forward=softmax)
 LOG_SOFTMAX = structural("log_softmax", "LogSoftmaxBackward0", saves=("result",), rule=log_softmax_rule,
-                         kernel=K.k_log_softmax_grad, iparams=("outer", "n", "inner", "dim"), forward=log_softmax)
+                         kernel=k_log_softmax_grad, iparams=("outer", "n", "inner", "dim"), forward=log_softmax)
 
 
 # --- GELU ------------------------------------------------------------------------------------
@@ -192,7 +195,7 @@ def _ln_weight(ri, k):
 LAYER_NORM = structural("layer_norm", "NativeLayerNormBackward0", args=("input", "weight", "bias"),
                         saves=("input", "result1", "result2", "weight"),
                         saved_as={"result1": _stat, "result2": _stat, "weight": _ln_weight},
-                        rule=layer_norm_rule, kernel=K.k_layer_norm, iparams=("k", "has_w", "has_b"),
+                        rule=layer_norm_rule, kernel=k_layer_norm, iparams=("k", "has_w", "has_b"),
                         fparams=("_eps",), forward=layer_norm)
 
 
@@ -293,7 +296,7 @@ def _indices(ri, k):
 # 1/count with scale_grad_by_freq), which torch recomputes instead of saving
 EMBEDDING = structural("embedding", "EmbeddingBackward0", args=("weight",), saves=("indices", "_coef"),
                        index_saves=("indices",), saved_as={"indices": _indices}, rule=embedding_rule,
-                       kernel=K.k_embedding, iparams=("dim",), forward=embedding)
+                       kernel=k_embedding, iparams=("dim",), forward=embedding)
 
 
 # --- nll_loss --------------------------------------------------------------------------------
@@ -372,7 +375,7 @@ def _target(ri, k):
 # saved: the target (ignored ones as 0) and per sample the gradient's coefficient (class
 # weight, ignore mask and 1/total), where torch saves self, weight and total_weight
 NLL_LOSS = structural("nll_loss", "NllLossBackward0", saves=("target", "_coef"), index_saves=("target",),
-                      saved_as={"target": _target}, rule=nll_rule, kernel=K.k_nll,
+                      saved_as={"target": _target}, rule=nll_rule, kernel=k_nll,
                       iparams=("ncls", "per_row"), forward=nll_loss)
 
 
@@ -381,7 +384,7 @@ NLL_LOSS = structural("nll_loss", "NllLossBackward0", saves=("target", "_coef"),
 
 def convolution(input, weight, bias, stride, pads, dilation, groups):
     """The ConvolutionBackward0 primitive on batched input: compiled forward (kernels/conv.py)
-    and one row whose kernel (structural.k_conv) computes all three gradients."""
+    and one row whose kernel (kernels/conv.py, k_conv) computes all three gradients."""
     x, w = input._data, weight._data
     n, c, h, wd = x.shape
     cout, cg, kh, kw = w.shape
@@ -437,7 +440,7 @@ def conv_gather_index(geom):
 
 # iparams: the geometry (kernels/conv.py reads the same 17 numbers)
 CONVOLUTION = structural("convolution", "ConvolutionBackward0", args=("input", "weight", "bias"),
-                         saves=("input", "weight"), rule=conv_rule, kernel=K.k_conv,
+                         saves=("input", "weight"), rule=conv_rule, kernel=k_conv,
                          iparams=("n", "c", "h", "w", "cout", "cg", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw",
                                   "groups", "ho", "wo"), forward=convolution)
 

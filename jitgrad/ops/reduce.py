@@ -9,7 +9,7 @@ from jitgrad._core import modes as _grad_mode
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor, _wrap_dim, wrap as _wrap
-from jitgrad.kernels import structural as K
+from jitgrad.kernels.reduce import k_amax_dims, k_max_all, k_prod_all, k_prod_dims, k_sum
 from jitgrad.ops._common import _needs
 from jitgrad.ops.elementwise import eq, maximum, minimum, to_dtype, where
 from jitgrad.ops.shape import INDEX, _dims, _kd_shape, expand, index_flat, reshape
@@ -46,7 +46,7 @@ def sum_rule(grad, ri):
 
 # iparams: the input's shape with the reduced dims kept as 1 (the kernel's broadcast plan
 # reads it as a shape); fparams: the scale (1 for sum, 1/count for mean)
-SUM = structural("sum", "SumBackward1", rule=sum_rule, kernel=K.k_sum, iparams=("*keepdim_shape",),
+SUM = structural("sum", "SumBackward1", rule=sum_rule, kernel=k_sum, iparams=("*keepdim_shape",),
                  fparams=("_scale",), forward=sum)
 SUM_ALL = alias("sum_all", SUM, "SumBackward0")
 
@@ -118,10 +118,10 @@ def evenly_rule(grad, ri):
     return (where(_wrap(mask), g, 0.0),)
 
 
-AMAX = structural("amax", "AmaxBackward0", saves=("self", "result"), rule=extremum_rule, kernel=K.k_amax_dims,
+AMAX = structural("amax", "AmaxBackward0", saves=("self", "result"), rule=extremum_rule, kernel=k_amax_dims,
                   iparams=("*keepdim_shape",), forward=amax)
 AMIN = alias("amin", AMAX, "AminBackward0", forward=amin)
-MAX_ALL = structural("max_all", "MaxBackward1", saves=("self", "result"), rule=evenly_rule, kernel=K.k_max_all,
+MAX_ALL = structural("max_all", "MaxBackward1", saves=("self", "result"), rule=evenly_rule, kernel=k_max_all,
                      iparams=("*keepdim_shape",), forward=_extremum)  # torch's own rule
 MIN_ALL = alias("min_all", MAX_ALL, "MinBackward1")
 
@@ -224,10 +224,10 @@ def _prod_others(x, dims):
     return np.moveaxis(res.reshape(moved.shape), tuple(range(len(dims))), dims)
 
 
-PROD = structural("prod", "ProdBackward1", saves=("self", "result"), rule=prod_rule, kernel=K.k_prod_dims,
+PROD = structural("prod", "ProdBackward1", saves=("self", "result"), rule=prod_rule, kernel=k_prod_dims,
                   iparams=("*keepdim_shape",), forward=prod)
 PROD_ALL = structural("prod_all", "ProdBackward0", saves=("self", "result"), rule=prod_all_rule,
-                      kernel=K.k_prod_all, iparams=("*keepdim_shape",), forward=prod)
+                      kernel=k_prod_all, iparams=("*keepdim_shape",), forward=prod)
 
 
 def sum_to(t, shape):

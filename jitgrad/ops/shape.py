@@ -1,7 +1,7 @@
 """Shape primitives: views (reshape, squeeze, unsqueeze, permute, transpose, t), expand,
 indexing (a gather at flat indices, and its adjoint scatter), cat / stack. Each entry
 (graph/spec.py) sits below its forward, with its rule above it; the compiled kernels are
-in kernels/structural.py, passed as function objects.
+in kernels/shape.py, passed as function objects.
 
 Rules call Tensor methods (bound by the table, ops/__init__.py) or functions of this module
 and lower ones, never of a module above: the ops package has no import cycle.
@@ -13,7 +13,7 @@ import numpy as np
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim, wrap as _wrap
-from jitgrad.kernels import structural as K
+from jitgrad.kernels.shape import k_cat, k_expand, k_index_put, k_permute, k_scatter, k_view
 from jitgrad.ops._common import _needs
 
 
@@ -110,7 +110,7 @@ def view_rule(grad, ri):
     return (reshape(grad, ri.in_shape(0)),)
 
 
-VIEW = structural("view", "ViewBackward0", rule=view_rule, kernel=K.k_view, forward=reshape)
+VIEW = structural("view", "ViewBackward0", rule=view_rule, kernel=k_view, forward=reshape)
 RESHAPE_ALIAS = alias("unsafe_view", VIEW, "UnsafeViewBackward0")
 
 
@@ -188,7 +188,7 @@ def expand_rule(grad, ri):
     return (grad.sum_to_size(ri.in_shape(0)),)
 
 
-EXPAND = structural("expand", "ExpandBackward0", rule=expand_rule, kernel=K.k_expand, forward=expand)
+EXPAND = structural("expand", "ExpandBackward0", rule=expand_rule, kernel=k_expand, forward=expand)
 
 
 def permute(x, *dims, spec=None):
@@ -234,7 +234,7 @@ def permute_rule(grad, ri):
     return (permute(grad, tuple(int(i) for i in np.argsort(ri.iparams().dims))),)
 
 
-PERMUTE = structural("permute", "PermuteBackward0", rule=permute_rule, kernel=K.k_permute, iparams=("*dims",),
+PERMUTE = structural("permute", "PermuteBackward0", rule=permute_rule, kernel=k_permute, iparams=("*dims",),
                      forward=permute)
 TRANSPOSE = alias("transpose", PERMUTE, "TransposeBackward0", forward=transpose)
 T = alias("t", PERMUTE, "TBackward0", forward=t)
@@ -322,11 +322,11 @@ def gather_rule(grad, ri):
 # The gather primitive behind indexing, max(dim), max_pool2d and padding: its saved value is
 # the flat input index of each output element (torch keeps other values: indices per dim,
 # a dim and an index... so it is internal, no _saved_ attribute)
-INDEX = structural("index", "IndexBackward0", rule=scatter_rule, kernel=K.k_scatter, saves=("_flat_index",),
+INDEX = structural("index", "IndexBackward0", rule=scatter_rule, kernel=k_scatter, saves=("_flat_index",),
                    index_saves=("_flat_index",), forward=index_flat)
 SELECT = alias("select", INDEX, "SelectBackward0", forward=getitem)
 SLICE = alias("slice", INDEX, "SliceBackward0", forward=getitem)
-INDEX_PUT = structural("index_put", "IndexPutBackward0", rule=gather_rule, kernel=K.k_index_put,
+INDEX_PUT = structural("index_put", "IndexPutBackward0", rule=gather_rule, kernel=k_index_put,
                        saves=("_flat_index",), index_saves=("_flat_index",), forward=index_put_flat)
 
 
@@ -391,6 +391,6 @@ def cat_rule(grad, ri):
     return tuple(out)
 
 
-CAT = structural("cat", "CatBackward0", rule=cat_rule, kernel=K.k_cat, args=("tensors",),
+CAT = structural("cat", "CatBackward0", rule=cat_rule, kernel=k_cat, args=("tensors",),
                  iparams=("outer", "total", "inner", "dim", "*sizes"), forward=cat)
 STACK = alias("stack", CAT, "StackBackward0", forward=stack)

@@ -73,7 +73,7 @@ def _with_text_changed(monkeypatch, path):
 
 
 @pytest.mark.parametrize("module", ["jitgrad.engine.scheduler", "jitgrad._core.layout",
-                                    "jitgrad.kernels.structural", "jitgrad.kernels.blas"])
+                                    "jitgrad.kernels.common", "jitgrad.kernels.linalg", "jitgrad.kernels.blas"])
 def test_name_changes_with_a_dependency(monkeypatch, module):
     base = _name()
     path = sys.modules[importlib.import_module(module).__name__].__file__

@@ -9,7 +9,6 @@ import pytest
 
 import jitgrad  # noqa: F401  (fills the table)
 from jitgrad.graph.spec import BY_OP
-from jitgrad.kernels import structural as K
 
 _SPECS = [s for s in BY_OP if s.kind == "struct" and s.base == s.op and s.iparams and s.kernel is not None]
 
@@ -19,7 +18,8 @@ def _source(kernel):
     fn = getattr(kernel, "py_func", kernel)
     src = inspect.getsource(fn)
     for name in set(re.findall(r"\b(k_\w+)\(", src)) - {fn.__name__}:
-        src += inspect.getsource(getattr(getattr(K, name), "py_func", getattr(K, name)))
+        k = fn.__globals__[name]  # resolved in the kernel's own module
+        src += inspect.getsource(getattr(k, "py_func", k))
     return src
 
 

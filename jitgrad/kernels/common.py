@@ -1,0 +1,188 @@
+"""What every backward kernel shares: reading saved values by address, the gradient
+buffers, and the broadcast index maps. The kernels themselves are in the family modules
+(reduce, shape, linalg, norm, loss, conv); the scheduler (engine/scheduler.py) calls
+each through the generated dispatch.
+
+Conventions (the scheduler calls every node kernel the same way):
+  node kernel  k(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)
+  - row's own gradient: gradient(row, ...) (already complete: rows run in descending order)
+  - a contribution to input j goes into target_buffer(...) of the edge's target row,
+    which the kernel accumulates into at the *input's* shape: broadcasting is undone
+    right here, through index maps, never in a rule.
+  - v: inline one-element saved values in the graph's dtype; larger saved values are
+    read in place through the address stored in `slots`.
+Every kernel also runs as plain Python under NUMBA_DISABLE_JIT=1 (numpy bounds-checks
+every index the compiled code reads unchecked).
+"""
+import numpy as np
+from numba import njit
+
+from jitgrad._core.layout import (E_SHP, E_TGT, EW, H_E0, H_NUMEL,
+                                  HAS, HW, RECV, S_NUMEL, S_REF, SW)
+from jitgrad.kernels.blas import gemm
+from jitgrad.kernels.pointers import view
+
+# error_model="numpy": float division by zero gives inf/nan as in PyTorch (no raising path)
+jit = njit(cache=True, nogil=True, error_model="numpy")
+
+
+
+@jit
+def saved(slots, v, k):
+    """Saved value k as a 1-D array of the graph's dtype."""
+    ref = slots[SW * k + S_REF]
+    if ref < 0:
+        j = -ref - 1
+        return v[j:j + 1]
+    return view(ref, slots[SW * k + S_NUMEL], v)
+
+
+@jit
+def saved_index(slots, k, like_i64):
+    return view(slots[SW * k + S_REF], slots[SW * k + S_NUMEL], like_i64)
+
+
+@jit
+def gradient(row, hdr, g1, bslot, bigs):
+    """The (complete) gradient of row's output, flat."""
+    if hdr[row * HW + H_NUMEL] == 1:
+        return g1[row:row + 1]
+    s = bslot[row]
+    if s < 0:  # only reachable for an empty tensor
+        return g1[0:0]
+    return bigs[s]
+
+
+@jit
+def target_buffer(tgt, n, g1, bslot, bigs):
+    """Where contributions for row `tgt`'s output accumulate (created zeroed on first use)."""
+    if n == 1:
+        return g1[tgt:tgt + 1]
+    s = bslot[tgt]
+    if s < 0:
+        s = len(bigs)
+        bigs.append(np.zeros(n, g1.dtype))
+        bslot[tgt] = s
+    return bigs[s]
+
+
+@jit
+def dot_into(tgt, fresh, x, tx, y, ty, rows, cols, g1, bslot, bigs):
+    """Contribute op(x) @ op(y) (rows x cols) to row `tgt`'s gradient with one gemm:
+    written straight into place when nothing has contributed yet (into the output array
+    for a leaf, or into a new buffer), added by the BLAS call (beta = 1) otherwise."""
+    s = bslot[tgt]
+    if s < 0:
+        bslot[tgt] = len(bigs)
+        bigs.append(np.empty(rows * cols, g1.dtype))
+        gemm(x, tx, y, ty, bigs[-1].reshape((rows, cols)), 0.0)
+    else:
+        gemm(x, tx, y, ty, bigs[s].reshape((rows, cols)), 0.0 if fresh else 1.0)
+
+
+@jit
+def edge_target(edges, e, st):
+    """Target row of edge e, or -1 when it gets no gradient (no grad, or not needed);
+    marks the target as reached, since the caller is about to contribute to it."""
+    t = edges[EW * e + E_TGT]
+    if t >= 0:
+        if not (st[t] & RECV):
+            return -1
+        st[t] |= HAS
+    return t
+
+
+@jit
+def one_input(row, hdr, edges, xs, g1, bslot, bigs, st):
+    """The common start of a one-input kernel: (header base, the row's gradient, the
+    input's target row or -1, the input's shape pointer, the input's buffer)."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    t = edge_target(edges, e0, st)
+    pin = edges[EW * e0 + E_SHP]
+    d = g
+    if t >= 0:
+        d = target_buffer(t, shape_numel(xs, pin), g1, bslot, bigs)
+    return b, g, t, pin, d
+
+
+@jit
+def shape_numel(xs, p):
+    n = 1
+    for k in range(xs[p]):
+        n *= xs[p + 1 + k]
+    return n
+
+
+# mode 0: same shape (i), 1: small is one element (0), 2: small is a suffix of big (i % m),
+# 3: small keeps a prefix and is 1 after it (i // m), 4: general (map[i]).
+@jit
+def bcast_plan(xs, pbig, psmall):
+    nb = xs[pbig]
+    ns = xs[psmall]
+    nbig = shape_numel(xs, pbig)
+    nsmall = shape_numel(xs, psmall)
+    empty = xs[0:0]  # typed like a map, allocates nothing
+    if nsmall == nbig:
+        return 0, 0, empty
+    if nsmall == 1:
+        return 1, 0, empty
+    # strip leading ones of small; is what remains a suffix of big?
+    lead = 0
+    while lead < ns and xs[psmall + 1 + lead] == 1:
+        lead += 1
+    rem = ns - lead
+    suffix = rem <= nb
+    if suffix:
+        for k in range(rem):
+            if xs[psmall + 1 + ns - 1 - k] != xs[pbig + 1 + nb - 1 - k]:
+                suffix = False
+                break
+    if suffix:
+        return 2, nsmall, empty
+    # prefix pattern: small == big on dims [0, c) (aligned right) and 1 after
+    off = nb - ns
+    c = 0
+    while c < ns and xs[psmall + 1 + c] == xs[pbig + 1 + off + c]:
+        c += 1
+    tail_ones = True
+    for k in range(c, ns):
+        if xs[psmall + 1 + k] != 1:
+            tail_ones = False
+    if off == 0 and tail_ones:
+        return 3, nbig // nsmall, empty
+    # general: walk big in C order, carrying a multi-index
+    sstr = np.zeros(nb, np.int64)
+    acc = 1
+    for k in range(ns - 1, -1, -1):
+        d = xs[psmall + 1 + k]
+        if d != 1:
+            sstr[off + k] = acc
+        acc *= d
+    m = np.empty(nbig, np.int64)
+    idx = np.zeros(nb, np.int64)
+    cur = 0
+    for i in range(nbig):
+        m[i] = cur
+        for k in range(nb - 1, -1, -1):
+            idx[k] += 1
+            cur += sstr[k]
+            if idx[k] < xs[pbig + 1 + k]:
+                break
+            cur -= sstr[k] * idx[k]
+            idx[k] = 0
+    return 4, 0, m
+
+
+@jit
+def bidx(mode, m, mp, i):
+    if mode == 0:
+        return i
+    if mode == 1:
+        return 0
+    if mode == 2:
+        return i % m
+    if mode == 3:
+        return i // m
+    return mp[i]
