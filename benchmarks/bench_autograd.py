@@ -19,8 +19,17 @@ import functools
 
 import jitgrad
 
-from .side_by_side import (CHAIN_N, MLP_CONFIGS, WIDE_N, chain_forward, mlp_arrays, mlp_inputs, mlp_step,
-                           wide_forward, wide_leaves)
+from .side_by_side import (
+    CHAIN_N,
+    MLP_CONFIGS,
+    WIDE_N,
+    chain_forward,
+    mlp_arrays,
+    mlp_inputs,
+    mlp_step,
+    wide_forward,
+    wide_leaves,
+)
 
 _warmed = False
 

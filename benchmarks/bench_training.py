@@ -18,8 +18,17 @@ call, so each epoch/step starts from a freshly built model and optimizer.
 """
 import jitgrad
 
-from .side_by_side import (REQUIRES, adam_setup, cnn_arrays, cnn_setup, cnn_step, digits_data, digits_epoch,
-                           digits_setup, has_attr_path)
+from .side_by_side import (
+    REQUIRES,
+    adam_setup,
+    cnn_arrays,
+    cnn_setup,
+    cnn_step,
+    digits_data,
+    digits_epoch,
+    digits_setup,
+    has_attr_path,
+)
 
 _warmed = set()
 

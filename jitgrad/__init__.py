@@ -8,19 +8,65 @@ The layers, each importing only those before it (README.md, "How a gradient trav
   engine/    backward()/grad(), the compiled sweep and its generator, the Python executor
   autograd/  torch.autograd's public surface
 """
-from jitgrad import autograd  # noqa: F401  (first: the ops modules import the graph classes through it)
+from jitgrad import autograd  # noqa: F401  (torch.autograd)
 from jitgrad import ops as _ops  # noqa: F401  (the op table: binds Tensor methods)
 from jitgrad._core.device import device
-from jitgrad._core.dtype import bool_ as bool, double, dtype, float, float32, float64, get_default_dtype, int, int32, int64, long, set_default_dtype  # noqa: A004
-from jitgrad._core.modes import enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled
-from jitgrad.graph.tensor import Size, Tensor, arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, manual_seed, ones, ones_like, rand, rand_like, randn, randn_like, tensor, zeros, zeros_like
+from jitgrad._core.dtype import bool_ as bool  # noqa: A004
+from jitgrad._core.dtype import (
+    double,
+    dtype,
+    float,
+    float32,
+    float64,
+    get_default_dtype,
+    int,
+    int32,
+    int64,
+    long,
+    set_default_dtype,
+)
+from jitgrad._core.modes import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
+from jitgrad.graph.tensor import (
+    Size,
+    Tensor,
+    arange,
+    as_tensor,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randn,
+    randn_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
 from jitgrad.ops import FUNCTIONS as _FUNCTIONS
+
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
-from jitgrad import nn, optim, utils  # noqa: E402
-from jitgrad.serialization import load, save  # noqa: E402
-from jitgrad import viz  # noqa: E402,F401  (graphviz itself is imported only by viz.make_dot)
-from jitgrad._core.threads import get_num_threads, set_num_threads  # noqa: E402
+from jitgrad import (  # noqa: E402
+    nn,
+    optim,
+    utils,
+    viz,  # noqa: E402,F401  (graphviz itself is imported only by viz.make_dot)
+)
 from jitgrad._core.threads import default_threads as _default_threads  # noqa: E402
+from jitgrad._core.threads import get_num_threads, set_num_threads  # noqa: E402
+from jitgrad.serialization import load, save  # noqa: E402
 
 _default_threads()
 

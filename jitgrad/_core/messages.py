@@ -3,8 +3,6 @@ type names those messages print."""
 import numpy as np
 
 
-
-
 def size_str(shape):
     """A shape as torch prints a list of sizes: [2, 3]."""
     return f"[{', '.join(str(s) for s in shape)}]"

@@ -2,6 +2,7 @@
 import functools
 import threading
 
+
 class _State(threading.local):
     # class attributes are each thread's defaults; `_state.enabled` is read once per op
     enabled = True

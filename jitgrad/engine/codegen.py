@@ -51,10 +51,10 @@ from numba import njit
 from numba.core import config
 
 from jitgrad._core import layout
-from jitgrad.ops import derivatives  # noqa: F401  (fills the registry)
-from jitgrad.graph.spec import BY_OP
 from jitgrad.engine import scheduler
+from jitgrad.graph.spec import BY_OP
 from jitgrad.kernels import _cache, common
+from jitgrad.ops import derivatives  # noqa: F401  (fills the registry)
 
 # the options of every kernel (kernels/common.py's jit)
 JIT_OPTIONS = dict(nogil=True, error_model="numpy")

@@ -20,23 +20,48 @@ import threading
 
 import numpy as np
 
+from jitgrad._core.layout import (
+    DONE,
+    DT_OF,
+    DT_OTHER,
+    E_SHP,
+    E_TGT,
+    EW,
+    EXEC,
+    FREED,
+    H_DT,
+    H_E0,
+    H_IP,
+    H_NIN,
+    H_NUMEL,
+    H_OP,
+    H_SHP,
+    HAS,
+    HW,
+    LEAF_READY,
+    PRE,
+    PREHOOKS,
+    PYNODE,
+    PYRUN,
+    RECV,
+    SW,
+)
+from jitgrad._core.layout import FALLBACK as ROW_FALLBACK  # a sweep's status; FALLBACK below is run()'s answer
+from jitgrad._core.messages import freed_error as _freed_error
+from jitgrad._core.messages import size_str, torch_size
+from jitgrad._core.modes import no_grad
 from jitgrad._core.threads import deferred_interrupts
 from jitgrad.engine import codegen
-from jitgrad._core.modes import no_grad
-from jitgrad.ops import functional as F
-from jitgrad.graph.record import OP_OUT
 from jitgrad.engine import executor as pyengine
-from jitgrad._core.messages import freed_error as _freed_error, size_str, torch_size
 from jitgrad.engine.executor import input_grads
-from jitgrad.graph.pynode import FunctionNode, validate_gradient
-from jitgrad.graph.node import AccumulateGrad, node_for
-from jitgrad.graph.spec import BY_OP, SPECS
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 from jitgrad.graph.hooks import leaf_hooks
+from jitgrad.graph.node import AccumulateGrad, node_for
+from jitgrad.graph.pynode import FunctionNode, validate_gradient
+from jitgrad.graph.record import OP_OUT
+from jitgrad.graph.spec import BY_OP, SPECS
 from jitgrad.graph.tape import close_current_tape, live_tape
-from jitgrad._core.layout import (DONE, DT_OF, DT_OTHER, E_SHP, E_TGT, EW, EXEC, FREED, H_DT, H_E0, H_IP, H_NIN,
-                                  H_NUMEL, H_OP, H_SHP, HAS, HW, LEAF_READY, PRE, PREHOOKS, PYNODE, PYRUN, RECV, SW)
-from jitgrad._core.layout import FALLBACK as ROW_FALLBACK  # a sweep's status; FALLBACK below is run()'s answer
+from jitgrad.ops import functional as F
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 

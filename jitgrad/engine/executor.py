@@ -11,17 +11,18 @@ import heapq
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
-from jitgrad._core.threads import leaf_lock
-from jitgrad.ops import functional as F
-from jitgrad.graph.spec import FUNCS
-from jitgrad.graph.rowinfo import RowInfo
 from jitgrad._core.layout import DT_F32, DT_F64, E_SHP, E_TGT, EW, H_DT, H_E0, HW
-from jitgrad._core.messages import freed_error as _freed_error, modified_error, size_str
-from jitgrad.graph.pynode import FunctionNode
-from jitgrad.graph.node import AccumulateGrad
+from jitgrad._core.messages import freed_error as _freed_error
+from jitgrad._core.messages import modified_error, size_str
 from jitgrad._core.modes import _anomaly
+from jitgrad._core.threads import leaf_lock
 from jitgrad.autograd.anomaly_mode import check_outputs
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
+from jitgrad.graph.node import AccumulateGrad
+from jitgrad.graph.pynode import FunctionNode
+from jitgrad.graph.rowinfo import RowInfo
+from jitgrad.graph.spec import FUNCS
+from jitgrad.ops import functional as F
 
 _NS = {name: getattr(F, name) for name in FUNCS}
 _FLOAT_OF_DT = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}

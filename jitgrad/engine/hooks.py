@@ -4,8 +4,6 @@ from jitgrad._core.messages import tensor_type
 from jitgrad.graph.tensor import Tensor
 
 
-
-
 def run_tensor_hooks(hooks, grad):
     """Each hook sees the previous one's result; a returned tensor replaces the gradient.
     A hook on an output that got no gradient (a multi-output node's) receives None."""

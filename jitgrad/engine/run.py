@@ -16,19 +16,19 @@ from collections import namedtuple
 
 import numpy as np
 
-from jitgrad._core.modes import no_grad
+from jitgrad._core import versions
+from jitgrad._core.messages import torch_size
+from jitgrad._core.modes import _anomaly, no_grad, restore_saved_hooks, saved_hooks_state
 from jitgrad._core.threads import deferred_interrupts
+from jitgrad.engine import compiled as _compiled
+from jitgrad.engine import executor as _pyengine
+from jitgrad.graph import tape as _tape
+from jitgrad.graph.hooks import leaf_hooks
+from jitgrad.graph.node import AccumulateGrad, node_for
+from jitgrad.graph.pynode import FunctionNode
+from jitgrad.graph.record import _leaf_row
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import functional as F
-from jitgrad.engine import compiled as _compiled, executor as _pyengine
-from jitgrad.graph import tape as _tape
-from jitgrad._core import versions
-from jitgrad.graph.record import _leaf_row
-from jitgrad._core.messages import torch_size
-from jitgrad.graph.pynode import FunctionNode
-from jitgrad._core.modes import _anomaly, restore_saved_hooks, saved_hooks_state
-from jitgrad.graph.node import AccumulateGrad, node_for
-from jitgrad.graph.hooks import leaf_hooks
 
 
 def _as_tuple(x):

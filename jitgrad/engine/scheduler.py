@@ -34,8 +34,32 @@ them. Under NUMBA_DISABLE_JIT=1 the code objects run are this file's own.
 import numpy as np
 from numba.typed import List
 
-from jitgrad._core.layout import (DONE, E_TGT, EW, EXEC, FALLBACK, FED, FREED, H_DT, H_E0, H_FP, H_IP, H_KP, H_NIN,
-                                  H_NUMEL, H_OP, HAS, HW, LEAF_READY, PRE, PREHOOKS, PYNODE, PYRUN, RECV, SWEPT)
+from jitgrad._core.layout import (
+    DONE,
+    E_TGT,
+    EW,
+    EXEC,
+    FALLBACK,
+    FED,
+    FREED,
+    H_DT,
+    H_E0,
+    H_FP,
+    H_IP,
+    H_KP,
+    H_NIN,
+    H_NUMEL,
+    H_OP,
+    HAS,
+    HW,
+    LEAF_READY,
+    PRE,
+    PREHOOKS,
+    PYNODE,
+    PYRUN,
+    RECV,
+    SWEPT,
+)
 from jitgrad.kernels.common import gradient
 
 # the functions the generated module compiles, bound to its names (engine/codegen.py)

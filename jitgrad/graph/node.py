@@ -11,7 +11,6 @@ import weakref
 from jitgrad._core.messages import freed_error
 from jitgrad.graph.hooks import add_hook
 from jitgrad.graph.rowinfo import RowInfo
-
 from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, SPECS
 
 

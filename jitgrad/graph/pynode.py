@@ -20,7 +20,8 @@ from jitgrad._core import modes as _grad_mode
 from jitgrad._core import versions
 from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.layout import DT_OF, DT_OTHER
-from jitgrad._core.messages import freed_error as _freed_error, modified_error, size_str
+from jitgrad._core.messages import freed_error as _freed_error
+from jitgrad._core.messages import modified_error, size_str
 from jitgrad.graph.node import Node
 from jitgrad.graph.record import _edge_row, pack_saved
 from jitgrad.graph.spec import OP_OUT, OP_PYFN

@@ -11,12 +11,23 @@ import weakref
 
 import numpy as np
 
-from jitgrad.graph.tape import DT_F32, DT_F64, DT_OTHER, EW, MAX_ROWS, SPLIT_BYTES, current_tape, pack_edge, pack_edge2, pack_row, tape_for
-from jitgrad.graph.node import AccumulateGrad
-from jitgrad.graph.tensor import wrap
-from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, OpSpec  # noqa: F401  (OP_OUT, OP_PYFN: re-exported)
 from jitgrad._core.modes import _anomaly, _packing, _saved_hooks  # noqa: F401  (read per op)
-
+from jitgrad.graph.node import AccumulateGrad
+from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, OpSpec  # noqa: F401  (OP_OUT, OP_PYFN: re-exported)
+from jitgrad.graph.tape import (
+    DT_F32,
+    DT_F64,
+    DT_OTHER,
+    EW,
+    MAX_ROWS,
+    SPLIT_BYTES,
+    current_tape,
+    pack_edge,
+    pack_edge2,
+    pack_row,
+    tape_for,
+)
+from jitgrad.graph.tensor import wrap
 
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
 def _pack_row(tape, row, tensors):

@@ -1,6 +1,6 @@
 """What a Python rule needs to know about its node, read back from the tape row."""
-from jitgrad.graph.spec import OP_ACC, OP_EXT, SPECS
 from jitgrad.graph import tensor as _tensor  # the Tensor <-> Node pair: saved values read as Tensors
+from jitgrad.graph.spec import OP_ACC, OP_EXT, SPECS
 
 
 class RowInfo:

@@ -46,10 +46,29 @@ import weakref
 import numpy as np
 
 from jitgrad._core import versions
+from jitgrad._core.layout import (  # noqa: F401
+    DT_F32,
+    DT_F64,
+    DT_OTHER,
+    E_NR,
+    E_SHP,
+    E_TGT,
+    EW,
+    H_DT,
+    H_E0,
+    H_FP,
+    H_IP,
+    H_KP,
+    H_NIN,
+    H_NUMEL,
+    H_OP,
+    H_SHP,
+    HW,
+    S_KEEP,
+    S_REF,
+    SW,
+)
 from jitgrad.graph.spec import SPECS as _SPECS
-
-from jitgrad._core.layout import (DT_F32, DT_F64, DT_OTHER, E_NR, E_SHP, E_TGT, EW, H_DT, H_E0, H_FP, H_IP,  # noqa: F401
-                                  H_KP, H_NIN, H_NUMEL, H_OP, H_SHP, HW, S_KEEP, S_REF, SW)
 
 MAX_ROWS = 1 << 20          # close a tape past this many rows...
 MAX_KEEP_BYTES = 256 << 20  # ...or past this many bytes of saved arrays

@@ -3,14 +3,15 @@ import weakref
 
 import numpy as np
 
-from jitgrad._core import device as _device, dtype as _dtype
-from jitgrad._core.dtype import from_numpy_dtype
+from jitgrad._core import device as _device
+from jitgrad._core import dtype as _dtype
 from jitgrad._core import versions
+from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.format import tensor_repr
 from jitgrad._core.messages import c_name, scalar_name, size_str
 from jitgrad._core.modes import _state
-from jitgrad.graph.hooks import add_hook
 from jitgrad.graph import node as _node  # the Tensor <-> Node pair: grad_fn is a view of the row
+from jitgrad.graph.hooks import add_hook
 
 
 class _Rare:

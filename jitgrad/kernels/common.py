@@ -17,8 +17,7 @@ every index the compiled code reads unchecked).
 import numpy as np
 from numba import njit
 
-from jitgrad._core.layout import (E_SHP, E_TGT, EW, H_E0, H_NUMEL,
-                                  HAS, HW, RECV, S_NUMEL, S_REF, SW)
+from jitgrad._core.layout import E_SHP, E_TGT, EW, H_E0, H_NUMEL, HAS, HW, RECV, S_NUMEL, S_REF, SW
 from jitgrad.kernels.blas import gemm
 from jitgrad.kernels.pointers import view
 

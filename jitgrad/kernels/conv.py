@@ -17,11 +17,10 @@ them against PyTorch just as the compiled pass checks the loops.
 import numpy as np
 from numba.core.config import DISABLE_JIT
 from numpy.lib.stride_tricks import as_strided
-from jitgrad._core.layout import (H_E0, H_IP, H_KP, H_NIN, HW)
-from jitgrad.kernels.blas import gemm
-from jitgrad.kernels.common import (edge_target, gradient, jit, saved,
-                                    target_buffer)
 
+from jitgrad._core.layout import H_E0, H_IP, H_KP, H_NIN, HW
+from jitgrad.kernels.blas import gemm
+from jitgrad.kernels.common import edge_target, gradient, jit, saved, target_buffer
 
 U = np.uint64  # an index known to be in bounds: see _im2col_nb
 

@@ -3,11 +3,20 @@ trace; the products go to BLAS (kernels/blas.py).
 The arguments are the scheduler's standard ones (kernels/common.py)."""
 import numpy as np
 
-from jitgrad._core.layout import (E_SHP, E_TGT, EW, H_E0, H_FP, H_IP, H_KP, H_NIN, H_NUMEL,
-                                  H_SHP, HAS, HW)
+from jitgrad._core.layout import E_SHP, E_TGT, EW, H_E0, H_FP, H_IP, H_KP, H_NIN, H_NUMEL, H_SHP, HAS, HW
 from jitgrad.kernels.blas import gemm
-from jitgrad.kernels.common import (bcast_plan, bidx, dot_into, edge_target, gradient, jit, one_input, saved,
-                                    shape_numel, target_buffer)
+from jitgrad.kernels.common import (
+    bcast_plan,
+    bidx,
+    dot_into,
+    edge_target,
+    gradient,
+    jit,
+    one_input,
+    saved,
+    shape_numel,
+    target_buffer,
+)
 
 
 @jit

@@ -1,9 +1,8 @@
 """Backward kernel of nll_loss (cross-entropy is log_softmax + nll_loss, as in PyTorch).
 The arguments are the scheduler's standard ones (kernels/common.py)."""
 
-from jitgrad._core.layout import (H_IP, H_KP)
-from jitgrad.kernels.common import (jit, one_input, saved,
-                                    saved_index)
+from jitgrad._core.layout import H_IP, H_KP
+from jitgrad.kernels.common import jit, one_input, saved, saved_index
 
 
 @jit

@@ -5,10 +5,9 @@ against torch just as the compiled pass checks the loops)."""
 import numpy as np
 from numba import njit
 from numba.core.config import DISABLE_JIT
-from jitgrad._core.layout import (H_E0, H_IP, H_KP, HW)
-from jitgrad.kernels.common import (edge_target, gradient, jit, one_input, saved,
-                                    target_buffer)
 
+from jitgrad._core.layout import H_E0, H_IP, H_KP, HW
+from jitgrad.kernels.common import edge_target, gradient, jit, one_input, saved, target_buffer
 from jitgrad.kernels.conv import U
 
 

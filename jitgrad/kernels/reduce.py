@@ -2,8 +2,8 @@
 The arguments are the scheduler's standard ones (kernels/common.py)."""
 import numpy as np
 
-from jitgrad._core.layout import (H_FP, H_IP, H_KP)
-from jitgrad.kernels.common import (bcast_plan, bidx, jit, one_input, saved)
+from jitgrad._core.layout import H_FP, H_IP, H_KP
+from jitgrad.kernels.common import bcast_plan, bidx, jit, one_input, saved
 
 
 @jit

@@ -3,10 +3,18 @@
 The arguments are the scheduler's standard ones (kernels/common.py)."""
 import numpy as np
 
-from jitgrad._core.layout import (H_E0, H_IP, H_KP, H_NIN, H_NUMEL,
-                                  H_SHP, HW)
-from jitgrad.kernels.common import (bcast_plan, bidx, edge_target, gradient, jit, one_input, saved,
-                                    saved_index, target_buffer)
+from jitgrad._core.layout import H_E0, H_IP, H_KP, H_NIN, H_NUMEL, H_SHP, HW
+from jitgrad.kernels.common import (
+    bcast_plan,
+    bidx,
+    edge_target,
+    gradient,
+    jit,
+    one_input,
+    saved,
+    saved_index,
+    target_buffer,
+)
 
 
 @jit

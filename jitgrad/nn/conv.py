@@ -11,15 +11,16 @@ Each op is one primitive of the engine, one graph node named like PyTorch's:
 """
 
 
+from jitgrad._core import dtype as _dtype
 from jitgrad._core.messages import size_str, tensor_type
 from jitgrad.graph.tensor import Tensor, empty
-from jitgrad._core import dtype as _dtype
-# the primitives' forwards, each beside its entry in ops/nn.py
-from jitgrad.ops.nn import _max_pool2d_with_indices, _pad2d, convolution as _convolution  # noqa: F401
 from jitgrad.nn import init
 from jitgrad.nn.module import Module
 from jitgrad.nn.parameter import Parameter
 
+# the primitives' forwards, each beside its entry in ops/nn.py
+from jitgrad.ops.nn import _max_pool2d_with_indices, _pad2d  # noqa: F401
+from jitgrad.ops.nn import convolution as _convolution
 
 
 def _pair(v, name="value"):

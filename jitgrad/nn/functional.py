@@ -7,10 +7,19 @@ from jitgrad._core.messages import torch_size
 from jitgrad.graph.tensor import Tensor, _rng
 from jitgrad.ops import functional as _F
 from jitgrad.ops.elementwise import relu, sigmoid, tanh  # noqa: F401
-# the primitives' forwards, each beside its entry in ops/nn.py
-from jitgrad.ops.nn import (_legacy_reduction, _padding_index, _targets, embedding, gelu, layer_norm,  # noqa: F401
-                            log_softmax, nll_loss, softmax)
 
+# the primitives' forwards, each beside its entry in ops/nn.py
+from jitgrad.ops.nn import (  # noqa: F401
+    _legacy_reduction,
+    _padding_index,
+    _targets,
+    embedding,
+    gelu,
+    layer_norm,
+    log_softmax,
+    nll_loss,
+    softmax,
+)
 
 linear = _F.linear
 

@@ -3,7 +3,8 @@ differentiable ops (see nn/functional.py), so it needs no gradient rule of its o
 import numbers
 from collections import OrderedDict
 
-from jitgrad._core import dtype as _dtype, modes as _grad_mode
+from jitgrad._core import dtype as _dtype
+from jitgrad._core import modes as _grad_mode
 from jitgrad.graph.tensor import empty
 from jitgrad.nn import functional as F
 from jitgrad.nn import init

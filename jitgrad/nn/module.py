@@ -4,9 +4,10 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from jitgrad._core import dtype as _dtype, modes as _grad_mode
-from jitgrad.graph.tensor import Tensor
+from jitgrad._core import dtype as _dtype
+from jitgrad._core import modes as _grad_mode
 from jitgrad.graph.hooks import add_hook
+from jitgrad.graph.tensor import Tensor
 from jitgrad.nn.parameter import Parameter
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])

@@ -6,8 +6,9 @@ import sys
 
 import numpy as np
 
-from jitgrad._core import dtype as _dtype, modes as _grad_mode
-from jitgrad.graph.tensor import _ARRAYLIKE, Tensor, wrap as _wrap  # noqa: F401  (families import them from here)
+from jitgrad._core import dtype as _dtype
+from jitgrad._core import modes as _grad_mode
+from jitgrad.graph.tensor import _ARRAYLIKE, Tensor  # noqa: F401  (families import them from here)
 
 _gm_state = _grad_mode._state
 _new = object.__new__

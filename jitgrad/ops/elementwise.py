@@ -14,13 +14,24 @@ import math
 
 import numpy as np
 
-from jitgrad._core import dtype as _dtype, modes as _grad_mode
+from jitgrad._core import dtype as _dtype
+from jitgrad._core import modes as _grad_mode
 from jitgrad._core.modes import _packing, _saved_hooks
 from jitgrad.graph.record import record, record_ew
 from jitgrad.graph.spec import alias, elementwise, structural
-from jitgrad.graph.tensor import _ARRAYLIKE, Tensor, wrap as _wrap
-from jitgrad.ops._common import (_NUMBER, _broadcast_error, _gm_state, _needs, _new, _operand, _operand_error,
-                                 _scalar_dtype, publish)
+from jitgrad.graph.tensor import _ARRAYLIKE, Tensor
+from jitgrad.graph.tensor import wrap as _wrap
+from jitgrad.ops._common import (
+    _NUMBER,
+    _broadcast_error,
+    _gm_state,
+    _needs,
+    _new,
+    _operand,
+    _operand_error,
+    _scalar_dtype,
+    publish,
+)
 
 # A 0-d result stays the numpy scalar numpy returns (np.float64 ...): it has the array API the
 # code reads (shape, dtype, size, item, reshape) and scalar arithmetic is ~7x cheaper than on

@@ -11,8 +11,8 @@ an error unless grad mode is off.
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
-from jitgrad.graph.tensor import Tensor
 from jitgrad.graph.spec import SPECS
+from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import functional as F
 
 

@@ -6,7 +6,8 @@ from jitgrad._core.messages import scalar_name
 from jitgrad._core.modes import _packing, _saved_hooks
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
-from jitgrad.graph.tensor import Tensor, wrap as _wrap
+from jitgrad.graph.tensor import Tensor
+from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.linalg import k_addmm, k_matmul, k_trace
 from jitgrad.ops._common import _needs, _operand_error
 from jitgrad.ops.reduce import sum_to

@@ -1,7 +1,8 @@
 """Tensor methods and operators, bound to the functional ops."""
 import numpy as np
 
-from jitgrad._core import device as _device, dtype as _dtype
+from jitgrad._core import device as _device
+from jitgrad._core import dtype as _dtype
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import functional as F
 from jitgrad.ops import inplace

@@ -7,13 +7,12 @@ import numpy as np
 from jitgrad._core.messages import scalar_name, size_str, tensor_type
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, elementwise, structural
-from jitgrad.graph.tensor import Tensor, _wrap_dim, wrap as _wrap
-from jitgrad.kernels.conv import k_conv
+from jitgrad.graph.tensor import Tensor, _wrap_dim
+from jitgrad.graph.tensor import wrap as _wrap
+from jitgrad.kernels.conv import conv_forward, k_conv, max_pool_forward
 from jitgrad.kernels.loss import k_nll
-from jitgrad.kernels.norm import k_layer_norm, k_log_softmax_grad, k_softmax_grad
+from jitgrad.kernels.norm import k_layer_norm, k_log_softmax_grad, k_softmax_grad, layer_norm_forward
 from jitgrad.kernels.shape import k_embedding
-from jitgrad.kernels.conv import conv_forward, max_pool_forward
-from jitgrad.kernels.norm import layer_norm_forward
 from jitgrad.ops._common import _needs
 from jitgrad.ops.elementwise import _as_float, _erf_array, _ew, exp, reciprocal, sqrt, to_dtype
 from jitgrad.ops.linalg import matmul, transpose

@@ -8,7 +8,8 @@ import numpy as np
 from jitgrad._core import modes as _grad_mode
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
-from jitgrad.graph.tensor import Tensor, _wrap_dim, wrap as _wrap
+from jitgrad.graph.tensor import Tensor, _wrap_dim
+from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.reduce import k_amax_dims, k_max_all, k_prod_all, k_prod_dims, k_sum
 from jitgrad.ops._common import _needs
 from jitgrad.ops.elementwise import eq, maximum, minimum, to_dtype, where

@@ -12,7 +12,8 @@ import numpy as np
 
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
-from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim, wrap as _wrap
+from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim
+from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.shape import k_cat, k_expand, k_index_put, k_permute, k_scatter, k_view
 from jitgrad.ops._common import _needs
 

@@ -12,9 +12,9 @@ import warnings
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
-from jitgrad.graph.tensor import Tensor, _rng
 from jitgrad.autograd import grad as _grad
 from jitgrad.autograd.function import Function
+from jitgrad.graph.tensor import Tensor, _rng
 from jitgrad.ops import functional as F
 
 
