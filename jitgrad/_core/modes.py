@@ -105,6 +105,7 @@ class inference_mode(_DecoratorContextManager):
 
 # --- anomaly mode and saved_tensors_hooks: thread state that recording reads per op ---
 _anomaly = [False]  # set by anomaly mode; read here so recording checks it cheaply
+_check_nan = [True]  # anomaly mode's check_nan: backward checks each node's gradients for NaN
 
 
 class _SavedHooks(threading.local):

@@ -2,13 +2,12 @@
 gradients for NaN and names the node, printing where it was created in the forward.
 
 Outside anomaly mode this costs one list read per recorded op (graph/record.py, `_anomaly`).
-In anomaly mode backward runs on the Python engine, which checks each node's outputs.
+In anomaly mode backward runs on the Python engine, which checks each node's outputs
+(engine/executor.py, check_outputs).
 """
 import warnings
 
-from jitgrad._core.modes import _anomaly
-
-_check_nan = [True]
+from jitgrad._core.modes import _anomaly, _check_nan
 
 
 def is_anomaly_enabled():
@@ -56,19 +55,3 @@ class detect_anomaly:
             with self.__class__(self.check_nan):
                 return fn(*args, **kwargs)
         return wrapper
-
-
-def check_outputs(node, grads):
-    """Raise PyTorch's error if a gradient the node produced holds NaN, after warning with
-    the node's forward traceback."""
-    if not _check_nan[0]:
-        return
-    import numpy as np
-    for i, g in enumerate(grads):
-        if g is not None and np.isnan(np.asarray(g._data)).any():
-            name = node.name()
-            tb = node.metadata.get("traceback_")
-            if tb:
-                warnings.warn(f"Error detected in {name}. Traceback of forward call that caused the error:\n"
-                              + "".join(tb), stacklevel=2)
-            raise RuntimeError(f"Function '{name}' returned nan values in its {i}th output.")

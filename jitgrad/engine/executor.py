@@ -7,6 +7,7 @@ graphs the compiled path does not take (mixed dtypes). It walks Python nodes; th
 fine here because its cost is dominated by the Tensor ops it records.
 """
 import heapq
+import warnings
 
 import numpy as np
 
@@ -14,9 +15,8 @@ from jitgrad._core import modes as _grad_mode
 from jitgrad._core.layout import DT_F32, DT_F64, E_SHP, E_TGT, EW, H_DT, H_E0, HW
 from jitgrad._core.messages import freed_error as _freed_error
 from jitgrad._core.messages import modified_error, size_str
-from jitgrad._core.modes import _anomaly
+from jitgrad._core.modes import _anomaly, _check_nan
 from jitgrad._core.threads import leaf_lock
-from jitgrad.autograd.anomaly_mode import check_outputs
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 from jitgrad.graph.node import AccumulateGrad
 from jitgrad.graph.pynode import FunctionNode
@@ -241,3 +241,18 @@ def _accumulate(t, grad, create_graph, owned):
         t._grad = old + grad
     else:
         old._data += grad._data
+
+
+def check_outputs(node, grads):
+    """Anomaly mode: raise PyTorch's error if a gradient the node produced holds NaN, after
+    warning with the node's forward traceback."""
+    if not _check_nan[0]:
+        return
+    for i, g in enumerate(grads):
+        if g is not None and np.isnan(np.asarray(g._data)).any():
+            name = node.name()
+            tb = node.metadata.get("traceback_")
+            if tb:
+                warnings.warn(f"Error detected in {name}. Traceback of forward call that caused the error:\n"
+                              + "".join(tb), stacklevel=2)
+            raise RuntimeError(f"Function '{name}' returned nan values in its {i}th output.")

@@ -7,6 +7,7 @@ on demand). The input tensors themselves are not kept: a saved input is kept as 
 (inline or by address), and its grad_fn is recovered from the row's edge.
 """
 import os
+import traceback
 import weakref
 
 import numpy as np
@@ -168,7 +169,6 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _trace(tape, row):
     """Anomaly mode: where in the user's forward this node was made (kept in the node's
     metadata, as PyTorch keeps it); jitgrad's own frames are left out."""
-    import traceback
     frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_PACKAGE)]
     tape.metadata.setdefault(row, {})["traceback_"] = traceback.format_list(frames)
 
