@@ -451,7 +451,12 @@ def _np_from_num(num):
     raise ValueError(num)
 
 
-TO_COPY = structural("to_copy", "ToCopyBackward0", rule=to_copy_rule, iparams=("dtype_num",), forward=to_dtype)
+def to_copy_jvp(ci, tangents):
+    return to_dtype(tangents[0], ci.result.dtype)
+
+
+TO_COPY = structural("to_copy", "ToCopyBackward0", rule=to_copy_rule, iparams=("dtype_num",), forward=to_dtype,
+                     jvp=to_copy_jvp)
 
 # --- in-place overwrites: where(False, old, value) under torch's node names -------------
 # the value lands everywhere and the old values (NaN and inf included) get an exact zero

@@ -47,8 +47,16 @@ def sum_rule(grad, ri):
 
 # iparams: the input's shape with the reduced dims kept as 1 (the kernel's broadcast plan
 # reads it as a shape); fparams: the scale (1 for sum, 1/count for mean)
+def sum_jvp(ci, tangents):
+    """The same sum of the tangent (mean: the same scale)."""
+    (scale,) = ci.floats(1)
+    kd = ci.iparams().keepdim_shape
+    tg = sum(tangents[0], _dims_of(ci.in_shape(0), kd), keepdim=True)
+    return reshape(tg * scale if scale != 1.0 else tg, ci.out_shape())
+
+
 SUM = structural("sum", "SumBackward1", rule=sum_rule, kernel=k_sum, iparams=("*keepdim_shape",),
-                 fparams=("_scale",), forward=sum)
+                 fparams=("_scale",), forward=sum, jvp=sum_jvp)
 SUM_ALL = alias("sum_all", SUM, "SumBackward0")
 
 
@@ -119,11 +127,21 @@ def evenly_rule(grad, ri):
     return (where(_wrap(mask), g, 0.0),)
 
 
+def extremum_jvp(ci, tangents):
+    """torch's amaxamin_jvp / evenly_read_jvp: the mean of the tangent over the elements
+    equal to the result (a NaN result matches none: NaN, as in torch)."""
+    kd = ci.iparams().keepdim_shape
+    dims = _dims_of(ci.in_shape(0), kd)
+    mask = eq(ci.input(0).detach(), reshape(ci.result.detach(), kd))
+    picked = sum(where(mask, tangents[0], 0.0), dims, keepdim=True)
+    return reshape(picked / sum(mask, dims, keepdim=True), ci.out_shape())
+
+
 AMAX = structural("amax", "AmaxBackward0", saves=("self", "result"), rule=extremum_rule, kernel=k_amax_dims,
-                  iparams=("*keepdim_shape",), forward=amax)
+                  iparams=("*keepdim_shape",), forward=amax, jvp=extremum_jvp)
 AMIN = alias("amin", AMAX, "AminBackward0", forward=amin)
 MAX_ALL = structural("max_all", "MaxBackward1", saves=("self", "result"), rule=evenly_rule, kernel=k_max_all,
-                     iparams=("*keepdim_shape",), forward=_extremum)  # torch's own rule
+                     iparams=("*keepdim_shape",), forward=_extremum, jvp=extremum_jvp)  # torch's own rule
 MIN_ALL = alias("min_all", MAX_ALL, "MinBackward1")
 
 return_types_max = collections.namedtuple("max", ["values", "indices"])
@@ -225,10 +243,23 @@ def _prod_others(x, dims):
     return np.moveaxis(res.reshape(moved.shape), tuple(range(len(dims))), dims)
 
 
+def prod_jvp(ci, tangents):
+    """sum over the reduced dims of tangent * (the product of the other elements)."""
+    kd = ci.iparams().keepdim_shape
+    self = ci.input(0)
+    dims = _dims_of(ci.in_shape(0), kd)
+    x = np.asarray(self._data)
+    if not (x == 0).any():
+        others = reshape(ci.result, kd) / self
+    else:  # as in prod_rule: without a graph (its second derivative is not tracked)
+        others = _wrap(_prod_others(x, dims))
+    return reshape(sum(tangents[0] * others, dims, keepdim=True), ci.out_shape())
+
+
 PROD = structural("prod", "ProdBackward1", saves=("self", "result"), rule=prod_rule, kernel=k_prod_dims,
-                  iparams=("*keepdim_shape",), forward=prod)
+                  iparams=("*keepdim_shape",), forward=prod, jvp=prod_jvp)
 PROD_ALL = structural("prod_all", "ProdBackward0", saves=("self", "result"), rule=prod_all_rule,
-                      kernel=k_prod_all, iparams=("*keepdim_shape",), forward=prod)
+                      kernel=k_prod_all, iparams=("*keepdim_shape",), forward=prod, jvp=prod_jvp)
 
 
 def sum_to(t, shape):

@@ -111,7 +111,11 @@ def view_rule(grad, ri):
     return (reshape(grad, ri.in_shape(0)),)
 
 
-VIEW = structural("view", "ViewBackward0", rule=view_rule, kernel=k_view, forward=reshape)
+def view_jvp(ci, tangents):
+    return reshape(tangents[0], ci.out_shape())  # the view of the tangent
+
+
+VIEW = structural("view", "ViewBackward0", rule=view_rule, kernel=k_view, forward=reshape, jvp=view_jvp)
 RESHAPE_ALIAS = alias("unsafe_view", VIEW, "UnsafeViewBackward0")
 
 
@@ -189,7 +193,12 @@ def expand_rule(grad, ri):
     return (grad.sum_to_size(ri.in_shape(0)),)
 
 
-EXPAND = structural("expand", "ExpandBackward0", rule=expand_rule, kernel=k_expand, forward=expand)
+def expand_jvp(ci, tangents):
+    return expand(tangents[0], ci.out_shape())
+
+
+EXPAND = structural("expand", "ExpandBackward0", rule=expand_rule, kernel=k_expand, forward=expand,
+                    jvp=expand_jvp)
 
 
 def permute(x, *dims, spec=None):
@@ -235,8 +244,12 @@ def permute_rule(grad, ri):
     return (permute(grad, tuple(int(i) for i in np.argsort(ri.iparams().dims))),)
 
 
+def permute_jvp(ci, tangents):
+    return permute(tangents[0], ci.iparams().dims, spec=ci.spec())
+
+
 PERMUTE = structural("permute", "PermuteBackward0", rule=permute_rule, kernel=k_permute, iparams=("*dims",),
-                     forward=permute)
+                     forward=permute, jvp=permute_jvp)
 TRANSPOSE = alias("transpose", PERMUTE, "TransposeBackward0", forward=transpose)
 T = alias("t", PERMUTE, "TBackward0", forward=t)
 
@@ -320,15 +333,49 @@ def gather_rule(grad, ri):
     return (index_flat(grad, idx, ri.in_shape(0), INDEX),)
 
 
+def gather_jvp(ci, tangents):
+    """The same gather of the tangent; when the primal is a view (basic indexing), the
+    tangent is the same view of the input's tangent, as in PyTorch."""
+    tg = tangents[0]
+    idx = ci.saved_named("_flat_index")._data
+    out_shape = ci.out_shape()
+    data = None
+    if ci.spec().op in (SELECT.op, SLICE.op) and idx.size:
+        data = _affine_view(tg._data, idx.reshape(out_shape))
+    return index_flat(tg, idx, out_shape, ci.spec(), data=data)
+
+
+def _affine_view(a, flat):
+    """The view of array `a` whose element at each position is a's element at C-order flat
+    index `flat` there: basic indexing's indices are affine in the position, so the view
+    starts at flat's first index and steps, along each dim, by the difference it makes
+    in a's multi-index (a's own strides: a tangent need not be laid out as its primal)."""
+    start = np.unravel_index(int(flat.flat[0]), a.shape)
+    strides = []
+    for d, n in enumerate(flat.shape):
+        if n < 2:
+            strides.append(0)
+            continue
+        step = np.unravel_index(int(flat[(0,) * d + (1,) + (0,) * (flat.ndim - d - 1)]), a.shape)
+        strides.append(sum((q - p) * s for p, q, s in zip(start, step, a.strides)))
+    head = a[tuple(slice(p, None) for p in start)]
+    return np.lib.stride_tricks.as_strided(head, flat.shape, strides, writeable=a.flags.writeable)
+
+
 # The gather primitive behind indexing, max(dim), max_pool2d and padding: its saved value is
 # the flat input index of each output element (torch keeps other values: indices per dim,
 # a dim and an index... so it is internal, no _saved_ attribute)
 INDEX = structural("index", "IndexBackward0", rule=scatter_rule, kernel=k_scatter, saves=("_flat_index",),
-                   index_saves=("_flat_index",), forward=index_flat)
+                   index_saves=("_flat_index",), forward=index_flat, jvp=gather_jvp)
 SELECT = alias("select", INDEX, "SelectBackward0", forward=getitem)
 SLICE = alias("slice", INDEX, "SliceBackward0", forward=getitem)
+def scatter_jvp(ci, tangents):
+    return index_put_flat(tangents[0], ci.saved_named("_flat_index")._data, ci.out_shape())
+
+
 INDEX_PUT = structural("index_put", "IndexPutBackward0", rule=gather_rule, kernel=k_index_put,
-                       saves=("_flat_index",), index_saves=("_flat_index",), forward=index_put_flat)
+                       saves=("_flat_index",), index_saves=("_flat_index",), forward=index_put_flat,
+                       jvp=scatter_jvp)
 
 
 # --- joining ---------------------------------------------------------------------------------
@@ -392,6 +439,14 @@ def cat_rule(grad, ri):
     return tuple(out)
 
 
+def cat_jvp(ci, tangents):
+    """The join of the tangents, zeros standing in for an input without one."""
+    dt = ci.result._data.dtype
+    tgs = [tg if tg is not None else _wrap(np.zeros(ci.in_shape(j), dt)) for j, tg in enumerate(tangents)]
+    join = stack if ci.spec().op == STACK.op else cat
+    return join(tgs, ci.iparams().dim)
+
+
 CAT = structural("cat", "CatBackward0", rule=cat_rule, kernel=k_cat, args=("tensors",),
-                 iparams=("outer", "total", "inner", "dim", "*sizes"), forward=cat)
+                 iparams=("outer", "total", "inner", "dim", "*sizes"), forward=cat, jvp=cat_jvp)
 STACK = alias("stack", CAT, "StackBackward0", forward=stack)
