@@ -193,17 +193,26 @@ def layer_norm_rule(grad, ri):
 def layer_norm_jvp(ci, tangents):
     """With y = (x - mean) * rstd per group of k: dy = rstd * (tc - y * mean(tc * y)) for the
     centred input tangent tc, and the output's tangent is dy * weight + y * t_weight + t_bias.
-    y and rstd are rebuilt from the input with Tensor ops, as in layer_norm_rule, so a
-    backward through the tangent sees how they depend on x."""
+    When the input requires grad, y and rstd are rebuilt from it with Tensor ops, as in
+    layer_norm_rule, so that a backward through the tangent sees how they depend on x;
+    otherwise they are constants made from the saved mean and rstd."""
     tx, tw, tb = tangents
+    if tx is None and tw is None:
+        return tb  # at the normalized shape, which the output's trailing dims broadcast
     k, has_w, _ = ci.iparams()
     (eps,) = ci.floats(1)
     shape = ci.in_shape(0)
     rows = int(np.prod(shape, dtype=np.int64)) // k
-    x = reshape(ci.input(0), (rows, k))
-    c = x - mean(x, 1, keepdim=True)
-    rstd = reciprocal(sqrt(mean(c * c, 1, keepdim=True) + eps))
-    y = c * rstd
+    x = ci.input(0)
+    if x._requires_grad:
+        x = reshape(x, (rows, k))
+        c = x - mean(x, 1, keepdim=True)
+        rstd = reciprocal(sqrt(mean(c * c, 1, keepdim=True) + eps))
+        y = c * rstd
+    else:
+        mu = ci.saved_named("result1")._data.reshape(rows, 1)
+        r = ci.saved_named("result2")._data.reshape(rows, 1)
+        rstd, y = _wrap(r), _wrap((x._data.reshape(rows, k) - mu) * r)
     out = None
     if tx is not None:
         tx = reshape(tx, (rows, k))
@@ -214,8 +223,6 @@ def layer_norm_jvp(ci, tangents):
     if tw is not None:
         part = y * reshape(tw, (k,))
         out = part if out is None else out + part
-    if out is None:
-        return tb  # at the normalized shape, which the output's trailing dims broadcast
     if tb is not None:
         out = out + reshape(tb, (k,))
     return reshape(out, shape)
