@@ -171,8 +171,16 @@ def test_nll_loss_of_one_sample(reduction):
     run(lambda T, x: T.nn.functional.nll_loss(x, T.tensor(1), reduction=reduction), [(4,)])
 
 
-def test_cross_entropy():
-    run(lambda T, x: T.nn.functional.cross_entropy(x, T.tensor([1, 0, 3])), [(3, 4)])
+@pytest.mark.parametrize("kw", [{}, {"label_smoothing": 0.1}, {"weighted": True, "reduction": "sum"}])
+def test_cross_entropy(kw):
+    kw = dict(kw)
+    weighted = kw.pop("weighted", False)
+
+    def f(T, x):
+        w = T.tensor([1.0, 2.0, 0.5, 1.0], dtype=T.float64) if weighted else None
+        return T.nn.functional.cross_entropy(x, T.tensor([1, 0, 3]), weight=w, **kw)
+
+    run(f, [(3, 4)])
 
 
 # --- convolution -------------------------------------------------------------------------------
