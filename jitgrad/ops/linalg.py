@@ -73,11 +73,22 @@ def matmul_rule(grad, ri):
     return (reshape(ga, a.shape), reshape(gb, b.shape))
 
 
+def _product_jvp(a, b, ta, tb):
+    """The product is bilinear: t_a @ b + a @ t_b (None: a zero tangent)."""
+    left = None if ta is None else matmul(ta, b)
+    right = None if tb is None else matmul(a, tb)
+    return right if left is None else left if right is None else left + right
+
+
+def matmul_jvp(ci, tangents):
+    return _product_jvp(ci.input(0), ci.input(1), *tangents)
+
+
 # saved: both operands, under torch's names per node (MmBackward0: self, mat2; DotBackward0:
 # self, tensor; MvBackward0: self, vec). torch's bmm node is UnsafeViewBackward0 over a
 # BmmBackward0 it keeps the operands in, so there they are internal.
 MATMUL = structural("matmul", "MmBackward0", saves=("self", "mat2"), args=("self", "mat2"), rule=matmul_rule,
-                    kernel=k_matmul, forward=matmul)
+                    kernel=k_matmul, forward=matmul, jvp=matmul_jvp)
 DOT = alias("dot", MATMUL, "DotBackward0", saves=("self", "tensor"), args=("self", "tensor"))
 MV = alias("mv", MATMUL, "MvBackward0", saves=("self", "vec"), args=("self", "vec"))
 BMM = alias("bmm", MATMUL, "UnsafeViewBackward0", saves=("_self", "_mat2"), args=("_self", "_mat2"))
@@ -178,11 +189,27 @@ def _mm_operand(ri, k):
     return ri.input(j, np.asarray(ri.saved(k, shape[::-1])).reshape(shape[::-1]).T)
 
 
+def addmm_jvp(ci, tangents):
+    """beta * t_input + alpha * (t_mat1 @ mat2 + mat1 @ t_mat2); linear_mm has no input
+    (and beta = alpha = 1). Scaled only where the factor is not 1, as torch's maybe_multiply."""
+    beta, alpha = ci.floats(2)
+    nin = ci.n_inputs()
+    prod = _product_jvp(ci.input(nin - 2), ci.input(nin - 1), *tangents[nin - 2:])
+    if prod is not None and alpha != 1.0:
+        prod = prod * alpha
+    t_in = tangents[0] if nin == 3 else None
+    if t_in is None:
+        return prod
+    t_in = t_in * beta if beta != 1.0 else t_in
+    return t_in if prod is None else prod + t_in
+
+
 # iparams: mat1 is n x k, mat2 k x m; ta / tb: that operand was saved as its transpose's
 # contiguous base (linear's W.t()); fparams: beta, alpha
 ADDMM = structural("addmm", "AddmmBackward0", args=("self", "mat1", "mat2"), saves=("mat1", "mat2"),
                    saved_as={"mat1": _mm_operand, "mat2": _mm_operand}, rule=addmm_rule, kernel=k_addmm,
-                   iparams=("n", "k", "m", "ta", "tb"), fparams=("beta", "alpha"), forward=_mm_into)
+                   iparams=("n", "k", "m", "ta", "tb"), fparams=("beta", "alpha"), forward=_mm_into,
+                   jvp=addmm_jvp)
 # x @ W.t() without a bias: addmm's kernel, no input; torch's node is MmBackward0 (self, mat2)
 LINEAR_MM = alias("linear_mm", ADDMM, "MmBackward0", args=("self", "mat2"), saves=("self", "mat2"),
                   saved_as={"self": _mm_operand, "mat2": _mm_operand}, fparams=("_beta", "_alpha"), forward=linear)
@@ -227,4 +254,5 @@ def trace_rule(grad, ri):
     return (grad * _wrap(np.eye(rows, cols, dtype=grad._data.dtype)),)
 
 
-TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=k_trace, forward=trace)
+TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=k_trace, forward=trace,
+                   jvp=lambda ci, tangents: trace(tangents[0]))  # linear

@@ -69,11 +69,27 @@ def log_softmax_rule(grad, ri):
     return (grad - exp(y) * sum(grad, dim, keepdim=True),)
 
 
+def softmax_jvp(ci, tangents):
+    """result * (t - sum(result * t, dim)), derivatives.yaml's result: formula."""
+    (t,) = tangents
+    dim = ci.iparams().dim
+    y = ci.result
+    return y * (t - sum(y * t, dim, keepdim=True))
+
+
+def log_softmax_jvp(ci, tangents):
+    """t - sum(softmax * t, dim), the softmax being exp(result)."""
+    (t,) = tangents
+    dim = ci.iparams().dim
+    return t - sum(exp(ci.result) * t, dim, keepdim=True)
+
+
 # iparams: the input as (outer, n, inner) around `dim`, and dim
 SOFTMAX = structural("softmax", "SoftmaxBackward0", saves=("result",), rule=softmax_rule, kernel=k_softmax_grad,
-                     iparams=("outer", "n", "inner", "dim"), forward=softmax)
+                     iparams=("outer", "n", "inner", "dim"), forward=softmax, jvp=softmax_jvp)
 LOG_SOFTMAX = structural("log_softmax", "LogSoftmaxBackward0", saves=("result",), rule=log_softmax_rule,
-                         kernel=k_log_softmax_grad, iparams=("outer", "n", "inner", "dim"), forward=log_softmax)
+                         kernel=k_log_softmax_grad, iparams=("outer", "n", "inner", "dim"), forward=log_softmax,
+                         jvp=log_softmax_jvp)
 
 
 # --- GELU ------------------------------------------------------------------------------------
@@ -174,6 +190,44 @@ def layer_norm_rule(grad, ri):
     return (reshape(dx, shape), dw, db)
 
 
+def layer_norm_jvp(ci, tangents):
+    """With y = (x - mean) * rstd per group of k: dy = rstd * (tc - y * mean(tc * y)) for the
+    centred input tangent tc, and the output's tangent is dy * weight + y * t_weight + t_bias.
+    When the input requires grad, y and rstd are rebuilt from it with Tensor ops, as in
+    layer_norm_rule, so that a backward through the tangent sees how they depend on x;
+    otherwise they are constants made from the saved mean and rstd."""
+    tx, tw, tb = tangents
+    if tx is None and tw is None:
+        return tb  # at the normalized shape, which the output's trailing dims broadcast
+    k, has_w, _ = ci.iparams()
+    (eps,) = ci.floats(1)
+    shape = ci.in_shape(0)
+    rows = int(np.prod(shape, dtype=np.int64)) // k
+    x = ci.input(0)
+    if x._requires_grad:
+        x = reshape(x, (rows, k))
+        c = x - mean(x, 1, keepdim=True)
+        rstd = reciprocal(sqrt(mean(c * c, 1, keepdim=True) + eps))
+        y = c * rstd
+    else:
+        mu = ci.saved_named("result1")._data.reshape(rows, 1)
+        r = ci.saved_named("result2")._data.reshape(rows, 1)
+        rstd, y = _wrap(r), _wrap((x._data.reshape(rows, k) - mu) * r)
+    out = None
+    if tx is not None:
+        tx = reshape(tx, (rows, k))
+        tc = tx - mean(tx, 1, keepdim=True)
+        out = (tc - y * mean(tc * y, 1, keepdim=True)) * rstd
+        if has_w:
+            out = out * reshape(ci.input(1), (k,))
+    if tw is not None:
+        part = y * reshape(tw, (k,))
+        out = part if out is None else out + part
+    if tb is not None:
+        out = out + reshape(tb, (k,))
+    return reshape(out, shape)
+
+
 def _stat(ri, k):
     """Saved mean / rstd (torch's result1 / result2): the input's shape with the normalized
     dims as 1 (taken as the fewest trailing dims that hold k elements)."""
@@ -195,7 +249,7 @@ LAYER_NORM = structural("layer_norm", "NativeLayerNormBackward0", args=("input",
                         saves=("input", "result1", "result2", "weight"),
                         saved_as={"result1": _stat, "result2": _stat, "weight": _ln_weight},
                         rule=layer_norm_rule, kernel=k_layer_norm, iparams=("k", "has_w", "has_b"),
-                        fparams=("_eps",), forward=layer_norm)
+                        fparams=("_eps",), forward=layer_norm, jvp=layer_norm_jvp)
 
 
 # --- Embedding -------------------------------------------------------------------------------
@@ -291,11 +345,24 @@ def _indices(ri, k):
     return _wrap(np.asarray(ri.saved(k, None)).reshape(ri.out_shape()[:-1]))
 
 
+def embedding_jvp(ci, tangents):
+    """The rows of the weight's tangent that the indices pick (torch: embedding(weight_t,
+    indices, ...)), recorded as the same node, so that a backward through the tangent
+    keeps padding_idx and scale_grad_by_freq."""
+    (tw,) = tangents
+    flat, coef = ci.saved_named("indices")._data, ci.saved_named("_coef")._data
+    res = _wrap(tw._data[flat].reshape(ci.out_shape()))
+    if not _needs(tw):
+        return res
+    return record(EMBEDDING, res, (tw,), (flat, coef), (), ci.ints())
+
+
 # saved: the indices (flat, int64) and per index its gradient's coefficient (0 at padding_idx,
 # 1/count with scale_grad_by_freq), which torch recomputes instead of saving
 EMBEDDING = structural("embedding", "EmbeddingBackward0", args=("weight",), saves=("indices", "_coef"),
                        index_saves=("indices",), saved_as={"indices": _indices}, rule=embedding_rule,
-                       kernel=k_embedding, iparams=("dim",), forward=embedding)
+                       kernel=k_embedding, iparams=("dim",), forward=embedding,
+                       jvp=embedding_jvp)
 
 
 # --- nll_loss --------------------------------------------------------------------------------
@@ -371,11 +438,23 @@ def _target(ri, k):
     return _wrap(np.asarray(ri.saved(k, None)).reshape(ri.in_shape(0)[:1]))
 
 
+def nll_jvp(ci, tangents):
+    """Linear in the input: the same loss of the tangent, -coef[n] * t[n, target[n]] (summed
+    unless reduction='none'; coef holds the class weight, the ignore mask and 1/total)."""
+    (t,) = tangents
+    ncls, per_row = ci.iparams()
+    n = ci.in_shape(0)[0]
+    target = ci.saved_named("target")._data.reshape(n)
+    picked = index_flat(t, np.arange(n, dtype=np.int64) * ncls + target, (n,), INDEX)
+    losses = -(picked * ci.saved_named("_coef"))
+    return losses if per_row else sum(losses)
+
+
 # saved: the target (ignored ones as 0) and per sample the gradient's coefficient (class
 # weight, ignore mask and 1/total), where torch saves self, weight and total_weight
 NLL_LOSS = structural("nll_loss", "NllLossBackward0", saves=("target", "_coef"), index_saves=("target",),
                       saved_as={"target": _target}, rule=nll_rule, kernel=k_nll,
-                      iparams=("ncls", "per_row"), forward=nll_loss)
+                      iparams=("ncls", "per_row"), forward=nll_loss, jvp=nll_jvp)
 
 
 # --- convolution -----------------------------------------------------------------------------
@@ -437,11 +516,30 @@ def conv_gather_index(geom):
     return np.where(inside, flat, n * c * h * w).reshape(groups, cg * kh * kw, n * ho * wo)
 
 
+def conv_jvp(ci, tangents):
+    """Linear in each input: conv(t_x, w) + conv(x, t_w) + t_b over the channels. The
+    geometry keeps the top / left padding only; the bottom / right one is taken as what
+    gives the same output size (any such value computes the same output)."""
+    n, c, h, w, cout, cg, kh, kw, sh, sw, pt, pl, dh, dw, groups, ho, wo = ci.iparams()
+    pads = (pt, (ho - 1) * sh + dh * (kh - 1) + 1 - h - pt, pl, (wo - 1) * sw + dw * (kw - 1) + 1 - w - pl)
+    geometry = ((sh, sw), pads, (dh, dw), groups)
+    tx, tw = tangents[:2]
+    out = None if tx is None else convolution(tx, ci.input(1), None, *geometry)
+    if tw is not None:
+        part = convolution(ci.input(0), tw, None, *geometry)
+        out = part if out is None else out + part
+    tb = tangents[2] if len(tangents) == 3 else None
+    if tb is not None:
+        part = reshape(tb, (cout, 1, 1))
+        out = part if out is None else out + part
+    return out
+
+
 # iparams: the geometry (kernels/conv.py reads the same 17 numbers)
 CONVOLUTION = structural("convolution", "ConvolutionBackward0", args=("input", "weight", "bias"),
                          saves=("input", "weight"), rule=conv_rule, kernel=k_conv,
                          iparams=("n", "c", "h", "w", "cout", "cg", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw",
-                                  "groups", "ho", "wo"), forward=convolution)
+                                  "groups", "ho", "wo"), forward=convolution, jvp=conv_jvp)
 
 
 # --- max_pool2d and the padding modes: gathers (indexing's primitive) under torch's names ----
@@ -464,7 +562,16 @@ def _max_pool2d_with_indices(input, kernel, stride, padding, dilation, out_size)
     return record(MAX_POOL2D, res, (input,), (flat,)), indices
 
 
-MAX_POOL2D = alias("max_pool2d", INDEX, "MaxPool2DWithIndicesBackward0", forward=_max_pool2d_with_indices)
+def _gather_jvp(spec):
+    """A gather is linear: its tangent is the same gather of the input's tangent, recorded
+    as `spec` (torch: a gather for max_pool2d, the padding op itself for the paddings)."""
+    def jvp(ci, tangents):
+        return index_flat(tangents[0], ci.saved_named("_flat_index")._data, ci.out_shape(), spec)
+    return jvp
+
+
+MAX_POOL2D = alias("max_pool2d", INDEX, "MaxPool2DWithIndicesBackward0", forward=_max_pool2d_with_indices,
+                   jvp=_gather_jvp(INDEX))
 
 
 def _pad_source(n, lo, hi, mode):
@@ -481,6 +588,8 @@ def _pad_source(n, lo, hi, mode):
 # Conv2d's padding modes
 REFLECTION_PAD2D = alias("reflection_pad2d", INDEX, "ReflectionPad2DBackward0")
 REPLICATION_PAD2D = alias("replication_pad2d", INDEX, "ReplicationPad2DBackward0")
+REFLECTION_PAD2D.jvp = _gather_jvp(REFLECTION_PAD2D)
+REPLICATION_PAD2D.jvp = _gather_jvp(REPLICATION_PAD2D)
 _PAD_SPEC = {"reflect": REFLECTION_PAD2D, "replicate": REPLICATION_PAD2D, "circular": INDEX}
 
 
