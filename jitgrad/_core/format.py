@@ -63,5 +63,14 @@ def tensor_repr(t):
         extras.append(f"grad_fn=<{t._grad_fn.name()}>")
     elif t.requires_grad:
         extras.append("requires_grad=True")
-    body = _body(arr)
-    return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+    text = "tensor(" + _body(arr)
+    # torch's _add_suffixes: a suffix that would pass 80 columns goes on a line of its own
+    last = len(text) - text.rfind("\n") + 1
+    for e in extras:
+        if last + len(e) + 2 > 80:
+            text += ",\n" + " " * len("tensor(") + e
+            last = len("tensor(") + len(e)
+        else:
+            text += ", " + e
+            last += len(e) + 2
+    return text + ")"
