@@ -43,7 +43,11 @@ def _body(arr):
 
 def _nest(strs, shape, pos, indent):
     if len(shape) == 1:
-        return "[" + ", ".join(strs[pos:pos + shape[0]]) + "]"
+        # torch's _vector_str: as many elements per line as fit in 80 columns
+        row = strs[pos:pos + shape[0]]
+        per_line = max(1, (80 - (indent - 1)) // (len(row[0]) + 2)) if row else 1
+        lines = [", ".join(row[i:i + per_line]) for i in range(0, len(row), per_line)]
+        return "[" + (",\n" + " " * indent).join(lines) + "]"
     step = int(np.prod(shape[1:]))
     parts = [_nest(strs, shape[1:], pos + i * step, indent + 1) for i in range(shape[0])]
     sep = "," + "\n" * (len(shape) - 1) + " " * indent
@@ -63,5 +67,14 @@ def tensor_repr(t):
         extras.append(f"grad_fn=<{t._grad_fn.name()}>")
     elif t.requires_grad:
         extras.append("requires_grad=True")
-    body = _body(arr)
-    return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+    text = "tensor(" + _body(arr)
+    # torch's _add_suffixes: a suffix that would pass 80 columns goes on a line of its own
+    last = len(text) - text.rfind("\n") + 1
+    for e in extras:
+        if last + len(e) + 2 > 80:
+            text += ",\n" + " " * len("tensor(") + e
+            last = len("tensor(") + len(e)
+        else:
+            text += ", " + e
+            last += len(e) + 2
+    return text + ")"

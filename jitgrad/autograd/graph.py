@@ -1,9 +1,30 @@
 """torch.autograd.graph: the graph's public surface. The nodes themselves are views of
 tape rows (graph/node.py); this module adds what needs the engine (multi-grad hooks wait
-for a backward call to end) and the saved-tensor hook context."""
+for a backward call to end, gradient edges are inputs of grad()), the saved-tensor hook
+context and the version counter bump."""
 from jitgrad._core.modes import pop_saved_hooks, push_saved_hooks
 from jitgrad.engine import run as _engine
+from jitgrad.engine.run import GradientEdge, _target
 from jitgrad.graph.node import Node  # noqa: F401  (torch.autograd.graph.Node)
+from jitgrad.graph.tensor import Tensor
+
+
+def get_gradient_edge(tensor):
+    """The edge where tensor's gradient is computed: its grad_fn and output number, or a
+    leaf's AccumulateGrad. grad(loss, get_gradient_edge(x)) equals grad(loss, x)."""
+    if not tensor.requires_grad:
+        raise RuntimeError("It is not possible to get the gradient edge for a Tensor that does not require gradients")
+    if tensor.grad_fn is not None:
+        return GradientEdge(tensor.grad_fn, tensor.output_nr)
+    hold = []  # the sink's tape is held by the edge's node from here on
+    return GradientEdge(_target(tensor, hold).node, 0)
+
+
+def increment_version(tensor):
+    """Count an in-place write made behind autograd's back (a custom kernel writing the
+    storage): a later backward that needs the old value raises, as for any in-place op."""
+    for t in (tensor,) if isinstance(tensor, Tensor) else tensor:
+        t._bump()  # not through .data, whose writes torch does not count either
 
 
 class saved_tensors_hooks:

@@ -88,7 +88,24 @@ def _target(t, hold):
     return Target(acc, acc._tape, acc._row, 0)
 
 
+class GradientEdge(namedtuple("GradientEdge", "node output_nr ownership_token", defaults=(None,))):
+    """torch.autograd.graph.GradientEdge (exported there): the gradient flowing into output
+    `output_nr` of `node`. It lives here, below autograd/, because grad() takes one
+    wherever it takes an input tensor."""
+    __slots__ = ()
+
+
+def _edge_target(edge, hold):
+    node = edge.node
+    if isinstance(node, AccumulateGrad):  # a leaf's edge: its sink, remade if its tape is gone
+        return _target(node.variable, hold)
+    # output k of a multi-output node has its own row, k rows below the node's (graph/pynode.py)
+    return Target(node, node._tape, node._row + edge.output_nr, edge.output_nr)
+
+
 def _input_target(t, i, hold):
+    if isinstance(t, GradientEdge):
+        return _edge_target(t, hold)
     if not t.requires_grad:
         raise RuntimeError("One of the differentiated Tensors does not require grad")
     return _target(t, hold)
@@ -136,6 +153,8 @@ def _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumul
     if retain_graph is None:
         retain_graph = create_graph
     targets = None if inputs is None else [_input_target(t, i, hold) for i, t in enumerate(inputs)]
+    if not roots:  # nothing to differentiate: every input is unused (as torch)
+        return {}, targets
     tapes = _compiled._tapes_from(roots)
     _lock(tapes)
     try:
@@ -276,7 +295,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if allow_unused is None:
         allow_unused = materialize_grads
     outputs = _as_tuple(outputs)
-    inputs = _as_tuple(inputs)
+    inputs = (inputs,) if isinstance(inputs, GradientEdge) else _as_tuple(inputs)  # an edge is one input
     grad_outputs = _as_tuple(grad_outputs) or (None,) * len(outputs)
     _check_grad_types(grad_outputs)
     if len(grad_outputs) != len(outputs):
@@ -294,6 +313,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                 raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have been used in the "
                                    "graph. Set allow_unused=True if this is the desired behavior.")
             if materialize_grads:
+                if isinstance(t, GradientEdge):
+                    raise RuntimeError("materialize_grads cannot be used when the given input is a GradientEdge")
                 g = F._wrap(np.zeros_like(t._data))
         elif not create_graph and g.requires_grad:
             g = g.detach()
