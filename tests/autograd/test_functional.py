@@ -125,8 +125,8 @@ def pack(ts, as_tuple):
 
 def check(j, t, msg="", requires_grad=True):
     """Same nesting (tuple vs Tensor, lengths), values, dtypes and requires_grad."""
-    if isinstance(t, tuple):
-        assert isinstance(j, tuple), f"{msg}: got {type(j).__name__}, torch gives a tuple"
+    if isinstance(t, (tuple, list)):  # torch's forward-mode jacobian nests lists
+        assert type(j) is type(t), f"{msg}: got {type(j).__name__}, torch gives a {type(t).__name__}"
         assert len(j) == len(t), f"{msg}: length {len(j)} != {len(t)}"
         for k, (a, b) in enumerate(zip(j, t)):
             check(a, b, f"{msg}[{k}]", requires_grad)
@@ -175,7 +175,7 @@ def _run(fn_name, case, seed, create_graph, extra=None, **kw):
 
 
 def _flatten(x):
-    if isinstance(x, tuple):
+    if isinstance(x, (tuple, list)):
         return [t for el in x for t in _flatten(el)]
     return [x]
 
