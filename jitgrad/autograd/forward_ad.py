@@ -43,7 +43,8 @@ def exit_dual_level(*, level=None):
         if t is not None and t._x is not None:
             t._x.fw = None
     _state.holders.clear()
-    _state.by_row.clear()
+    _state.compact_at = 1024
+    _state.by_tape.clear()
 
 
 class dual_level:

@@ -364,7 +364,8 @@ def linked(data, tape, row, nr=0):
         t._row = row
         t._output_nr = nr
     if _forward.live:  # forward-over-reverse: the saved value's tangent comes back with it
-        tangent = _forward.by_row.get((tape.id, row, nr)) if tape is not None else None
+        rows = _forward.by_tape.get(tape) if tape is not None else None
+        tangent = rows.get((row, nr)) if rows is not None else None
         if tangent is not None:
             t._fw = tangent
     return t

@@ -39,9 +39,17 @@ def set_tangent(t, tg):
     """Give t the tangent tg; a tensor with a row also registers it under that row, for a
     create_graph backward that reads t back as a saved value."""
     t._fw = tg
-    _fw.holders.append(weakref.ref(t))
-    if t._tape is not None:
-        _fw.by_row[(t._tape.id, t._row, t._output_nr)] = tg
+    holders = _fw.holders
+    holders.append(weakref.ref(t))
+    if len(holders) >= _fw.compact_at:
+        holders[:] = [r for r in holders if r() is not None]
+        _fw.compact_at = 2 * len(holders) + 1024
+    tape = t._tape
+    if tape is not None:
+        rows = _fw.by_tape.get(tape)
+        if rows is None:
+            rows = _fw.by_tape[tape] = {}
+        rows[(t._row, t._output_nr)] = tg
     return t
 
 
