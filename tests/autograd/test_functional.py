@@ -521,3 +521,17 @@ ERRORS = {
 @pytest.mark.parametrize("name", sorted(ERRORS))
 def test_errors_match_torch(name):
     _errors_match(ERRORS[name])
+
+
+def test_vectorized_jacobian_through_a_hooked_graph():
+    """A tensor hook makes the sweep hand rows back to Python: the batch then goes one
+    grad() per row, with the same answer."""
+    def run(T):
+        x = tens(T, arrays(31, 1, (3,)))[0]
+
+        def f(v):
+            h = v.sin() * v
+            h.register_hook(lambda g: g * 2)
+            return (h * v).tanh()
+        return AF(T).jacobian(f, x, vectorize=True)
+    check(run(jitgrad), run(torch))
