@@ -511,3 +511,66 @@ def _release(tape, r):
     ran = int(np.count_nonzero(done))
     if ran + len(tape.leaves) + len(tape.ext) >= tape.nrows and tape.owner == threading.get_ident():
         tape.release_saved()
+
+
+def run_batched(roots, batched, targets, tapes):
+    """grad(..., is_grads_batched=True) on the compiled path: the call's set-up (row
+    states, sinks, checks) is done once, then the tape is swept once per batch row with
+    that row's seeds, each sweep one compiled call. Only for a graph on one tape that
+    needs no Python during the sweep and no leaf hooks; otherwise FALLBACK (the caller
+    loops over grad()). Returns ({target key: (n, *shape) array}, the run) with the graph
+    kept: the caller frees it (release(run)) when the call does not retain it."""
+    npd = batched[0]._data.dtype
+    if len(tapes) != 1 or npd not in _DT or any(g._data.dtype != npd for g in batched):
+        return FALLBACK
+    tape = tapes[0]
+    if tape.needs_python() or tape.reshaped or leaf_hooks[0]:
+        return FALLBACK
+    r = _TapeRun(tape, npd)
+    if not _runs_at(r, _DT[npd]):
+        return FALLBACK
+    want = {tg.key for tg in targets}
+    inner = [tg for tg in targets if not isinstance(tg.node, AccumulateGrad)]
+    r.st[:] = 0
+    for tg in inner:
+        r.st[tg.row] |= RECV
+    for row, acc in r.leaves.items():
+        if (id(acc), 0) in want:
+            r.st[row] |= RECV
+    cols = r._columns()
+    scheduler().mark_need(cols[0], cols[1], r.st.size, r.st)
+    del cols
+    start = r.st.copy()
+    for i, (tg, g) in enumerate(zip(roots, batched)):
+        shape = tape.shape_at(tape.hdr[tg.row * HW + H_SHP])
+        if g._data.shape[1:] != shape:  # the output's .data changed shape after it was recorded
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
+                               f"{torch_size(g._data.shape[1:])} and output[{i}] has a shape of "
+                               f"{torch_size(shape)}.")
+    # where each target's gradient is read: its own row, or its leaf's sink row
+    rows = {tg.key: tg.row for tg in inner}
+    rows.update({(id(acc), 0): row for row, acc in r.leaves.items() if (id(acc), 0) in want})
+    sinks = list(dict.fromkeys([*r.leaves, *r.retained, *(tg.row for tg in inner)]))
+    n = batched[0]._data.shape[0]
+    out = {}
+    for b in range(n):
+        r.st[:] = start
+        r.seeds = {}
+        for tg, g in zip(roots, batched):
+            r.seed(tg.row, g._data[b])
+        status = r.run(sinks, True)
+        if status == FREED:
+            raise pyengine.freed_or_modified(tape, r.row)
+        if status == ROW_FALLBACK:
+            return FALLBACK
+        for key, row in rows.items():
+            if r.st[row] & HAS:
+                if key not in out:
+                    out[key] = np.zeros((n,) + tape.shape_at(tape.hdr[row * HW + H_SHP]), npd)
+                out[key][b] = r.value(row)
+    return out, r
+
+
+def release(r):
+    """Free what run r's sweeps ran (a batched call that does not retain the graph)."""
+    _release(r.tape, r)

@@ -357,6 +357,10 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
     if n == 0:
         raise IndexError("index 0 is out of bounds for dimension 0 with size 0")  # as torch's _make_grads
     keep = create_graph if retain_graph is None else retain_graph
+    if not create_graph and not _anomaly[0]:
+        fast = _grad_batched_compiled(outputs, inputs, batched, keep)
+        if fast is not None:
+            return _batched_result(fast, inputs, allow_unused, materialize_grads)
     per = [grad(outputs, inputs, tuple(g[b] for g in batched), retain_graph=True if b < n - 1 else keep,
                 create_graph=create_graph, allow_unused=allow_unused)
            for b in range(n)]
@@ -368,6 +372,50 @@ def _grad_batched(outputs, inputs, grad_outputs, retain_graph, create_graph, all
             result.append(F._wrap(np.zeros_like(t._data)) if materialize_grads else None)
             continue
         result.append(F.stack(gs) if create_graph else F._wrap(np.stack([g._data for g in gs])))
+    return tuple(result)
+
+
+def _grad_batched_compiled(outputs, inputs, batched, retain_graph):
+    """The batch on the compiled path with the call's set-up done once (compiled.run_batched):
+    a list of (n, *input.shape) arrays or None per input, or None where that path does not
+    take the graph."""
+    hold = []
+    roots = [_root_target(t, i, hold) for i, t in enumerate(outputs)]
+    targets = [_input_target(t, i, hold) for i, t in enumerate(inputs)]
+    tapes = _compiled._tapes_from(roots)
+    _lock(tapes)
+    try:
+        if versions.generation[0]:
+            for tape in tapes:
+                tape.check_versions()
+        try:
+            out = _compiled.run_batched(roots, batched, targets, tapes)
+        except BaseException:
+            if any(r.tape is _tape.live_tape() for r in roots):  # as in _run_locked
+                _tape.close_current_tape()
+            raise
+        if out is _compiled.FALLBACK:
+            return None
+        arrays, sweep = out
+        if not retain_graph:
+            with deferred_interrupts:
+                _compiled.release(sweep)
+                _close([r.node for r in roots])
+        return [arrays.get(tg.key) for tg in targets]
+    finally:
+        _unlock(tapes)
+
+
+def _batched_result(arrays, inputs, allow_unused, materialize_grads):
+    result = []
+    for i, (t, a) in enumerate(zip(inputs, arrays)):
+        if a is None:
+            if not allow_unused:
+                raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have been used in the "
+                                   "graph. Set allow_unused=True if this is the desired behavior.")
+            result.append(F._wrap(np.zeros_like(t._data)) if materialize_grads else None)
+        else:
+            result.append(F._wrap(a))
     return tuple(result)
 
 
