@@ -89,7 +89,8 @@ def unpack_dual(tensor, *, level=None):
         level = _state.level
     if level < 0 or level != _state.level:
         return UnpackedDualTensor(tensor, None)
-    tangent = _forward.tangent(tensor) if isinstance(tensor, Tensor) else None
+    # paused (inside a custom Function's forward or a JVP formula): tensors show no tangent
+    tangent = _forward.tangent(tensor) if isinstance(tensor, Tensor) and _state.live else None
     with _forward._paused:
         primal = _shape.reshape(tensor, tuple(tensor.shape))
     return UnpackedDualTensor(primal, tangent)
