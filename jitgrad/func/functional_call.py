@@ -8,6 +8,7 @@ names (one Parameter registered twice) is replaced under all of them when tie_we
 """
 from collections.abc import Sequence
 
+from jitgrad.func._batched import is_batched
 from jitgrad.graph.tensor import Tensor
 from jitgrad.nn.module import Module
 
@@ -125,7 +126,7 @@ def _submodule(module, path):
 def _swap(module, name, tensor):
     prefix, _, attr = name.rpartition(".")
     module = _submodule(module, prefix)
-    if tensor is not _MISSING and tensor is not None and not isinstance(tensor, Tensor):
+    if tensor is not _MISSING and tensor is not None and not isinstance(tensor, Tensor) and not is_batched(tensor):
         raise TypeError(f"{tensor} is not an instance of torch.Tensor")
     if attr in module._parameters or attr in module._buffers:
         d = module._parameters if attr in module._parameters else module._buffers
@@ -136,7 +137,7 @@ def _swap(module, name, tensor):
             d[attr] = tensor
         return orig
     orig = getattr(module, attr, _MISSING)
-    if orig is not _MISSING and orig is not None and not isinstance(orig, Tensor):
+    if orig is not _MISSING and orig is not None and not isinstance(orig, Tensor) and not is_batched(orig):
         raise TypeError(f"attribute `{attr}`: {orig} is not an instance of torch.Tensor")
     if tensor is not _MISSING:
         setattr(module, attr, tensor)

@@ -23,6 +23,7 @@ from jitgrad._core.forward import state as _fw_state
 from jitgrad._core.modes import enable_grad, is_grad_enabled
 from jitgrad.autograd import forward_ad as fwAD
 from jitgrad.engine.run import grad as _autograd_grad_fn
+from jitgrad.func._batched import active_levels, align, batched_leaf_like, is_batched, physical, wrap
 from jitgrad.func._pytree import tree_flatten, tree_map, tree_unflatten, treespec_pprint
 from jitgrad.graph.spec import OP_ACC, OP_EXT
 from jitgrad.graph.tensor import Tensor
@@ -87,10 +88,18 @@ def _replace_args(args, argnums, new):
     return tuple(new[argnums.index(i)] if i in argnums else a for i, a in enumerate(args))
 
 
+def _is_tensor(x):
+    return isinstance(x, Tensor) or is_batched(x)
+
+
 def _differentiable(x):
-    """The transform's own input for argument x (see the module doc)."""
-    if not isinstance(x, Tensor):
+    """The transform's own input for argument x (see the module doc). Under vmap it is
+    physically batched over every active level, so that one backward of the batched
+    output gives each sample's gradient in its own rows (_batched.batched_leaf_like)."""
+    if not _is_tensor(x):
         raise ValueError(f"Thing passed to transform API must be Tensor, got {type(x)}")
+    if active_levels():
+        return batched_leaf_like(x)
     if x.requires_grad or _tangent(x) is not None:
         c = x.clone()  # differentiable in both modes: the enclosing transform sees through it
         return c if c.requires_grad else c.requires_grad_()
@@ -112,7 +121,7 @@ def _reaches_foreign_leaf(outputs, own):
     (ids of the transform's inputs): a captured parameter, or an argument that is not
     differentiated but requires grad."""
     seen = set()
-    todo = [(t._tape, t._row) for t in outputs if t._tape is not None]
+    todo = [(p._tape, p._row) for p in map(physical, outputs) if p._tape is not None]
     while todo:
         tape, row = todo.pop()
         key = (tape.id, row)
@@ -143,32 +152,49 @@ def _unwrap(tree, keep):
     """torch's unwrapping of results (and aux) at the transform's exit: tensors lose the
     transform's graph unless something outside needs it; anything else is refused, as torch."""
     def unwrap(x):
-        if not isinstance(x, Tensor):
+        if not _is_tensor(x):
             raise RuntimeError(f"Expected tensors, got unsupported type {type(x)}")
-        return x if keep or not x.requires_grad else x.detach()
+        if keep or not x.requires_grad:
+            return x
+        return wrap(physical(x).detach(), x._levels) if is_batched(x) else x.detach()
     return tree_map(unwrap, tree)
 
 
 def _autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=False, create_graph=True, batch=None):
     """autograd.grad as torch.func uses it: outputs that do not require grad are dropped and
     inputs nothing reaches get zeros. batch: the batch size of grad_outputs batched along
-    dim 0 (is_grads_batched), whose zeros are batched too."""
+    dim 0 (is_grads_batched), whose zeros are batched too.
+
+    Under vmap it runs on the physical tensors: outputs and cotangents aligned to every
+    active level (the inputs are batched over all of them), and each input's gradient is
+    its physical gradient, batched as the input."""
+    levels = active_levels()
     if grad_outputs is None:
-        pairs = [(o, None) for o in outputs if o.requires_grad]
-    else:
-        pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if o.requires_grad]
+        grad_outputs = [None] * len(outputs)
+    pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if o.requires_grad]
+    if levels:
+        pairs = [(align(o, levels, True), None if g is None else align(g, levels, True)) for o, g in pairs]
+        # a scalar per sample: the implicit ones of each sample's backward
+        pairs = [(o, F._wrap(np.ones(o._data.shape, o._data.dtype)) if g is None else g) for o, g in pairs]
 
     def zeros(inp):
-        shape = tuple(inp.shape) if batch is None else (batch,) + tuple(inp.shape)
-        return F._wrap(np.zeros(shape, inp._data.dtype))
+        shape = tuple(physical(inp).shape) if batch is None else (batch,) + tuple(physical(inp).shape)
+        return _like(inp, F._wrap(np.zeros(shape, physical(inp)._data.dtype)))
 
     if not pairs:
         return tuple(zeros(i) for i in inputs)
     outs = tuple(o for o, _ in pairs)
-    gos = None if grad_outputs is None else tuple(g for _, g in pairs)
-    grads = _autograd_grad_fn(outs, inputs, gos, retain_graph=retain_graph, create_graph=create_graph,
-                              allow_unused=True, is_grads_batched=batch is not None)
-    return tuple(zeros(i) if g is None else g for g, i in zip(grads, inputs))
+    gos = tuple(g for _, g in pairs)
+    if all(g is None for g in gos):
+        gos = None
+    grads = _autograd_grad_fn(outs, tuple(physical(i) for i in inputs), gos, retain_graph=retain_graph,
+                              create_graph=create_graph, allow_unused=True, is_grads_batched=batch is not None)
+    return tuple(zeros(i) if g is None else _like(i, g) for g, i in zip(grads, inputs))
+
+
+def _like(inp, g):
+    """g (physical) batched as inp is."""
+    return wrap(g, inp._levels) if is_batched(inp) else g
 
 
 # --- checks shared by the transforms -----------------------------------------------------
@@ -177,7 +203,7 @@ def _check_non_empty_tensor_output(flat, api):
     if (len(flat) == 1 and flat[0] is None) or len(flat) < 1:
         raise RuntimeError(f"{api}: Expected f to be a function that has non-empty output (got output = {flat})")
     for o in flat:
-        if not isinstance(o, Tensor):
+        if not _is_tensor(o):
             raise RuntimeError(f"{api}: expected f(*primals) to return only tensors, got unsupported type {type(o)}")
 
 
@@ -185,7 +211,7 @@ def _check_non_empty_list_of_tensors(flat, api, argname):
     if len(flat) == 0:
         raise RuntimeError(f"{api}: Expected {argname} to contain at least one Tensor.")
     for x in flat:
-        if not isinstance(x, Tensor):
+        if not _is_tensor(x):
             raise RuntimeError(f"{api}: Expected {argname} to only contain Tensors, got {type(x)}")
 
 
@@ -224,13 +250,13 @@ def _grad_and_value(func, argnums, has_aux, args, kwargs):
         aux = None
         if has_aux:
             output, aux = _split_aux(output, api)
-        if not isinstance(output, Tensor):
+        if not _is_tensor(output):
             raise RuntimeError(f"{api}: Expected f(*args) to return a Tensor, got {type(output)}")
         if output.dim() != 0:
             raise RuntimeError(f"{api}: Expected f(*args) to return a scalar Tensor, got tensor with {output.dim()} "
                                "dims. Maybe you wanted to use the vjp or jacrev APIs instead?")
         flat_diff, spec = tree_flatten(diff)
-        keep = _keeps_graph((output,), {id(t) for t in flat_diff}, depth)
+        keep = _keeps_graph((output,), {id(physical(t)) for t in flat_diff}, depth)
         # a graph kept for outside is retained too: its backward also runs through this
         # forward's nodes (torch keeps them apart by levels, here they are one graph)
         grads = tree_unflatten(_autograd_grad((output,), flat_diff, retain_graph=keep, create_graph=keep), spec)
@@ -273,7 +299,7 @@ def _vjp(func, primals, argnums, has_aux):
         flat_out, out_spec = tree_flatten(out)
         _check_non_empty_tensor_output(flat_out, api)
         flat_diff, diff_spec = tree_flatten(diff)
-        keep = _keeps_graph(flat_out, {id(t) for t in flat_diff}, depth)
+        keep = _keeps_graph(flat_out, {id(physical(t)) for t in flat_diff}, depth)
         if has_aux:
             aux = _unwrap(aux, keep)
         for o in flat_out:
@@ -291,7 +317,7 @@ def _vjp(func, primals, argnums, has_aux):
             create_graph = is_grad_enabled()
         # the VJPs stay differentiable only for something outside (the module doc)
         create_graph = create_graph and (keep or _active.depth > 0 or _dual_level_open()
-                                         or any(isinstance(c, Tensor) and c.requires_grad for c in flat_cotangents))
+                                         or any(_is_tensor(c) and c.requires_grad for c in flat_cotangents))
         with enable_grad():
             grads = _autograd_grad(flat_out, flat_diff, flat_cotangents, retain_graph=retain_graph,
                                    create_graph=create_graph, batch=batch)
