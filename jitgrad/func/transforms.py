@@ -340,24 +340,29 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):
         total = sum(numels)
         _, primals = _slice_argnums(args, argnums, as_tuple=True)
         flat_primals, primals_spec = tree_flatten(primals)
-        step = total if chunk_size is None else min(chunk_size, total)
-        # rows of the Jacobian per primal: (total, *primal.shape), chunk by chunk
+        levels = active_levels()
+        lead = len(levels)
+        # under vmap, one row at a time (is_grads_batched would mix its batch with vmap's)
+        step = 1 if levels else total if chunk_size is None else min(chunk_size, total)
+        # the Jacobian's rows per primal, physically: (vmap dims..., rows, *primal.shape)
         rows = [[] for _ in flat_primals]
         for start in range(0, total, step):
             n = min(step, total - start)
             basis = _basis_chunk(flat_out, numels, start, n)
-            if n == 1 and chunk_size == 1:
+            if n == 1 and (chunk_size == 1 or levels):
                 vjps = pullback([b[0] for b in basis], out_spec)
-                vjps = [v.unsqueeze(0) for v in tree_flatten(vjps)[0]]
+                vjps = [align(v, levels, True).unsqueeze(lead) for v in tree_flatten(vjps)[0]]
             else:
                 vjps = tree_flatten(pullback(basis, out_spec, batch=n))[0]
             for r, v in zip(rows, vjps):
                 r.append(v)
-        per_primal = [r[0] if len(r) == 1 else F.cat(r, 0) for r in rows]
+        per_primal = [r[0] if len(r) == 1 else F.cat(r, lead) for r in rows]
         jac = []  # per output: the flat list of its blocks, one per primal
         offsets = np.cumsum([0] + numels)
+        skip = (slice(None),) * lead
         for k, o in enumerate(flat_out):
-            blocks = [p[offsets[k]:offsets[k + 1]].reshape(tuple(o.shape) + tuple(prim.shape))
+            blocks = [wrap(p[skip + (slice(int(offsets[k]), int(offsets[k + 1])),)]
+                           .reshape(tuple(p.shape[:lead]) + tuple(o.shape) + tuple(prim.shape)), levels)
                       for p, prim in zip(per_primal, flat_primals)]
             tree = tree_unflatten(blocks, primals_spec)
             jac.append(tree[0] if isinstance(argnums, int) else tree)
@@ -373,7 +378,7 @@ def _basis_chunk(flat_out, numels, start, n):
     chunks = []
     offset = 0
     for o, numel in zip(flat_out, numels):
-        block = np.zeros((n, numel), o._data.dtype)
+        block = np.zeros((n, numel), physical(o)._data.dtype)
         for r in range(n):
             col = start + r - offset
             if 0 <= col < numel:

@@ -266,3 +266,17 @@ def test_errors_as_torch():
     for i, (j, t) in enumerate(zip(_errors(jitgrad), _errors(torch))):
         assert t is not None, f"case {i}: torch raised nothing"
         assert j == t, f"case {i}: {j} != torch's {t}"
+
+
+# --- under vmap -------------------------------------------------------------------------------
+
+def test_vmap_of_jacrev_and_of_vjp():
+    def run(T, fn):
+        r = np.random.default_rng(4)
+        x = T.tensor(r.standard_normal((5, 4)))
+        w = T.tensor(r.standard_normal((4, 3)))
+        ct = T.tensor(r.standard_normal((5, 3)))
+        return (fn.vmap(fn.jacrev(two_outputs, argnums=(0, 1)), in_dims=(0, None))(x, w),
+                fn.vmap(fn.jacrev(two_outputs))(x, w.expand(5, 4, 3)),
+                fn.vmap(lambda x, c: fn.vjp(lambda x: (x.sin() @ w).tanh(), x)[1](c))(x, ct))
+    check(run)
