@@ -1,0 +1,8 @@
+"""torch.func on jitgrad: vmap (vmap.py) and its batching rules (_rules.py); the autodiff
+transforms (transforms.py) and functional_call (functional_call.py)."""
+from jitgrad.func._batched import BatchedTensor, active_levels, batched_leaf_like, is_batched, physical  # noqa: F401
+from jitgrad.func.functional_call import functional_call
+from jitgrad.func.transforms import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, vjp
+from jitgrad.func.vmap import vmap
+
+__all__ = ["vmap", "functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "vjp"]

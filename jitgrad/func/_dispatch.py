@@ -1,0 +1,150 @@
+"""Where BatchedTensors meet the ops: BatchedTensor's methods, and the public entry points
+swapped for dispatchers while a vmap level is active.
+
+Ops are Python functions that read `._data`, so a BatchedTensor must not reach them. Its
+methods and operators (generated here from Tensor's, the op table's bindings) hand every
+call to its batching rule (_rules.call). A BatchedTensor can also be an argument of a
+plain call: `torch.sin(x)`, `F.linear(x, w)`, `w @ x`, `y.add_(x)`; for those, while a
+level is active (and only then: nothing changes outside vmap), `jitgrad.<name>`,
+`jitgrad.nn.functional.<name>`, the names nn's modules call (nn.conv) and Tensor's
+methods are dispatchers: with no BatchedTensor among the arguments a dispatcher calls the
+original, else the rule. `install` / `uninstall` swap them in and out (vmap does, around
+its outermost level).
+"""
+import sys
+
+from jitgrad.func import _rules
+from jitgrad.func._batched import BatchedTensor
+from jitgrad.graph.tensor import Tensor
+from jitgrad.ops import FUNCTIONS
+from jitgrad.ops import _common as _ops_common
+
+# Tensor methods that only read metadata or convert: BatchedTensor has its own
+_OWN = {"size", "dim", "numel", "nelement", "is_floating_point", "is_contiguous", "item", "tolist", "numpy",
+        "_make", "_array", "_bump"}
+_OPERATORS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__pow__", "__rpow__", "__neg__", "__abs__", "__matmul__", "__rmatmul__", "__getitem__",
+              "__setitem__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__and__", "__or__",
+              "__xor__", "__invert__", "__iadd__", "__isub__", "__imul__", "__itruediv__")
+_RANDOM = {"rand": _rules.random_factory, "randn": _rules.random_factory, "rand_like": _rules.random_like,
+           "randn_like": _rules.random_like}
+_LIKE = ("zeros_like", "ones_like", "empty_like", "full_like")
+
+
+def _original(f):
+    return getattr(f, "_vmap_original", f)
+
+
+def tensor_methods():
+    """{name: original function}: Tensor's methods and operators that run ops."""
+    out = {}
+    for name, f in vars(Tensor).items():
+        if callable(f) and not isinstance(f, type) and (not name.startswith("_") or name in _OPERATORS) \
+                and name not in _OWN:
+            out[name] = _original(f)
+    return out
+
+
+def _has_batched(args, kwargs):
+    for a in args:
+        t = type(a)
+        if t is BatchedTensor:
+            return True
+        if t is tuple or t is list:
+            for b in a:
+                if type(b) is BatchedTensor:
+                    return True
+    if kwargs:
+        return _has_batched(kwargs.values(), None)
+    return False
+
+
+def _function_dispatcher(name, fn):
+    call = _rules.call
+
+    def dispatch(*args, **kwargs):
+        if not _has_batched(args, kwargs):
+            return fn(*args, **kwargs)
+        return call(name, fn, args, kwargs)
+    dispatch._vmap_original = fn
+    dispatch.__name__ = getattr(fn, "__name__", name)
+    return dispatch
+
+
+def _method(name, fn):
+    """BatchedTensor.<name>: always the rule."""
+    call = _rules.call
+
+    def method(self, *args, **kwargs):
+        return call(name, fn, (self,) + args, kwargs)
+    method.__name__ = name
+    return method
+
+
+# --- BatchedTensor's methods, from Tensor's ----------------------------------------------------
+for _name, _fn in tensor_methods().items():
+    setattr(BatchedTensor, _name, _method(_name, _fn))
+BatchedTensor.T = property(_rules.logical_T)
+BatchedTensor.mT = property(_rules.logical_mT)
+BatchedTensor.__array_ufunc__ = None      # numpy defers to the reflected operators
+
+
+def _late_method(self, name):
+    """A method bound to Tensor after import (an op declared with defop later)."""
+    f = getattr(Tensor, name, None)
+    if f is None or name.startswith("_") or not callable(f):
+        raise AttributeError(f"'BatchedTensor' object has no attribute '{name}'")
+    return _method(name, _original(f)).__get__(self)
+
+
+BatchedTensor.__getattr__ = _late_method
+
+
+# --- the swap -------------------------------------------------------------------------------------
+_SWAPPED = []   # (owner, name, original)
+
+
+def _targets():
+    """(owner, attribute, rule name, maker) of every entry point that is swapped."""
+    top = sys.modules["jitgrad"]
+    names = {id(f): n for n, f in FUNCTIONS.items()}
+    names.update({id(f): n for n, f in _ops_common.PUBLIC.items()})
+    out = []
+    for attr in list(vars(top)):
+        f = getattr(top, attr)
+        if attr in _RANDOM:
+            out.append((top, attr, attr, _RANDOM[attr]))
+        elif id(f) in names or attr in _LIKE:
+            out.append((top, attr, names.get(id(_original(f)), attr), None))
+    nnf = sys.modules["jitgrad.nn.functional"]
+    for attr, f in list(vars(nnf).items()):
+        if callable(f) and not attr.startswith("_") and not isinstance(f, type) and getattr(f, "__module__", "") \
+                .startswith("jitgrad"):
+            out.append((nnf, attr, attr, _rules.random_dropout if attr == "dropout" else None))
+    conv = sys.modules["jitgrad.nn.conv"]
+    out += [(conv, "conv2d", "conv2d", None), (conv, "max_pool2d", "max_pool2d", None),
+            (conv, "_pad2d", "_pad2d", None)]
+    for attr, f in tensor_methods().items():
+        out.append((Tensor, attr, attr, None))
+    return out
+
+
+def install():
+    """Swap the public entry points for dispatchers (vmap's outermost level enters)."""
+    _rules.register_elementwise(_ops_common.PUBLIC)
+    for owner, attr, name, maker in _targets():
+        orig = _original(getattr(owner, attr))
+        _SWAPPED.append((owner, attr, orig))
+        if maker is not None:
+            new = maker(orig)
+            new._vmap_original = orig
+        else:
+            new = _function_dispatcher(name, orig)
+        setattr(owner, attr, new)
+
+
+def uninstall():
+    """Put the originals back (the outermost level exits, also on an exception)."""
+    while _SWAPPED:
+        owner, attr, orig = _SWAPPED.pop()
+        setattr(owner, attr, orig)
