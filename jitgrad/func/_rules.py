@@ -519,10 +519,6 @@ def _matmul(ctx, a, b):
     if not is_batched(b) and rb == 2 and ra >= 1:
         return ctx.wrap(F.matmul(ctx.phys(a), b))        # the common case: one matrix for every sample
     pa, pb = ctx.phys(a), ctx.phys(b)
-    if not is_batched(a):
-        pa = pa.reshape((1,) * ctx.nb + tuple(pa.shape))
-    if not is_batched(b):
-        pb = pb.reshape((1,) * ctx.nb + tuple(pb.shape))
     if ra == 1:
         pa = pa.unsqueeze(-2)
     if rb == 1:
@@ -662,9 +658,9 @@ def _nll_loss(ctx, input, target, weight=None, size_average=None, ignore_index=-
     if single:
         x = x.unsqueeze(1)
     nbatch, n, c = x.shape
-    tp = ctx.phys(target, expand=True)
-    tp = tp._data if isinstance(tp, Tensor) else np.asarray(tp)
-    t = np.broadcast_to(tp, ctx.sizes + tuple(np.shape(tp)[ctx.nb if is_batched(target) else 0:]))
+    if not isinstance(target, (Tensor, BatchedTensor)):
+        target = F._wrap(np.asarray(target))
+    t = ctx.phys(target, expand=True)._data
     t = t.reshape(nbatch, n).astype(np.int64)
     losses = ctx.fn(x.reshape(nbatch * n, c), F._wrap(t.reshape(-1)), weight, ignore_index=ignore_index,
                     reduction="none").reshape(nbatch, n)
