@@ -21,7 +21,7 @@ import numpy as np
 
 from jitgrad.func._batched import LEVELS, BatchedTensor, align, is_batched, level_size, physical
 from jitgrad.graph.spec import REGISTRY
-from jitgrad.graph.tensor import Tensor, _wrap_dim
+from jitgrad.graph.tensor import Tensor, _wrap_dim, zeros
 from jitgrad.ops import functional as F
 from jitgrad.ops.nn import _legacy_reduction
 
@@ -741,7 +741,7 @@ def random_like(fn):
         if not every:
             return fn(t, *args, **kwargs)
         sizes = tuple(level_size(lvl) if lvl in levels else 1 for lvl in every)
-        draw = fn(F.zeros(sizes + tuple(t.shape)), *args, **({"dtype": t.dtype} | kwargs))
+        draw = fn(zeros(sizes + tuple(t.shape)), *args, **({"dtype": t.dtype} | kwargs))
         return BatchedTensor(draw.expand(tuple(level_size(lvl) for lvl in every) + tuple(t.shape)), every)
     return make_like
 

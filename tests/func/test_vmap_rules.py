@@ -4,9 +4,9 @@ the op table: every primitive has a batching rule or the explicit fallback marke
 import numpy as np
 import pytest
 import torch
+from conftest import assert_close, stable_seed
 
 import jitgrad
-from conftest import assert_close, stable_seed
 from jitgrad.func import _rules
 from jitgrad.graph import spec
 
