@@ -76,6 +76,10 @@ TIME_TARGETS = {
     ("digits MLP", "epoch"): 1.0,
     ("Adam 1e6", "step"): 1.0,
     ("CNN", "step"): 1.5,
+    ("jacobian 64", "reverse"): 1.0,
+    ("jacobian 64", "forward"): 1.0,
+    ("per-sample grads", "vmap(grad)"): 1.0,
+    ("jvp chain 1e5", "forward"): 1.0,
 }
 
 # Training workloads (model + loss + optimizer, as a user writes them).
@@ -93,7 +97,20 @@ CNN_CHANNELS = (1, 8, 16)
 CNN_HW = 28
 CNN_CLASSES = 10
 # phases skipped when a library lacks what they need: key -> (attribute path, reason)
-REQUIRES = {("CNN", "step"): ("nn.Conv2d", "skipped: no Conv2d")}
+REQUIRES = {("CNN", "step"): ("nn.Conv2d", "skipped: no Conv2d"),
+            ("jacobian 64", "reverse"): ("autograd.functional.jacobian", "skipped: no autograd.functional"),
+            ("jacobian 64", "forward"): ("autograd.functional.jacobian", "skipped: no autograd.functional"),
+            ("per-sample grads", "vmap(grad)"): ("func.vmap", "skipped: no func.vmap"),
+            ("per-sample grads", "loop"): ("func.functional_call", "skipped: no func.functional_call"),
+            ("jvp chain 1e5", "forward"): ("autograd.forward_ad.make_dual", "skipped: no forward_ad")}
+# Functional workloads (issue 10):
+# jacobian 64: autograd.functional.jacobian(f, x, vectorize=True) of f(x) = tanh(W x) * x + sin(x),
+# 64 -> 64 in float64, with strategy "reverse-mode" and "forward-mode".
+JAC_N = 64
+# per-sample grads: each of 64 samples' gradient of the digits MLP's cross-entropy, as
+# torch's docs write it: vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y) over
+# func.functional_call; "loop": the same gradients one sample at a time with grad(loss).
+PSG_BATCH = 64
 MEM_TARGET = 1.2          # peak-memory ratio jitgrad/torch
 STARTUP_WARM_TARGET = 1.0   # seconds
 STARTUP_COLD_TARGET = 20.0  # seconds
@@ -283,6 +300,63 @@ def cnn_step(T, model, opt, loss_fn, x, y):
     return loss
 
 
+# ------------------------------------------------------- functional workloads
+
+def jac_setup(T):
+    rng = np.random.default_rng(3)
+    w = T.tensor(rng.standard_normal((JAC_N, JAC_N)) / 8, dtype=T.float64)
+    x = T.tensor(rng.standard_normal(JAC_N), dtype=T.float64)
+    return (lambda v: T.tanh(w @ v) * v + T.sin(v)), x
+
+
+def jac_run(T, f, x, strategy):
+    return T.autograd.functional.jacobian(f, x, vectorize=True, strategy=strategy)
+
+
+def psg_setup(T):
+    """The digits MLP's parameters (detached) and a batch of 64 samples (not timed)."""
+    from jitgrad.examples.digits import build_mlp
+    weights, (xs, ys) = digits_data()[0], digits_data()[1][:2]  # training images and labels
+    model = build_mlp(T, weights)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    x = T.tensor(np.asarray(xs[:PSG_BATCH]), dtype=T.float32)
+    y = T.tensor(np.asarray(ys[:PSG_BATCH]), dtype=T.int64)
+
+    def loss(p, xi, yi):
+        out = T.func.functional_call(model, p, (xi.unsqueeze(0),))
+        return T.nn.functional.cross_entropy(out, yi.unsqueeze(0))
+    return loss, params, x, y
+
+
+def psg_vmap(T, loss, params, x, y):
+    return T.func.vmap(T.func.grad(loss), in_dims=(None, 0, 0))(params, x, y)
+
+
+def psg_loop(T, loss, params, x, y):
+    g = T.func.grad(loss)
+    return [g(params, x[i], y[i]) for i in range(x.shape[0])]
+
+
+def jvp_chain(T, n=CHAIN_N):
+    fw = importlib.import_module(T.__name__ + ".autograd.forward_ad")
+    with fw.dual_level():
+        y = fw.make_dual(T.tensor(1.0, dtype=T.float64), T.tensor(1.0, dtype=T.float64))
+        return fw.unpack_dual(chain_forward(T, y, n)).tangent
+
+
+def functional_phases(T):
+    phases = {}
+    for strategy, key in (("reverse-mode", "reverse"), ("forward-mode", "forward")):
+        phases[("jacobian 64", key)] = (lambda: jac_setup(T), lambda s, st=strategy: jac_run(T, *s, st))
+    phases[("per-sample grads", "vmap(grad)")] = (lambda: psg_setup(T), lambda s: psg_vmap(T, *s))
+    phases[("per-sample grads", "loop")] = (lambda: psg_setup(T), lambda s: psg_loop(T, *s))
+    phases[("jvp chain 1e5", "forward")] = (lambda: None, lambda _: jvp_chain(T))
+    for key in list(phases):
+        if not has_attr_path(T, REQUIRES[key][0]):
+            phases[key] = None
+    return phases
+
+
 def training_phases(T):
     """The training workloads; a phase is None where ``T`` lacks what it needs."""
     phases = {}
@@ -334,6 +408,7 @@ def make_phases(T):
             lambda a=arrays, d=dtype, lo=loss: mlp_inputs(T, a, d, lo),
             lambda s: mlp_step(T, *s))
     phases.update(training_phases(T))
+    phases.update(functional_phases(T))
     return phases
 
 

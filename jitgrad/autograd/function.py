@@ -1,11 +1,16 @@
 """Custom autograd Functions (torch.autograd.Function): the public class. Its node, ctx
 and lowering live in graph/pynode.py."""
+import contextlib
 import functools
 import inspect
 
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.forward import state as _fw
+from jitgrad._core.messages import size_str
 from jitgrad.graph.pynode import FunctionCtx, FunctionNode, FunctionState, record  # noqa: F401  (FunctionCtx: public)
 from jitgrad.graph.tensor import Tensor
+from jitgrad.ops import _forward
+from jitgrad.ops import functional as F
 
 
 def once_differentiable(fn):
@@ -71,15 +76,56 @@ class Function(metaclass=_FunctionMeta):
             args, kwargs = bound.args, {}
         inputs = args + tuple(kwargs.values())  # keyword arguments are inputs too
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in inputs)
-        with _grad_mode.no_grad():
+        dual = _fw.live and any(isinstance(a, Tensor) and _forward.tangent(a) is not None for a in inputs)
+        # as in PyTorch, forward sees its inputs without tangents: `jvp` gives the outputs'
+        with _grad_mode.no_grad(), (_forward._paused if dual else contextlib.nullcontext()):
             if setup:
                 outputs = cls.forward(*args)
                 cls.setup_context(ctx, args, outputs)
             else:
                 outputs = cls.forward(ctx, *args, **kwargs)
-        if not (_grad_mode.is_grad_enabled() and any(ctx.needs_input_grad)):
-            return outputs
-        return record(ctx, inputs, outputs)
+        if _grad_mode.is_grad_enabled() and any(ctx.needs_input_grad):
+            outputs = record(ctx, inputs, outputs)
+        if dual:
+            _forward_tangents(cls, ctx, inputs, outputs)
+        return outputs
+
+    @staticmethod
+    def jvp(ctx, *grad_inputs):
+        raise NotImplementedError("You must implement the jvp function for custom autograd.Function to use it with "
+                                  "forward mode AD.")
+
+
+def _forward_tangents(cls, ctx, inputs, outputs):
+    """Forward mode through a custom Function: its `jvp(ctx, *tangents)` gives the outputs'
+    tangents. An input Tensor without a tangent passes zeros, a non-Tensor None (PyTorch's
+    convention); ctx.saved_tensors are then the ones given to ctx.save_for_forward."""
+    if cls.jvp is Function.jvp:
+        Function.jvp(ctx)
+    with _forward._paused:
+        tangents = []
+        for a in inputs:
+            tg = _forward.tangent(a) if isinstance(a, Tensor) else None
+            tangents.append(tg if tg is not None or not isinstance(a, Tensor) else F.zeros_like(a))
+        ctx._in_jvp = True
+        try:
+            out_tangents = cls.jvp(ctx, *tangents)
+        finally:
+            ctx._in_jvp = False
+    single = isinstance(outputs, Tensor)
+    outs = (outputs,) if single else tuple(outputs)
+    if not isinstance(out_tangents, tuple):
+        out_tangents = (out_tangents,)
+    if len(out_tangents) != len(outs):
+        raise RuntimeError(f"Function {cls.__name__}.jvp returned an incorrect number of forward gradients "
+                           f"(expected {len(outs)} but got {len(out_tangents)})")
+    for o, tg in zip(outs, out_tangents):
+        if isinstance(o, Tensor) and tg is not None:
+            if tuple(tg.shape) != tuple(o.shape):
+                raise RuntimeError("Trying to set a forward gradient that has a different size than that of the "
+                                   f"original Tensor, this is not supported. Tensor is of size {size_str(o.shape)} "
+                                   f"while the given forward gradient is of size {size_str(tg.shape)}.")
+            _forward.set_tangent(o, tg)
 
 
 class _DelayedError(Function):

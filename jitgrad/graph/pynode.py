@@ -39,8 +39,18 @@ class FunctionCtx:
                                 f"{type(t).__name__}")
         self.to_save = tensors
 
+    def save_for_forward(self, *tensors):
+        """What a custom Function's jvp reads as ctx.saved_tensors (forward mode)."""
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(f"save_for_forward expects all arguments to be tensors; but argument {i} is of type "
+                                f"{type(t).__name__}.")
+        self.saved_for_forward = tensors
+
     @property
     def saved_tensors(self):
+        if getattr(self, "_in_jvp", False):
+            return tuple(getattr(self, "saved_for_forward", ()))
         if self._released:
             raise _freed_error()
         return tuple(_unpack(self, s) for s in getattr(self, "to_save", ()))

@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 
+from jitgrad._core.forward import state as _forward
 from jitgrad._core.modes import _anomaly, _packing, _saved_hooks  # noqa: F401  (read per op)
 from jitgrad.graph.node import AccumulateGrad
 from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, OpSpec  # noqa: F401  (OP_OUT, OP_PYFN: re-exported)
@@ -173,7 +174,12 @@ def _trace(tape, row):
     tape.metadata.setdefault(row, {})["traceback_"] = traceback.format_list(frames)
 
 
-def record(spec, result, inputs, saved=(), fparams=(), iparams=None):
+def record(spec, result, inputs, saved=(), fparams=(), iparams=None, dual=True):
+    """Record structural `spec` (see _record). While forward mode is live the ops layer's
+    handler runs instead (ops/_forward.record): it calls back here with dual=False when
+    the backward needs the row, then computes the output's tangent."""
+    if dual and _forward.live:
+        return _forward.record(spec, result, inputs, saved, fparams, iparams)
     if _packing[0] and _saved_hooks.stack:
         return _record_packed(spec, result, inputs, saved, fparams, iparams)
     return _record(spec, result, inputs, saved, fparams, iparams)

@@ -8,6 +8,7 @@ from jitgrad._core import dtype as _dtype
 from jitgrad._core import versions
 from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.format import tensor_repr
+from jitgrad._core.forward import state as _forward
 from jitgrad._core.messages import c_name, scalar_name, size_str
 from jitgrad._core.modes import _state
 from jitgrad.graph import node as _node  # the Tensor <-> Node pair: grad_fn is a view of the row
@@ -17,7 +18,7 @@ from jitgrad.graph.hooks import add_hook
 class _Rare:
     """Per-tensor state most tensors never use; allocated on first write so that creating
     the output of an op (the forward hot path) sets only four fields."""
-    __slots__ = ("grad", "acc", "retain", "vc", "node", "hooks", "post_hooks", "view_of")
+    __slots__ = ("grad", "acc", "retain", "vc", "node", "hooks", "post_hooks", "view_of", "fw")
 
     def __init__(self):
         self.grad = None
@@ -28,6 +29,7 @@ class _Rare:
         self.hooks = None       # a leaf's tensor hooks ({0: {id: fn}}, see autograd/hooks.py)
         self.post_hooks = None
         self.view_of = None     # (base tensor, fn: base array -> this view) for a view made with grad
+        self.fw = None          # forward AD: the tangent at the open dual level (_core/forward.py)
 
 
 def _rare_property(name):
@@ -51,6 +53,7 @@ class Tensor:
     _acc = _rare_property("acc")
     _retain = _rare_property("retain")
     _vc = _rare_property("vc")
+    _fw = _rare_property("fw")
     __array_priority__ = 1000  # so `ndarray op Tensor` defers to Tensor's reflected operator
 
     def __init__(self, data=None, *, dtype=None, requires_grad=False):
@@ -360,6 +363,11 @@ def linked(data, tape, row, nr=0):
         t._tape = tape
         t._row = row
         t._output_nr = nr
+    if _forward.live:  # forward-over-reverse: the saved value's tangent comes back with it
+        rows = _forward.by_tape.get(tape) if tape is not None else None
+        tangent = rows.get((row, nr)) if rows is not None else None
+        if tangent is not None:
+            t._fw = tangent
     return t
 
 

@@ -14,7 +14,7 @@ Layout (each module imports only the ones above it; no import cycle):
 Each primitive is one entry (graph/spec.py documents its keys) right beside its forward.
 """
 from jitgrad.graph.tensor import Tensor
-from jitgrad.ops import _common, elementwise, linalg, nn, reduce, shape
+from jitgrad.ops import _common, _forward, elementwise, linalg, nn, reduce, shape
 from jitgrad.ops.elementwise import defop  # noqa: F401  (the public declarator: jitgrad.ops.defop)
 
 # jitgrad.<name>: every public op; elementwise ones declared with defop come from _common.PUBLIC
@@ -61,4 +61,9 @@ for _name, _fn in METHODS.items():
 globals().update(FUNCTIONS)  # jitgrad.ops.<name>
 _common._bound[0] = True    # a later defop binds its op at once
 
+from jitgrad.graph.spec import FUNCS as _FUNCS  # noqa: E402
+from jitgrad.ops import functional as _F  # noqa: E402
 from jitgrad.ops import methods as _methods  # noqa: E402,F401  (operators, in-place ops: after the table)
+
+# forward mode evaluates the elementwise formulas on Tensors with these functions
+_forward.NS.update({_name: getattr(_F, _name) for _name in _FUNCS})

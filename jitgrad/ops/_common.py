@@ -8,6 +8,7 @@ import numpy as np
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.forward import state as _fw
 from jitgrad.graph.tensor import _ARRAYLIKE, Tensor  # noqa: F401  (families import them from here)
 
 _gm_state = _grad_mode._state
@@ -37,11 +38,17 @@ def publish(name, fn, method=True):
 
 
 def _needs(*ts):
-    if not _gm_state.enabled:
-        return False
-    for t in ts:
-        if t._requires_grad:
-            return True
+    """The op must record its row (grad mode and an input requiring grad) or, in forward
+    mode, compute its output's tangent (an input has one): go on to `record`."""
+    if _gm_state.enabled:
+        for t in ts:
+            if t._requires_grad:
+                return True
+    if _fw.live:
+        for t in ts:
+            x = t._x
+            if x is not None and x.fw is not None:
+                return True
     return False
 
 

@@ -16,11 +16,13 @@ import numpy as np
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.forward import state as _fw
 from jitgrad._core.modes import _packing, _saved_hooks
 from jitgrad.graph.record import record, record_ew
 from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import _ARRAYLIKE, Tensor
 from jitgrad.graph.tensor import wrap as _wrap
+from jitgrad.ops import _forward
 from jitgrad.ops._common import (
     _NUMBER,
     _broadcast_error,
@@ -38,9 +40,12 @@ from jitgrad.ops._common import (
 # 0-d arrays, which is most of the forward cost of scalar graphs. In-place writes convert it.
 
 
-def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None):
+def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None, dual=True):
     """Wrap `out` and, if needed, record elementwise `spec` on Tensor a and b (a Tensor, a
-    Python float standing for a constant, or None for a unary op)."""
+    Python float standing for a constant, or None for a unary op). In forward mode,
+    ops/_forward.ew calls back here with dual=False, then computes the tangent."""
+    if dual and _fw.live:
+        return _forward.ew(_ew, spec, out, a, b, p0, p1, aux)
     if not isinstance(out, _ARRAYLIKE):
         out = np.asarray(out)
     res = _new(Tensor)

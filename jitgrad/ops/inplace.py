@@ -11,8 +11,10 @@ an error unless grad mode is off.
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.forward import state as _fw
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tensor import Tensor
+from jitgrad.ops import _forward
 from jitgrad.ops import functional as F
 
 
@@ -48,18 +50,42 @@ def _stale_one_element_saves(t):
             tape.freed[r] = 1
 
 
+def _dual(t, others):
+    """Forward mode: t or an operand has a tangent, so the op updates t's tangent too."""
+    if not _fw.live:
+        return False
+    return any(isinstance(x, Tensor) and _forward.tangent(x) is not None for x in (t, *others))
+
+
+def _update_tangent(t, new):
+    """t's tangent <- new's, written into t's tangent when it has one, so that views of
+    the tangent (the tangents of t's views) see it, as in PyTorch."""
+    nt, tt = _forward.tangent(new), _forward.tangent(t)
+    with _forward._paused:
+        if tt is None:
+            if nt is not None:
+                _forward.set_tangent(t, F.clone(nt if nt._data.shape == t._data.shape else F.expand(nt, t.shape)))
+        elif nt is None:
+            tt.zero_()
+        else:
+            tt.copy_(nt)
+
+
 def _apply(t, compute, *others):
     """t <- compute(old t), in place; recorded as compute's node when needed."""
     if t._data.size == 1:
         _stale_one_element_saves(t)
+    dual = _dual(t, others)
     view = t._x.view_of if t._x is not None else None
     if view is not None and _needs_record(t, *others):
-        return _apply_to_view(t, view, compute, others)
+        return _apply_to_view(t, view, compute, others, dual)
     if _needs_record(t, *others):
         old = Tensor._make(np.array(t._data, copy=True))  # the value before, for the node to save
         old._requires_grad = t._requires_grad
         if t._tape is not None:
             old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
+        if dual:
+            old._fw = _forward.tangent(t)
         new = compute(old)
     else:
         with _grad_mode.no_grad():
@@ -72,6 +98,8 @@ def _apply(t, compute, *others):
         t._tape, t._row, t._output_nr = new._tape, new._row, new._output_nr
         if t._x is not None:
             t._x.node = None
+    if dual:
+        _update_tangent(t, new)
     return t
 
 
@@ -93,7 +121,7 @@ def _assign(t, flat, value):
     _apply(t, compute, value)
 
 
-def _apply_to_view(t, view, compute, others):
+def _apply_to_view(t, view, compute, others, dual):
     """An in-place op on a view of a tensor with history: the base gets the new values at
     the view's positions (rebasing the base), then the view reads them back from the base.
     This is what PyTorch's CopySlices does."""
@@ -102,6 +130,8 @@ def _apply_to_view(t, view, compute, others):
     old._requires_grad = t._requires_grad
     if t._tape is not None:
         old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
+    if dual:
+        old._fw = _forward.tangent(t)
     new = compute(old)
     flat = _positions(base, fn)
     _assign(base, flat, new if new._data.shape == t._data.shape else F.expand(new, t._data.shape))
@@ -110,6 +140,8 @@ def _apply_to_view(t, view, compute, others):
     t._requires_grad = True
     t._tape, t._row, t._output_nr = again._tape, again._row, again._output_nr
     t._x.node = None
+    if dual:
+        _update_tangent(t, again)
     return t
 
 
@@ -184,8 +216,15 @@ def setitem(t, index, value):
     if not isinstance(value, Tensor):
         value = F._wrap(np.asarray(value, dtype=t._data.dtype))
     if not _needs_record(t, value):
+        dual = _dual(t, (value,))
         t._array()[F._norm_index(index)] = value._data
         t._bump()
+        if dual:  # the tangent's elements at index <- value's tangent (zero without one)
+            vt = _forward.tangent(value)
+            with _forward._paused:
+                if _forward.tangent(t) is None:
+                    _forward.set_tangent(t, F.zeros_like(t))
+                _forward.tangent(t)[index] = vt if vt is not None else 0.0
         return
     idx = F._norm_index(index)
     shape = t._data.shape
