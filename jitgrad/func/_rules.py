@@ -245,9 +245,8 @@ def _scalar_as_vector(ctx, x):
             public=("sum", "mean", "amax", "amin"))
 def _reduce(ctx, x, dim=None, keepdim=False, **kwargs):
     p, lifted = _scalar_as_vector(ctx, x)
-    if lifted:
-        out = ctx.fn(p, ctx.nb, keepdim, **kwargs)
-        return ctx.wrap(out if keepdim else out)
+    if lifted:      # a logical 0-d x: any dim (0 or -1, or all) is its one element
+        return ctx.wrap(ctx.fn(p, ctx.nb, False, **kwargs))
     return ctx.wrap(ctx.fn(p, _reduced_dims(ctx, x, dim), keepdim, **kwargs))
 
 
@@ -261,8 +260,8 @@ def _prod(ctx, x, dim=None, keepdim=False, dtype=None):
     if dim is None:
         out = ctx.fn(_flatten_logical(ctx, x), ctx.nb, False, dtype=dtype)
         return ctx.wrap(out)
-    p, _ = _scalar_as_vector(ctx, x)
-    return ctx.wrap(ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim, dtype=dtype))
+    p, lifted = _scalar_as_vector(ctx, x)
+    return ctx.wrap(ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim and not lifted, dtype=dtype))
 
 
 @batch_rule(primitives=("max_all", "min_all", "max_dim", "min_dim"), public=("max", "min"))
@@ -273,10 +272,7 @@ def _extremum(ctx, x, dim=None, keepdim=False):
         amax = F.amax if ctx.name == "max" else F.amin
         return ctx.wrap(amax(ctx.phys(x), _reduced_dims(ctx, x, None)) if x.ndim else ctx.phys(x) * 1)
     p, lifted = _scalar_as_vector(ctx, x)
-    out = ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim)
-    if lifted and not keepdim:
-        return ctx.wrap(out)
-    return ctx.wrap(out)
+    return ctx.wrap(ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim and not lifted))
 
 
 @batch_rule(public=("argmax", "argmin"))
@@ -286,8 +282,8 @@ def _argextremum(ctx, x, dim=None, keepdim=False):
         if keepdim:
             out = out.reshape(tuple(out.shape) + (1,) * x.ndim)
         return ctx.wrap(out)
-    p, _ = _scalar_as_vector(ctx, x)
-    return ctx.wrap(ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim))
+    p, lifted = _scalar_as_vector(ctx, x)
+    return ctx.wrap(ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim and not lifted))
 
 
 @batch_rule(primitives=("softmax", "log_softmax"), public=("softmax", "log_softmax"))

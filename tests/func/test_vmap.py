@@ -205,3 +205,31 @@ def test_batched_leaf_keeps_the_outer_graph():
     out = jitgrad.func.vmap(f)(x)
     (g,) = jitgrad.autograd.grad(out.sum(), [x])
     assert_close(g, np.full((3, 2), 2.0))
+
+
+def _cnn_loss(params, x, y):
+    """The digits CNN (examples/digits.build_cnn) written with nn.functional."""
+    c1, cb1, c2, cb2, w, b = params
+    F = jitgrad.nn.functional
+    h = F.max_pool2d(F.relu(F.conv2d(x, c1, cb1, padding=1)), 2)
+    h = F.max_pool2d(F.relu(F.conv2d(h, c2, cb2, padding=1)), 2)
+    return F.cross_entropy(F.linear(h.flatten(1), w, b), y)
+
+
+def test_per_sample_gradients_of_the_cnn():
+    """Batched leaves of conv weights: the per-sample convolution runs as one grouped one."""
+    rng = np.random.default_rng(1)
+    shapes = ((8, 1, 3, 3), (8,), (16, 8, 3, 3), (16,), (10, 64), (10,))
+    params = [jitgrad.tensor(rng.uniform(-0.5, 0.5, size=s)) for s in shapes]
+    x = jitgrad.tensor(rng.uniform(0, 1, size=(4, 1, 8, 8)))
+    y = jitgrad.tensor(rng.integers(0, 10, size=4))
+
+    def per_sample(ps, xs, ys):
+        leaves = [batched_leaf_like(p) for p in ps]
+        return grad_per_sample([_cnn_loss(leaves, xs.unsqueeze(0), ys.unsqueeze(0))], leaves)
+    got = jitgrad.func.vmap(per_sample, in_dims=(None, 0, 0))(params, x, y)
+    for b in range(4):
+        ps = [p.detach().requires_grad_() for p in params]
+        want = jitgrad.autograd.grad(_cnn_loss(ps, x[b:b + 1], y[b:b + 1]), ps)
+        for g, w in zip(got, want):
+            assert_close(g[b], w, rtol=1e-10, atol=1e-12)
