@@ -13,7 +13,8 @@ each level's batch size and randomness mode.
 """
 import itertools
 
-from jitgrad.graph.tensor import Size, Tensor, _wrap_dim
+from jitgrad.engine.run import grad as _autograd_grad
+from jitgrad.graph.tensor import Size, Tensor, _wrap_dim, ones_like
 
 
 class Level:
@@ -216,3 +217,19 @@ def batched_leaf_like(x):
 def as_tensor_like(x):
     """True for the values a rule treats as tensors (Tensor or BatchedTensor)."""
     return type(x) is BatchedTensor or isinstance(x, Tensor)
+
+
+def grad_per_sample(outputs, inputs, grad_outputs=None, **kwargs):
+    """autograd.grad inside vmap: the gradients of logical `outputs` with respect to logical
+    `inputs` made by batched_leaf_like, per sample (BatchedTensors over the inputs' levels).
+    One backward of the physical outputs does it: sample b's output depends only on sample
+    b's rows of each physical input. grad_outputs: logical, or None for ones (outputs with
+    one element per sample, as grad()'s)."""
+    outs = [physical(o) for o in outputs]
+    if grad_outputs is None:
+        gos = [ones_like(o) for o in outs]
+    else:
+        gos = [align(g, o._levels if is_batched(o) else (), expand=True) if g is not None else ones_like(o)
+               for g, o in zip(grad_outputs, outputs)]
+    grads = _autograd_grad(outs, [physical(x) for x in inputs], gos, **kwargs)
+    return tuple(None if g is None else wrap(g, x._levels if is_batched(x) else ()) for g, x in zip(grads, inputs))

@@ -129,17 +129,34 @@ def _targets():
     return out
 
 
+_PLAN = {}      # (owner, attribute) -> (original, dispatcher): made once per original
+_PLAN_KEY = [None]
+
+
+def _plan():
+    """The swaps to make, cached: building dispatchers costs far more than setting them. It
+    is remade when the table or a namespace grows (an op declared later)."""
+    key = (len(_ops_common.PUBLIC), len(vars(Tensor)), len(vars(sys.modules["jitgrad"])))
+    if _PLAN_KEY[0] != key:
+        _rules.register_elementwise(_ops_common.PUBLIC)
+        _PLAN.clear()
+        for owner, attr, name, maker in _targets():
+            _PLAN[owner, attr] = (name, maker, None, None)
+        _PLAN_KEY[0] = key
+    return _PLAN
+
+
 def install():
     """Swap the public entry points for dispatchers (vmap's outermost level enters)."""
-    _rules.register_elementwise(_ops_common.PUBLIC)
-    for owner, attr, name, maker in _targets():
-        orig = _original(getattr(owner, attr))
-        _SWAPPED.append((owner, attr, orig))
-        if maker is not None:
-            new = maker(orig)
+    plan = _plan()
+    for (owner, attr), (name, maker, orig, new) in plan.items():
+        current = _original(getattr(owner, attr))
+        if current is not orig:         # first use, or the attribute was replaced since
+            orig = current
+            new = maker(orig) if maker is not None else _function_dispatcher(name, orig)
             new._vmap_original = orig
-        else:
-            new = _function_dispatcher(name, orig)
+            plan[owner, attr] = (name, maker, orig, new)
+        _SWAPPED.append((owner, attr, orig))
         setattr(owner, attr, new)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from jitgrad.func._batched import LEVELS, BatchedTensor, align, is_batched, level_size, physical
 from jitgrad.graph.spec import REGISTRY
-from jitgrad.graph.tensor import Tensor, _wrap_dim
+from jitgrad.graph.tensor import Tensor, _wrap_dim, zeros
 from jitgrad.ops import functional as F
 from jitgrad.ops.nn import _legacy_reduction
 
@@ -245,9 +245,8 @@ def _scalar_as_vector(ctx, x):
             public=("sum", "mean", "amax", "amin"))
 def _reduce(ctx, x, dim=None, keepdim=False, **kwargs):
     p, lifted = _scalar_as_vector(ctx, x)
-    if lifted:
-        out = ctx.fn(p, ctx.nb, keepdim, **kwargs)
-        return ctx.wrap(out if keepdim else out)
+    if lifted:      # a logical 0-d x: any dim (0 or -1, or all) is its one element
+        return ctx.wrap(ctx.fn(p, ctx.nb, False, **kwargs))
     return ctx.wrap(ctx.fn(p, _reduced_dims(ctx, x, dim), keepdim, **kwargs))
 
 
@@ -261,8 +260,8 @@ def _prod(ctx, x, dim=None, keepdim=False, dtype=None):
     if dim is None:
         out = ctx.fn(_flatten_logical(ctx, x), ctx.nb, False, dtype=dtype)
         return ctx.wrap(out)
-    p, _ = _scalar_as_vector(ctx, x)
-    return ctx.wrap(ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim, dtype=dtype))
+    p, lifted = _scalar_as_vector(ctx, x)
+    return ctx.wrap(ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim and not lifted, dtype=dtype))
 
 
 @batch_rule(primitives=("max_all", "min_all", "max_dim", "min_dim"), public=("max", "min"))
@@ -273,10 +272,7 @@ def _extremum(ctx, x, dim=None, keepdim=False):
         amax = F.amax if ctx.name == "max" else F.amin
         return ctx.wrap(amax(ctx.phys(x), _reduced_dims(ctx, x, None)) if x.ndim else ctx.phys(x) * 1)
     p, lifted = _scalar_as_vector(ctx, x)
-    out = ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim)
-    if lifted and not keepdim:
-        return ctx.wrap(out)
-    return ctx.wrap(out)
+    return ctx.wrap(ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim and not lifted))
 
 
 @batch_rule(public=("argmax", "argmin"))
@@ -286,8 +282,8 @@ def _argextremum(ctx, x, dim=None, keepdim=False):
         if keepdim:
             out = out.reshape(tuple(out.shape) + (1,) * x.ndim)
         return ctx.wrap(out)
-    p, _ = _scalar_as_vector(ctx, x)
-    return ctx.wrap(ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim))
+    p, lifted = _scalar_as_vector(ctx, x)
+    return ctx.wrap(ctx.fn(p, _pdim(ctx, dim, max(x.ndim, 1)), keepdim and not lifted))
 
 
 @batch_rule(primitives=("softmax", "log_softmax"), public=("softmax", "log_softmax"))
@@ -519,10 +515,6 @@ def _matmul(ctx, a, b):
     if not is_batched(b) and rb == 2 and ra >= 1:
         return ctx.wrap(F.matmul(ctx.phys(a), b))        # the common case: one matrix for every sample
     pa, pb = ctx.phys(a), ctx.phys(b)
-    if not is_batched(a):
-        pa = pa.reshape((1,) * ctx.nb + tuple(pa.shape))
-    if not is_batched(b):
-        pb = pb.reshape((1,) * ctx.nb + tuple(pb.shape))
     if ra == 1:
         pa = pa.unsqueeze(-2)
     if rb == 1:
@@ -662,9 +654,9 @@ def _nll_loss(ctx, input, target, weight=None, size_average=None, ignore_index=-
     if single:
         x = x.unsqueeze(1)
     nbatch, n, c = x.shape
-    tp = ctx.phys(target, expand=True)
-    tp = tp._data if isinstance(tp, Tensor) else np.asarray(tp)
-    t = np.broadcast_to(tp, ctx.sizes + tuple(np.shape(tp)[ctx.nb if is_batched(target) else 0:]))
+    if not isinstance(target, (Tensor, BatchedTensor)):
+        target = F._wrap(np.asarray(target))
+    t = ctx.phys(target, expand=True)._data
     t = t.reshape(nbatch, n).astype(np.int64)
     losses = ctx.fn(x.reshape(nbatch * n, c), F._wrap(t.reshape(-1)), weight, ignore_index=ignore_index,
                     reduction="none").reshape(nbatch, n)
@@ -745,7 +737,7 @@ def random_like(fn):
         if not every:
             return fn(t, *args, **kwargs)
         sizes = tuple(level_size(lvl) if lvl in levels else 1 for lvl in every)
-        draw = fn(F.zeros(sizes + tuple(t.shape)), *args, **({"dtype": t.dtype} | kwargs))
+        draw = fn(zeros(sizes + tuple(t.shape)), *args, **({"dtype": t.dtype} | kwargs))
         return BatchedTensor(draw.expand(tuple(level_size(lvl) for lvl in every) + tuple(t.shape)), every)
     return make_like
 

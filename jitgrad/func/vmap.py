@@ -188,7 +188,7 @@ def _remove_batch_dim(y, level, size, out_dim):
     rank = p.ndim - len(levels)
     if level in levels:
         rest = tuple(lvl for lvl in levels if lvl != level)
-        od = _wrap_dim(out_dim, rank)
+        od = _wrap_dim(out_dim, rank + 1)
         return wrap(_movedim(p, levels.index(level), len(rest) + od), rest)
     od = _wrap_dim(out_dim, rank + 1)
     p = p.unsqueeze(len(levels) + od)
