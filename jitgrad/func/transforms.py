@@ -413,12 +413,20 @@ def _jvp(func, primals, tangents, argnums, strict, has_aux):
     # one dual level exists at a time: inside one (an enclosing jvp/jacfwd, or the user's),
     # the JVP is computed by reverse mode, which the open level differentiates correctly
     run = _jvp_by_double_vjp if _dual_level_open() else _jvp_by_dual
+    depth = _active.depth
     with _Level():
         outs, jvps, aux = run(func, primals, argnums, flat_primals, flat_tangents, primals_spec, has_aux)
         if strict and any(t is None for t in jvps):
             raise RuntimeError("jvp(f, primals, tangents, strict=True): The output of f is independent of the inputs. "
                                "This is not allowed with strict=True.")
         jvps = [F.zeros_like(o) if t is None else t for o, t in zip(outs[0], jvps)]
+        # an inner reverse transform kept its graph for the dual level; at the outermost
+        # transform nothing needs it unless the caller's primals or tangents require grad.
+        # (Its leaves are the inner transform's copies, so _reaches_foreign_leaf cannot tell a
+        # captured tensor that requires grad from them: such a graph is dropped here.)
+        keep = depth > 0 or _dual_level_open() or any(p.requires_grad for p in flat_primals + flat_tangents)
+        outs = (_unwrap(outs[0], keep), outs[1])
+        jvps = _unwrap(jvps, keep)
         out = tree_unflatten(outs[0], outs[1])
         jvp_out = tree_unflatten(jvps, outs[1])
     return (out, jvp_out, aux) if has_aux else (out, jvp_out)

@@ -1,4 +1,5 @@
 """What a Python rule needs to know about its node, read back from the tape row."""
+from jitgrad._core.forward import state as _forward
 from jitgrad.graph import tensor as _tensor  # the Tensor <-> Node pair: saved values read as Tensors
 from jitgrad.graph.spec import OP_ACC, OP_EXT, SPECS
 
@@ -44,7 +45,13 @@ class RowInfo:
         tape = self.tape
         t, nr, _ = tape.edge(self.row, j)
         if t < 0:
-            return _tensor.wrap(data)
+            x = _tensor.wrap(data)
+            if _forward.live:  # its tangent, kept by ops/_forward._note_constant_inputs
+                rows = _forward.by_tape.get(tape)
+                tangent = rows.get((self.row, -1 - j)) if rows is not None else None
+                if tangent is not None:
+                    x._fw = tangent
+            return x
         op = tape.op(t)
         if op == OP_ACC:
             return tape.leaves[t].variable  # the leaf itself (its data is the saved value)

@@ -53,6 +53,23 @@ def set_tangent(t, tg):
     return t
 
 
+def _note_constant_inputs(res, inputs):
+    """A create_graph backward reads a saved input that does not require grad back as a
+    plain array (graph/rowinfo.RowInfo.input): keep its tangent under the row too, keyed
+    (row, -1 - j), for forward-over-reverse through it."""
+    tape = res._tape
+    if tape is None or not res._requires_grad:
+        return
+    for j, t in enumerate(inputs):
+        if isinstance(t, Tensor) and not t._requires_grad:
+            tg = tangent(t)
+            if tg is not None:
+                rows = _fw.by_tape.get(tape)
+                if rows is None:
+                    rows = _fw.by_tape[tape] = {}
+                rows[(res._row, -1 - j)] = tg
+
+
 def not_implemented(name):
     return NotImplementedError(f"Trying to use forward AD with {name} that does not support it because it has not "
                                "been implemented yet.\nPlease file an issue to PyTorch at "
@@ -94,6 +111,7 @@ def ew(record_ew, spec, out, a, b, p0, p1, aux):
     tb = tangent(b) if isinstance(b, Tensor) else None
     if ta is None and tb is None:
         return res
+    _note_constant_inputs(res, (a, b))
     codes = spec.code()
     with _paused:
         ns = dict(NS)
@@ -172,6 +190,7 @@ def record(spec, result, inputs, saved, fparams, iparams):
     tangents = [tangent(t) for t in inputs]
     if all(tg is None for tg in tangents):
         return result
+    _note_constant_inputs(result, inputs)
     if spec.jvp is None:
         raise not_implemented(spec.node_name[:-len("Backward0")] if spec.node_name.endswith("Backward0")
                               else spec.name)

@@ -20,6 +20,9 @@ rng = np.random.default_rng(11)
 
 # primitives with no forward formula on purpose, as in PyTorch: none so far
 NO_JVP = set()
+# cases whose backward is deliberately not the forward's transpose (PyTorch's embedding with
+# padding_idx and scale_grad_by_freq): only finite differences hold their JVP
+NOT_ADJOINT = {"embedding"}
 
 
 def test_every_primitive_has_a_jvp():
@@ -47,12 +50,13 @@ def test_jvp_matches_vjp_and_finite_differences(name):
     assert tuple(jt.shape) == tuple(out.shape) and jt.dtype == out.dtype
 
     # adjoint identity against the (PyTorch-tested) reverse mode
-    y = fn(*ins)
-    v = J.tensor(rng.standard_normal(tuple(y.shape)), dtype=J.float64)
-    vjps = J.autograd.grad(y, ins, v, allow_unused=True)
-    lhs = float((v * jt).sum())
-    rhs = sum(float((g * t).sum()) for g, t in zip(vjps, tangents) if g is not None)
-    assert abs(lhs - rhs) <= 1e-10 * max(1.0, abs(rhs)), (lhs, rhs)
+    if name not in NOT_ADJOINT:
+        y = fn(*ins)
+        v = J.tensor(rng.standard_normal(tuple(y.shape)), dtype=J.float64)
+        vjps = J.autograd.grad(y, ins, v, allow_unused=True)
+        lhs = float((v * jt).sum())
+        rhs = sum(float((g * t).sum()) for g, t in zip(vjps, tangents) if g is not None)
+        assert abs(lhs - rhs) <= 1e-10 * max(1.0, abs(rhs)), (lhs, rhs)
 
     # central differences (the cases keep inputs away from kinks)
     eps = 1e-6
