@@ -13,6 +13,8 @@ each level's batch size and randomness mode.
 """
 import itertools
 
+import numpy as np
+
 from jitgrad.engine.run import grad as _autograd_grad
 from jitgrad.graph.tensor import Size, Tensor, _wrap_dim, ones_like
 
@@ -210,7 +212,9 @@ def batched_leaf_like(x):
     if p.requires_grad:
         p = p.clone()
     else:
-        p = p.detach().clone().requires_grad_(True)
+        # a C-order copy: numpy's copy of an expanded array keeps the stride-0 batch dim
+        # innermost, and every op and saved value would then pay for that layout
+        p = Tensor._make(np.array(p._data, order="C")).requires_grad_(True)
     return wrap(p, levels)
 
 

@@ -559,7 +559,14 @@ def _linear(ctx, *args, **kwargs):
             x = kwargs["input"]
         if not is_batched(w) and not is_batched(bias) and ndim(x) >= 1:
             return ctx.wrap(F.linear(ctx.phys(x), w, bias))
-        out = _matmul(Call("matmul", F.matmul, ctx.levels), x, _mT(w))
+        mm = Call("matmul", F.matmul, ctx.levels)
+        if ndim(x) == 2 and ndim(w) == 2:
+            # a weight per sample (grad inside vmap): (w @ x^T)^T reads w in its own layout, so
+            # neither the forward nor the saved operand copies a transposed [B, out, in] weight,
+            # and the weight's gradient comes out in the leaf's layout
+            out = _mT(_matmul(mm, w, _mT(x)))
+        else:
+            out = _matmul(mm, x, _mT(w))
         return out if bias is None else out + bias
     inp, m1, m2 = args[:3]
     beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)

@@ -85,3 +85,24 @@ def test_linear_dtype_errors():
         return out
 
     both(run)
+
+
+@pytest.mark.parametrize("shapes", [((6, 5, 4), (6, 4, 1)), ((6, 5, 4), (1, 4, 1)), ((1, 5, 4), (6, 4, 1)),
+                                    ((2, 3, 5, 4), (3, 4, 1))],
+                         ids=["batched", "bcast_vec", "bcast_mat", "4d"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_batched_matrix_times_vector_grads(shapes, dtype):
+    """A matrix times a one-column matrix per batch (vmap's weight per sample) has its own
+    backward loop in the matmul kernel; its gradients, broadcast batches included, as torch's."""
+    r = np.random.default_rng(41)
+    a, v = r.normal(size=shapes[0]), r.normal(size=shapes[1])
+
+    def run(T):
+        dt = getattr(T, dtype)
+        A = T.tensor(a, dtype=dt, requires_grad=True)
+        V = T.tensor(v, dtype=dt, requires_grad=True)
+        y = A @ V
+        (y * y).sum().backward()
+        return dict(y=y, ga=A.grad, gv=V.grad)
+
+    both(run, dtype)
