@@ -41,8 +41,11 @@ Python engine, `grad_fn._saved_<name>`, viz) reads it from here. Keys:
   forward     the op's forward: a numpy function (elementwise) or the Python function
               that computes and records the op (structural); documentation for readers
               and the place later lowering starts from
-  jvp         forward-mode formula(s) (JAX's jvp / derivatives.yaml's result:), unused yet
-  batch       batching rule (vmap), unused yet
+  jvp         structural: the forward-mode formula, fn(ci, tangents) -> the output's tangent
+              (ci: ops/_forward.CallInfo, a rule's reading API over the forward's values;
+              tangents: a Tensor or None per input). Elementwise entries need none: their
+              JVP is their gradient formulas with grad := each input's tangent
+  batch       the vmap batching rule, registered by jitgrad/func/_rules.py (@batch_rule)
   fwd_kernel  a compiled forward kernel, unused yet
   cuda_kernel a CUDA backward kernel, unused yet
 
