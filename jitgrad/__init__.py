@@ -59,6 +59,7 @@ from jitgrad.ops import FUNCTIONS as _FUNCTIONS
 
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
 from jitgrad import (  # noqa: E402
+    compiler,
     func,
     nn,
     optim,
@@ -67,6 +68,7 @@ from jitgrad import (  # noqa: E402
 )
 from jitgrad._core.threads import default_threads as _default_threads  # noqa: E402
 from jitgrad._core.threads import get_num_threads, set_num_threads  # noqa: E402
+from jitgrad.compiler import compile  # noqa: E402,A004  (torch.compile)
 from jitgrad.serialization import load, save  # noqa: E402
 
 _default_threads()

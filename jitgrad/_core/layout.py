@@ -51,3 +51,26 @@ FALLBACK = 2      # the compiled path does not run this row: the Python engine t
 PYNODE = 3        # the node runs in Python (custom Function, post-hooks); resume below it
 PREHOOKS = 4      # hooks to run before the row; clear PRE and resume at the row
 LEAF_READY = 5    # the row ran and made a hooked leaf ready; resume below the row
+
+# --- jitgrad.compile's replay program (compiler/plan.py writes it; engine/replayer.py and
+# the forward kernels read it) ---------------------------------------------------------------
+#   prog  FW ints per instruction, at i * FW + F_*:
+#           F_OP    opcode (a primitive's; PY_OP: Python runs it, the interpreter returns i)
+#           F_ARGS  pointer into fin: the input value ids, then the output value ids: the
+#                   result, one per saved value of the op's spec (in spec.saves order: an
+#                   input's or the result's id where the op saves those) and any extra output
+#           F_NIN   the number of inputs
+#           F_FP    pointer into fp: the op's float params (a row's, see H_FP)
+#           F_IP    pointer into xs: the op's int params (count, then values; a row's H_IP)
+#           F_MADE  bit k set: the kernel writes saved value k (it is neither an input nor
+#                   the result, e.g. layer_norm's mean); unset ones it reads or skips
+#   vals  VW ints per value: V_ADDR the address of its (C-contiguous) data, V_NUMEL, V_SHP
+#         pointer into xs: its shape, V_DT its dtype code (VD_*)
+FW = 6
+F_OP, F_ARGS, F_NIN, F_FP, F_IP, F_MADE = range(FW)
+PY_OP = -1
+VW = 4
+V_ADDR, V_NUMEL, V_SHP, V_DT = range(VW)
+VD_F64, VD_F32, VD_I64, VD_BOOL, VD_I32 = range(5)
+VD_OF = {np.dtype(np.float64): VD_F64, np.dtype(np.float32): VD_F32, np.dtype(np.int64): VD_I64,
+         np.dtype(np.bool_): VD_BOOL, np.dtype(np.int32): VD_I32}

@@ -5,6 +5,7 @@ import functools
 import inspect
 
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
 from jitgrad._core.messages import size_str
 from jitgrad.graph.pynode import FunctionCtx, FunctionNode, FunctionState, record  # noqa: F401  (FunctionCtx: public)
@@ -65,6 +66,7 @@ class Function(metaclass=_FunctionMeta):
 
     @classmethod
     def apply(cls, *args, **kwargs):
+        _stop(f"custom autograd.Function {cls.__name__}")
         ctx = object.__new__(cls._backward_cls)
         ctx._released = False
         ctx.materialize_grads = True

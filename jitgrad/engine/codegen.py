@@ -51,7 +51,7 @@ from numba import njit
 from numba.core import config
 
 from jitgrad._core import layout
-from jitgrad.engine import scheduler
+from jitgrad.engine import replayer, scheduler
 from jitgrad.graph.spec import BY_OP
 from jitgrad.kernels import _cache, common
 from jitgrad.ops import derivatives  # noqa: F401  (fills the registry)
@@ -69,6 +69,7 @@ from numba.typed import List
 from jitgrad._core.layout import *  # noqa
 from jitgrad.kernels.common import (jit, gradient, target_buffer, edge_target, shape_numel, bcast_plan, bidx,
     saved)
+from jitgrad.kernels.pointers import view
 
 OP_ACC = {op_acc}
 OP_EXT = {op_ext}
@@ -106,6 +107,34 @@ def zeros_like(x):
     return 0.0
 
 
+@jit
+def relu(x):
+    # np.maximum(x, 0): NaN passes through
+    return x if (x > 0.0 or x != x) else 0.0 * x
+
+
+@jit
+def clamp(x, lo, hi):
+    # np.clip(x, lo, hi), as torch.clamp: NaN passes through, lo > hi gives hi
+    if x != x:
+        return x
+    return min(max(x, lo), hi)
+
+
+@jit
+def fmax(a, b):
+    # np.maximum: NaN wins
+    return a if (a > b or a != a) else b
+
+
+@jit
+def fmin(a, b):
+    # np.minimum: NaN wins
+    return a if (a < b or a != a) else b
+
+
+log1p = np.log1p
+expm1 = np.expm1
 exp = np.exp
 log = np.log
 cos = np.cos
@@ -181,6 +210,53 @@ _KERNEL_HEAD = '''
 def run_kernel(bop, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     """Run a structural row with the kernel of base opcode `bop`; False if there is none
     (the caller falls back to Python)."""
+{branches}
+    else:
+        return False
+    return True
+'''
+
+_FWD_EW_HEAD = '''
+
+@jit
+def fwd_ew(op, i, prog, fin, vals, xs, fp, like):
+    """Every elementwise forward, one branch each, from the op table's `fwd` formulas
+    (jitgrad.compile's replay, engine/replayer.py). Inputs are read at the output's index
+    through the broadcast index maps, as the backward kernels write them."""
+    b = i * FW
+    a = prog[b + F_ARGS]
+    nin = prog[b + F_NIN]
+    o = fin[a + nin]
+    n = vals[o * VW + V_NUMEL]
+    pout = vals[o * VW + V_SHP]
+    out = view(vals[o * VW + V_ADDR], n, like)
+    v0 = fin[a]
+    v1 = v0
+    v2 = v0
+    if nin > 1:
+        v1 = fin[a + 1]
+    if nin > 2:
+        v2 = fin[a + 2]
+    x0 = view(vals[v0 * VW + V_ADDR], vals[v0 * VW + V_NUMEL], like)
+    x1 = view(vals[v1 * VW + V_ADDR], vals[v1 * VW + V_NUMEL], like)
+    x2 = view(vals[v2 * VW + V_ADDR], vals[v2 * VW + V_NUMEL], like)
+    fpp = prog[b + F_FP]
+    p0 = fp[fpp]
+    p1 = fp[fpp + 1]
+    if n == 1:
+{scalar}
+        return
+    mode0, m0, mp0 = bcast_plan(xs, pout, vals[v0 * VW + V_SHP])
+    mode1, m1, mp1 = bcast_plan(xs, pout, vals[v1 * VW + V_SHP])
+    mode2, m2, mp2 = bcast_plan(xs, pout, vals[v2 * VW + V_SHP])
+{loops}
+'''
+
+_FWD_KERNEL_HEAD = '''
+
+@jit
+def run_fwd_kernel(op, i, prog, fin, vals, xs, fp, like):
+    """Run structural instruction i with its op's forward kernel; False if it has none."""
 {branches}
     else:
         return False
@@ -279,6 +355,65 @@ def _ew_branch(spec, kw):
     return "\n".join(lines)
 
 
+def fwd_inputs(spec):
+    """The names an elementwise forward formula reads its inputs by, in input order."""
+    return spec.args + (("condition",) if "condition" in spec.saves else ())
+
+
+def _fwd_ew():
+    """(scalar body, loops) of fwd_ew: one branch per elementwise op with a forward formula."""
+    scalar, loops = [], []
+    for spec in BY_OP:
+        if spec.kind != "ew" or not spec.fwd:
+            continue
+        names = fwd_inputs(spec)
+        kw = "if" if not scalar else "elif"
+        scalar.append(f"        {kw} op == {spec.op}:")
+        for j, name in enumerate(names):
+            scalar.append(f"            {name} = x{j}[0]")
+        scalar.append(f"            out[0] = {spec.fwd}")
+        loops.append(f"    {kw} op == {spec.op}:")
+        if len(names) == 1:
+            cases = [("if True", ("i",))]
+        elif len(names) == 2:
+            cases = [("if mode0 == 0 and mode1 == 0", ("i", "i")), ("elif mode0 == 0 and mode1 == 2", ("i", "c")),
+                     ("else", ("bidx(mode0, m0, mp0, i)", "bidx(mode1, m1, mp1, i)"))]
+        else:
+            cases = [("if True", tuple(f"bidx(mode{j}, m{j}, mp{j}, i)" for j in range(len(names))))]
+        for cond, idx in cases:
+            ind = " " * 12
+            loops.append(f"        {cond}:")
+            if "c" in idx:
+                loops.append(f"{ind}for r in range(n // m1):")
+                loops.append(f"{ind}    for c in range(m1):")
+                loops.append(f"{ind}        i = r * m1 + c")
+                ind += "        "
+            else:
+                loops.append(f"{ind}for i in range(n):")
+                ind += "    "
+            for j, name in enumerate(names):
+                loops.append(f"{ind}{name} = x{j}[{idx[j]}]")
+            loops.append(f"{ind}out[i] = {spec.fwd}")
+    if not scalar:
+        scalar, loops = ["        pass"], ["    pass"]
+    return "\n".join(scalar), "\n".join(loops)
+
+
+def _fwd_dispatch(imports):
+    """run_fwd_kernel's branches: one per forward kernel, over every opcode that uses it."""
+    by_kernel = {}
+    for spec in BY_OP:
+        if spec.kind == "struct" and spec.fwd_kernel is not None:
+            by_kernel.setdefault(getattr(spec.fwd_kernel, "py_func", spec.fwd_kernel), []).append(spec.op)
+    branches = []
+    for kernel, ops in by_kernel.items():
+        imports.add(f"from {kernel.__module__} import {kernel.__name__}")
+        kw = "if" if not branches else "elif"
+        cond = " or ".join(f"op == {op}" for op in ops)
+        branches.append(f"    {kw} {cond}:\n        {kernel.__name__}(i, prog, fin, vals, xs, fp, like)")
+    return "\n".join(branches) or "    if False:\n        pass"
+
+
 def generate():
     """The generated module's source (see the module doc)."""
     dispatch = []
@@ -313,9 +448,15 @@ def generate():
     src = _HEADER.format(op_acc=sink["_acc"], op_ext=sink["_ext"], op_pyfn=sink["_pyfn"], op_out=sink["_out"],
                          op_saves=op_saves, is_ew=is_ew, nparams=nparams, base=base)
     src += "\n".join(sorted(imports)) + "\n"
+    src += "# -- forward kernels --\n"
     src += _SCALAR_HEAD.format(body=textwrap.indent(_scalar_body(), "    "))
     src += _EW_HEAD.format(loops="\n".join(loops))
     src += _KERNEL_HEAD.format(branches="\n".join(dispatch))
+    fwd_scalar, fwd_loops = _fwd_ew()
+    src += _FWD_EW_HEAD.format(scalar=fwd_scalar, loops=fwd_loops)
+    fwd_imports = set()
+    src += _FWD_KERNEL_HEAD.format(branches=_fwd_dispatch(fwd_imports))
+    src = src.replace("# -- forward kernels --\n", "\n".join(sorted(fwd_imports - imports)) + "\n")
     src += _FOOTER
     return src
 
@@ -326,9 +467,10 @@ def bind_scheduler(namespace):
     namespace. With the JIT its code carries the module's file name, which is where
     Numba's cache looks for its entries (see the module doc); with no file (a module run
     from its source) that name is no file either, so its cache stays in memory."""
-    own = vars(scheduler)
+    own = dict(vars(replayer))
+    own.update(vars(scheduler))
     filename = namespace.get("__file__") or f"<{namespace['__name__']}>"
-    for name in scheduler.SCHEDULER:
+    for name in scheduler.SCHEDULER + replayer.REPLAYER:
         fn = own[name]
         code = fn.__code__
         if not config.DISABLE_JIT:
@@ -339,7 +481,7 @@ def bind_scheduler(namespace):
         f.__doc__ = fn.__doc__
         namespace[name] = njit(cache=True, **JIT_OPTIONS)(f)
     # every global the scheduler reads must be there when Numba compiles it
-    missing = sorted({n for name in scheduler.SCHEDULER for n in own[name].__code__.co_names
+    missing = sorted({n for name in scheduler.SCHEDULER + replayer.REPLAYER for n in own[name].__code__.co_names
                       if n in own and n not in namespace})
     if missing:
         raise RuntimeError(f"the generated backward module lacks {missing}, which engine/scheduler.py uses")
@@ -370,13 +512,14 @@ def _dependencies():
     constants, the jitgrad.kernels package (the kernels and the helpers they call), and
     each registered kernel (a file path, or the function when it has no file)."""
     kernels_dir = os.path.dirname(common.__file__)
-    deps = {scheduler.__file__, layout.__file__, *glob.glob(os.path.join(kernels_dir, "*.py"))}
+    deps = {scheduler.__file__, replayer.__file__, layout.__file__, *glob.glob(os.path.join(kernels_dir, "*.py"))}
     deps = {os.path.abspath(d) for d in deps}
     for spec in BY_OP:
-        if spec.kernel is not None:
-            fn = getattr(spec.kernel, "py_func", spec.kernel)
-            path = fn.__code__.co_filename
-            deps.add(os.path.abspath(path) if os.path.isfile(path) else fn)
+        for k in (spec.kernel, spec.fwd_kernel):
+            if k is not None:
+                fn = getattr(k, "py_func", k)
+                path = fn.__code__.co_filename
+                deps.add(os.path.abspath(path) if os.path.isfile(path) else fn)
     return list(deps)
 
 

@@ -16,7 +16,9 @@ from collections import namedtuple
 
 import numpy as np
 
+from jitgrad._core import capture as _capture
 from jitgrad._core import versions
+from jitgrad._core.capture import state as _cap
 from jitgrad._core.messages import torch_size
 from jitgrad._core.modes import _anomaly, no_grad, restore_saved_hooks, saved_hooks_state
 from jitgrad._core.threads import deferred_interrupts
@@ -276,6 +278,8 @@ def _check_grad_types(grads):
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None, inputs=None):
+    if _cap.on:  # jitgrad.compile is recording: the recorder runs this call and notes it
+        return _cap.rec.backward(backward, tensors, grad_tensors, retain_graph, create_graph, inputs)
     tensors = _as_tuple(tensors)
     grad_tensors = _as_tuple(grad_tensors) or (None,) * len(tensors)
     _check_grad_types(grad_tensors)
@@ -294,6 +298,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                          "but got: allow_unused=False.")
     if allow_unused is None:
         allow_unused = materialize_grads
+    _capture.stop("autograd.grad() is not replayed (loss.backward() is)")
     outputs = _as_tuple(outputs)
     inputs = (inputs,) if isinstance(inputs, GradientEdge) else _as_tuple(inputs)  # an edge is one input
     grad_outputs = _as_tuple(grad_outputs) or (None,) * len(outputs)

@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 
+from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _forward
 from jitgrad._core.modes import _anomaly, _packing, _saved_hooks  # noqa: F401  (read per op)
 from jitgrad.graph.node import AccumulateGrad
@@ -178,6 +179,14 @@ def record(spec, result, inputs, saved=(), fparams=(), iparams=None, dual=True):
     """Record structural `spec` (see _record). While forward mode is live the ops layer's
     handler runs instead (ops/_forward.record): it calls back here with dual=False when
     the backward needs the row, then computes the output's tangent."""
+    if _cap.on:
+        _cap.on = False  # what recording the row runs is not traced (_core/capture.py)
+        try:
+            out = record(spec, result, inputs, saved, fparams, iparams, dual)
+        finally:
+            _cap.on = True
+        _cap.rec.struct(spec, out, inputs, saved, fparams, iparams)
+        return out
     if dual and _forward.live:
         return _forward.record(spec, result, inputs, saved, fparams, iparams)
     if _packing[0] and _saved_hooks.stack:

@@ -46,7 +46,13 @@ Python engine, `grad_fn._saved_<name>`, viz) reads it from here. Keys:
               tangents: a Tensor or None per input). Elementwise entries need none: their
               JVP is their gradient formulas with grad := each input's tangent
   batch       the vmap batching rule, registered by jitgrad/func/_rules.py (@batch_rule)
-  fwd_kernel  a compiled forward kernel, unused yet
+  fwd         elementwise: the forward formula, an expression over the inputs' names
+              (`args`, then "condition" for where's third input), p0 / p1 and the
+              functions of the generated module (engine/codegen.py); jitgrad.compile's
+              replay runs it compiled (fwd_ew). None: the op is not replayed compiled
+  fwd_kernel  structural: the compiled forward kernel jitgrad.compile's replay runs,
+              k(i, prog, fin, vals, xs, fp, like) (engine/replayer.py, kernels/forward.py):
+              it writes the result and the saved values F_MADE marks
   cuda_kernel a CUDA backward kernel, unused yet
 
 Derived: op (opcode; a row's H_OP), base (the opcode whose kernel runs it: aliases share
@@ -67,12 +73,12 @@ SPECS = BY_OP
 
 class OpSpec:
     __slots__ = ("name", "node_name", "op", "base", "kind", "args", "grads", "saves", "index_saves", "saved_as",
-                 "fparams", "iparams", "_inames", "rule", "kernel", "forward", "jvp", "batch", "fwd_kernel",
+                 "fparams", "iparams", "_inames", "rule", "kernel", "forward", "jvp", "batch", "fwd", "fwd_kernel",
                  "cuda_kernel", "nparams", "save_users", "save_src", "_code")
 
     def __init__(self, name, node_name, kind, grads=(), saves=(), rule=None, kernel=None, args=None,
                  index_saves=(), saved_as=None, fparams=(), iparams=(), forward=None, jvp=None, batch=None,
-                 fwd_kernel=None, cuda_kernel=None):
+                 fwd=None, fwd_kernel=None, cuda_kernel=None):
         if name in REGISTRY:
             raise ValueError(f"a primitive named {name!r} is already declared")
         self.name = name
@@ -90,6 +96,7 @@ class OpSpec:
         self.kernel = kernel
         self.forward = forward
         self.jvp, self.batch, self.fwd_kernel, self.cuda_kernel = jvp, batch, fwd_kernel, cuda_kernel
+        self.fwd = fwd
         self.nparams = len(self.fparams)
         self.save_users = ()
         self.save_src = self._save_src()

@@ -6,6 +6,8 @@ import numpy as np
 from jitgrad._core import device as _device
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import versions
+from jitgrad._core.capture import state as _cap
+from jitgrad._core.capture import stop as _stop
 from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.format import tensor_repr
 from jitgrad._core.forward import state as _forward
@@ -147,6 +149,8 @@ class Tensor:
 
     @property
     def grad(self):
+        if _cap.on and self._grad is not None:
+            _cap.rec.read_grad(self._grad)  # a .grad from before the step is not a value of the plan
         return self._grad
 
     @grad.setter
@@ -162,10 +166,14 @@ class Tensor:
                 raise RuntimeError(f"attempting to assign a gradient of size '{size_str(value._data.shape)}' to a "
                                    f"tensor of size '{size_str(self._data.shape)}'. Please ensure that the "
                                    "gradient and the tensor are the same size")
+        if _cap.on:
+            _cap.rec.set_grad(self, value)
         self._grad = value
 
     @grad.deleter
     def grad(self):
+        if _cap.on:
+            _cap.rec.set_grad(self, None)
         self._grad = None
 
     @property
@@ -183,6 +191,7 @@ class Tensor:
         return bool(self._retain) and self._tape is not None
 
     def retain_grad(self):
+        _stop("retain_grad() in a compiled step")
         if not self.requires_grad:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self._tape is None or self._retain:
@@ -193,6 +202,7 @@ class Tensor:
     def register_hook(self, hook):
         """hook(grad) -> Tensor or None, called with this tensor's gradient when it is
         computed; a returned tensor replaces it. Returns a handle with .remove()."""
+        _stop("a tensor hook registered in a compiled step")
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self._tape is None:
@@ -216,6 +226,7 @@ class Tensor:
         return add_hook(self._x.post_hooks, 0, hook, on_leaf=True)
 
     def requires_grad_(self, requires_grad=True):
+        _stop("requires_grad_() in a compiled step")
         if not isinstance(requires_grad, (bool, np.bool_)):
             raise TypeError("requires_grad_(): argument 'requires_grad' (position 1) must be bool, not "
                             f"{type(requires_grad).__name__}")
@@ -236,6 +247,7 @@ class Tensor:
 
     @data.setter
     def data(self, value):
+        _stop("an assignment to .data in a compiled step")
         old = self._data
         self._data = value._data
         if old.shape != self._data.shape or old.dtype != self._data.dtype:
@@ -250,12 +262,15 @@ class Tensor:
         return Tensor._make(self._data)  # shares the storage, hence its version counter
 
     def detach_(self):
+        _stop("detach_() in a compiled step")
         self._tape = None
         self._requires_grad = False
         return self
 
     # -- conversion ----------------------------------------------------------------
     def numpy(self):
+        if _cap.on:
+            _stop("Tensor.numpy() reads a value in the step")
         if self.requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return self._array()
@@ -268,9 +283,13 @@ class Tensor:
         return d
 
     def tolist(self):
+        if _cap.on:
+            _stop("Tensor.tolist() reads a value in the step")
         return self._data.tolist()
 
     def item(self):
+        if _cap.on:
+            _stop("Tensor.item() reads a value in the step")
         if self._data.size != 1:
             raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
         return self._data.item()
@@ -282,16 +301,22 @@ class Tensor:
         return int(self.item())
 
     def __bool__(self):
+        if _cap.on:
+            _stop("bool() of a tensor reads a value in the step")
         if self._data.size != 1:
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self._data.item())
 
     def __index__(self):
+        if _cap.on:
+            _stop("a tensor used as an index reads a value in the step")
         if self._data.dtype.kind not in "iub" or self._data.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self._data.item())
 
     def __array__(self, dtype=None, copy=None):
+        if _cap.on:
+            _stop("a tensor converted to a numpy array reads a value in the step")
         d = self._array()
         return d if dtype is None else d.astype(dtype)
 

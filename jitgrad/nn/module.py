@@ -6,6 +6,7 @@ import numpy as np
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.capture import state as _cap
 from jitgrad.graph.hooks import add_hook
 from jitgrad.graph.tensor import Tensor
 from jitgrad.nn.parameter import Parameter
@@ -152,6 +153,8 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none=True):
+        if _cap.on:  # jitgrad.compile is recording: replayed as this same call
+            return _cap.rec.call(Module.zero_grad, self, set_to_none)
         for p in self.parameters():
             if p.grad is not None:
                 if set_to_none:
@@ -216,6 +219,8 @@ class Module:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
     def __call__(self, *args, **kwargs):
+        if _cap.on:  # jitgrad.compile: a replay is valid while this module's train/eval mode is
+            _cap.rec.module(self)
         for hook in list(self._forward_pre_hooks.get(0, {}).values()):
             r = hook(self, args)
             if r is not None:

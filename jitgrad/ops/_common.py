@@ -8,6 +8,7 @@ import numpy as np
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.capture import state as _cap  # noqa: F401  (families import it from here)
 from jitgrad._core.forward import state as _fw
 from jitgrad.graph.tensor import _ARRAYLIKE, Tensor  # noqa: F401  (families import them from here)
 
@@ -35,6 +36,15 @@ def publish(name, fn, method=True):
         ops_pkg = sys.modules.get("jitgrad.ops")
         if ops_pkg is not None:
             setattr(ops_pkg, name, fn)
+
+
+def traced(spec, res, inputs, saved=(), fparams=(), iparams=None, extra=()):
+    """Report structural op `spec` to jitgrad.compile's recorder when it is not recorded
+    for grad (record() reports those): pass what record() would get (the saved values
+    included, which the forward kernel makes again) and any extra output tensors."""
+    if _cap.on:
+        _cap.rec.struct(spec, res, inputs, saved, fparams, iparams, extra)
+    return res
 
 
 def _needs(*ts):

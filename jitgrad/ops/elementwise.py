@@ -16,6 +16,7 @@ import numpy as np
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
 from jitgrad._core.modes import _packing, _saved_hooks
 from jitgrad.graph.record import record, record_ew
@@ -44,6 +45,8 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None, dual=True):
     """Wrap `out` and, if needed, record elementwise `spec` on Tensor a and b (a Tensor, a
     Python float standing for a constant, or None for a unary op). In forward mode,
     ops/_forward.ew calls back here with dual=False, then computes the tangent."""
+    if _cap.on:
+        return _captured_ew(spec, out, a, b, p0, p1, aux, dual)
     if dual and _fw.live:
         return _forward.ew(_ew, spec, out, a, b, p0, p1, aux)
     if not isinstance(out, _ARRAYLIKE):
@@ -81,6 +84,18 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None, dual=True):
     return record_ew(spec, res, a, b, saved, (p0, p1)[:spec.nparams] if spec.nparams else (), unneeded=unneeded)
 
 
+def _captured_ew(spec, out, a, b, p0, p1, aux, dual):
+    """_ew while jitgrad.compile records (_core/capture.py): the op runs as usual, with
+    tracing off for whatever it calls, then reports itself."""
+    _cap.on = False
+    try:
+        res = _ew(spec, out, a, b, p0, p1, aux, dual)
+    finally:
+        _cap.on = True
+    _cap.rec.ew(spec, res, a, b, p0, p1, aux)
+    return res
+
+
 def _binary(spec, npfn, a, b):
     """a (op) b where at least one is a Tensor. Callers with a Python number first are
     commutative (others have their own reflected ops: rsub, rpow, 2 / x)."""
@@ -100,6 +115,8 @@ def _binary(spec, npfn, a, b):
             if not isinstance(b, _ARRAYLIKE):  # None, str...: numpy would make nan or raise its own error
                 raise _operand_error(spec.name, b)
             b = _wrap(np.asarray(b, dtype=ad.dtype))
+            if _cap.on:  # jitgrad.compile: array data given as an operand is a constant
+                _cap.rec.alias(b, b._data)
         bd = b._data
         if bd.dtype != ad.dtype:
             # compute at torch's result dtype, not numpy's (recording casts the saved copies)
@@ -151,7 +168,7 @@ def defop(name, node_name, forward, *grads, saves=(), fparams=(), method=True, i
 
 
 # --- arithmetic ------------------------------------------------------------------------------
-ADD = elementwise("add", "AddBackward0", "grad", "grad", forward=np.add)
+ADD = elementwise("add", "AddBackward0", "grad", "grad", forward=np.add, fwd="self + other")
 
 
 def add(a, b, alpha=1):
@@ -160,8 +177,8 @@ def add(a, b, alpha=1):
     return _binary(ADD, np.add, a, b)
 
 
-SUB = elementwise("sub", "SubBackward0", "grad", "-grad", forward=np.subtract)
-RSUB = elementwise("rsub", "RsubBackward1", "-grad", forward=np.subtract)   # p0 - self (p0 unread: not recorded)
+SUB = elementwise("sub", "SubBackward0", "grad", "-grad", forward=np.subtract, fwd="self - other")
+RSUB = elementwise("rsub", "RsubBackward1", "-grad", forward=np.subtract, fwd="p0 - self")   # p0 - self (p0 unread: not recorded)
 
 _BOOL_SUB = ("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a "
              "mask, use the `~` or `logical_not()` operator instead.")
@@ -192,7 +209,8 @@ def rsub(t, s):
     return _ew(RSUB, out, t, p0=float(s))
 
 
-MUL = elementwise("mul", "MulBackward0", "grad * other", "grad * self", saves=("self", "other"), forward=np.multiply)
+MUL = elementwise("mul", "MulBackward0", "grad * other", "grad * self", saves=("self", "other"), forward=np.multiply,
+                   fwd="self * other")
 
 
 def mul(a, b):
@@ -201,7 +219,7 @@ def mul(a, b):
 
 # other: torch's -grad * ((self / other) / other); self / (other * other) underflows to inf for small other
 DIV = elementwise("div", "DivBackward0", "grad / other", "-grad * ((self / other) / other)",
-                  saves=("self", "other"), forward=np.true_divide)
+                  saves=("self", "other"), forward=np.true_divide, fwd="self / other")
 
 
 def div(a, b, rounding_mode=None):
@@ -224,7 +242,7 @@ def _as_float(t):
 
 
 RECIPROCAL = elementwise("reciprocal", "ReciprocalBackward0", "-grad * result * result", saves=("result",),
-                         forward=np.reciprocal)
+                         forward=np.reciprocal, fwd="1.0 / self")
 
 
 def reciprocal(x):
@@ -236,14 +254,14 @@ def reciprocal(x):
 # pow() is torch's pow(Tensor, Scalar) (sqrt / rsqrt for 0.5 / -0.5, which differ from C pow at -0, -inf)
 POW = elementwise("pow", "PowBackward0",                                    # self ** p0
                   "grad * p0 * pow(self, p0 - 1.0) if p0 != 0.0 else zeros_like(grad)",
-                  saves=("self",), fparams=("exponent",), args=("self",))
+                  saves=("self",), fparams=("exponent",), args=("self",), fwd="pow(self, p0)")
 POW_TT = elementwise("pow_tt", "PowBackward1",                              # self ** exponent
                      "where(exponent == 0.0, 0.0, grad * exponent * self ** (exponent - 1.0))",
                      "where((self == 0.0) & (exponent >= 0.0), grad * 0.0, grad * result * log(self))",
-                     saves=("self", "exponent", "result"), args=("self", "exponent"))
+                     saves=("self", "exponent", "result"), args=("self", "exponent"), fwd="self ** exponent")
 RPOW = elementwise("rpow", "PowBackward2",                                  # p0 ** exponent
                    "grad * where(exponent >= 0.0, 0.0, result * log(p0)) if p0 == 0.0 else grad * result * log(p0)",
-                   saves=("exponent", "result"), fparams=("self",), args=("exponent",))
+                   saves=("exponent", "result"), fparams=("self",), args=("exponent",), fwd="p0 ** exponent")
 
 
 def pow(a, b):  # noqa: A001
@@ -288,25 +306,26 @@ def _sigmoid(x):
 
 
 # --- unary: one entry each, function and Tensor method included ------------------------------
-neg = defop("neg", "NegBackward0", np.negative, "-grad", int_ok=True)
-exp = defop("exp", "ExpBackward0", np.exp, "grad * result", saves=("result",))
-log = defop("log", "LogBackward0", np.log, "grad / self", saves=("self",))
-log1p = defop("log1p", "Log1PBackward0", np.log1p, "grad / (self + 1.0)", saves=("self",))
-expm1 = defop("expm1", "Expm1Backward0", np.expm1, "grad * (result + 1.0)", saves=("result",))
-sqrt = defop("sqrt", "SqrtBackward0", np.sqrt, "grad / (2.0 * result)", saves=("result",))
-sin = defop("sin", "SinBackward0", np.sin, "grad * cos(self)", saves=("self",))
-cos = defop("cos", "CosBackward0", np.cos, "grad * -sin(self)", saves=("self",))
-tanh = defop("tanh", "TanhBackward0", np.tanh, "grad * (1.0 - result * result)", saves=("result",))
+neg = defop("neg", "NegBackward0", np.negative, "-grad", int_ok=True, fwd="-self")
+exp = defop("exp", "ExpBackward0", np.exp, "grad * result", saves=("result",), fwd="exp(self)")
+log = defop("log", "LogBackward0", np.log, "grad / self", saves=("self",), fwd="log(self)")
+log1p = defop("log1p", "Log1PBackward0", np.log1p, "grad / (self + 1.0)", saves=("self",), fwd="log1p(self)")
+expm1 = defop("expm1", "Expm1Backward0", np.expm1, "grad * (result + 1.0)", saves=("result",), fwd="expm1(self)")
+sqrt = defop("sqrt", "SqrtBackward0", np.sqrt, "grad / (2.0 * result)", saves=("result",), fwd="sqrt(self)")
+sin = defop("sin", "SinBackward0", np.sin, "grad * cos(self)", saves=("self",), fwd="sin(self)")
+cos = defop("cos", "CosBackward0", np.cos, "grad * -sin(self)", saves=("self",), fwd="cos(self)")
+tanh = defop("tanh", "TanhBackward0", np.tanh, "grad * (1.0 - result * result)", saves=("result",),
+            fwd="tanh(self)")
 erf = defop("erf", "ErfBackward0", _erf_array,
-            "grad * 1.1283791670955126 * exp(-(self * self))", saves=("self",))  # 2/sqrt(pi)
+            "grad * 1.1283791670955126 * exp(-(self * self))", saves=("self",), fwd="erf(self)")  # 2/sqrt(pi)
 sigmoid = defop("sigmoid", "SigmoidBackward0", lambda x: _sigmoid(x).astype(x.dtype, copy=False),
-                "grad * (1.0 - result) * result", saves=("result",))
+                "grad * (1.0 - result) * result", saves=("result",), fwd="1.0 / (1.0 + exp(-self))")
 # threshold_backward: a NaN result passes the gradient; sign() is torch's (0 at NaN)
 relu = defop("relu", "ReluBackward0", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
-             "where(result <= 0.0, 0.0, grad)", saves=("result",))
-abs = defop("abs", "AbsBackward0", np.abs, "grad * sign(self)", saves=("self",), int_ok=True)  # noqa: A001
-clone = defop("clone", "CloneBackward0", np.copy, "grad")
-SIGN = elementwise("sign", "SignBackward0", "zeros_like(grad)")            # zeros, even for a NaN grad
+             "where(result <= 0.0, 0.0, grad)", saves=("result",), fwd="relu(self)")
+abs = defop("abs", "AbsBackward0", np.abs, "grad * sign(self)", saves=("self",), int_ok=True, fwd="abs(self)")  # noqa: A001
+clone = defop("clone", "CloneBackward0", np.copy, "grad", fwd="self")
+SIGN = elementwise("sign", "SignBackward0", "zeros_like(grad)", fwd="sign(self)")            # zeros, even for a NaN grad
 
 
 def sign(x):
@@ -326,7 +345,7 @@ def zeros_like(x):
 
 
 CLAMP = elementwise("clamp", "ClampBackward1", "where((self >= p0) & (self <= p1), grad, 0.0)",
-                    saves=("self",), fparams=("min", "max"), args=("self",))
+                    saves=("self",), fparams=("min", "max"), args=("self",), fwd="clamp(self, p0, p1)")
 
 
 def clamp(x, min=None, max=None):  # noqa: A002
@@ -344,10 +363,12 @@ clip = clamp
 # torch's masked_fill form: where a NaN meets a number neither side is smaller, so both get grad
 maximum = defop("maximum", "MaximumBackward0", np.maximum,
                 "where(self == other, grad / 2.0, where(self < other, 0.0, grad))",
-                "where(self == other, grad / 2.0, where(self > other, 0.0, grad))", saves=("self", "other"))
+                "where(self == other, grad / 2.0, where(self > other, 0.0, grad))", saves=("self", "other"),
+                fwd="fmax(self, other)")
 minimum = defop("minimum", "MinimumBackward0", np.minimum,
                 "where(self == other, grad / 2.0, where(self > other, 0.0, grad))",
-                "where(self == other, grad / 2.0, where(self < other, 0.0, grad))", saves=("self", "other"))
+                "where(self == other, grad / 2.0, where(self < other, 0.0, grad))", saves=("self", "other"),
+                fwd="fmin(self, other)")
 
 
 def _condition(ri, k):
@@ -356,7 +377,8 @@ def _condition(ri, k):
 
 
 WHERE = elementwise("where", "WhereBackward0", "where(condition, grad, 0.0)", "where(condition, 0.0, grad)",
-                    saves=("condition",), saved_as={"condition": _condition})
+                    saves=("condition",), saved_as={"condition": _condition},
+                    fwd="where(condition != 0.0, self, other)")
 
 
 def where(cond, a, b):
@@ -376,6 +398,12 @@ def where(cond, a, b):
     ta = ta if ta is not None else _wrap(np.asarray(ad, dtype=out.dtype))
     tb = tb if tb is not None else _wrap(np.asarray(bd, dtype=out.dtype))
     aux = _wrap(np.broadcast_to(c, out.shape))
+    if _cap.on:  # jitgrad.compile: the mask is the condition's value, not a new tensor
+        _cap.rec.alias(aux, cond)
+    if _cap.on and (ta is not a or tb is not b):  # a number operand was made a tensor here
+        for made, given in ((ta, a), (tb, b)):
+            if made is not given:
+                _cap.rec.alias(made, np.asarray(made._data))
     return _ew(WHERE, out, ta, tb, aux=aux)
 
 

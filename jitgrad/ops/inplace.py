@@ -11,6 +11,7 @@ an error unless grad mode is off.
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tensor import Tensor
@@ -73,6 +74,7 @@ def _update_tangent(t, new):
 
 def _apply(t, compute, *others):
     """t <- compute(old t), in place; recorded as compute's node when needed."""
+    _stop("an in-place op in a compiled step")
     if t._data.size == 1:
         _stale_one_element_saves(t)
     dual = _dual(t, others)
@@ -213,6 +215,7 @@ def zero_(t):
 def setitem(t, index, value):
     """t[index] = value: the old value keeps its gradient outside the indexed elements,
     value gets the gradient of the elements it was written to."""
+    _stop("an item assignment in a compiled step")
     if not isinstance(value, Tensor):
         value = F._wrap(np.asarray(value, dtype=t._data.dtype))
     if not _needs_record(t, value):

@@ -120,7 +120,9 @@ GELU = elementwise("gelu", "GeluBackward0",
                    "grad * (0.5 * (1.0 + tanh(0.7978845608028654 * (self + 0.044715 * self * self * self))) + "
                    "0.5 * self * (1.0 - tanh(0.7978845608028654 * (self + 0.044715 * self * self * self)) ** 2.0) * "
                    "0.7978845608028654 * (1.0 + 3.0 * 0.044715 * self * self))",
-                   saves=("self",), fparams=("_approximate",), args=("self",), forward=gelu)
+                   saves=("self",), fparams=("_approximate",), args=("self",), forward=gelu,
+                   fwd="0.5 * self * (1.0 + erf(self * 0.7071067811865476)) if p0 == 0.0 else "
+                       "0.5 * self * (1.0 + tanh(0.7978845608028654 * (self + 0.044715 * self * self * self)))")
 
 
 # --- LayerNorm -------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor, _wrap_dim
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.reduce import k_amax_dims, k_max_all, k_prod_all, k_prod_dims, k_sum
-from jitgrad.ops._common import _needs
+from jitgrad.kernels.forward import f_sum
+from jitgrad.ops._common import _cap, _needs, traced
 from jitgrad.ops.elementwise import eq, maximum, minimum, to_dtype, where
 from jitgrad.ops.shape import INDEX, _dims, _kd_shape, expand, index_flat, reshape
 
@@ -19,10 +20,12 @@ from jitgrad.ops.shape import INDEX, _dims, _kd_shape, expand, index_flat, resha
 def _reduce(spec_all, spec_dim, x, dim, keepdim, out, scale):
     dims = _dims(x, dim)
     res = _wrap(out)
+    spec = spec_all if dim is None else spec_dim
     if not _needs(x):
+        if _cap.on:  # jitgrad.compile traces the op without grad too
+            traced(spec, res, (x,), (), (scale,), spec.pack_ints(rest=_kd_shape(x._data.shape, dims)))
         return res
     kd = _kd_shape(x._data.shape, dims)
-    spec = spec_all if dim is None else spec_dim
     return record(spec, res, (x,), (), (scale,), spec.pack_ints(rest=kd))
 
 
@@ -55,7 +58,7 @@ def sum_jvp(ci, tangents):
     return reshape(tg * scale if scale != 1.0 else tg, ci.out_shape())
 
 
-SUM = structural("sum", "SumBackward1", rule=sum_rule, kernel=k_sum, iparams=("*keepdim_shape",),
+SUM = structural("sum", "SumBackward1", rule=sum_rule, kernel=k_sum, fwd_kernel=f_sum, iparams=("*keepdim_shape",),
                  fparams=("_scale",), forward=sum, jvp=sum_jvp)
 SUM_ALL = alias("sum_all", SUM, "SumBackward0")
 

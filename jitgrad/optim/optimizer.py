@@ -4,6 +4,7 @@ import copy
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.capture import state as _cap
 from jitgrad.graph.tensor import Tensor
 
 
@@ -43,6 +44,8 @@ class Optimizer:
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
+        if _cap.on:  # jitgrad.compile is recording: replayed as this same call
+            return _cap.rec.call(Optimizer.zero_grad, self, set_to_none)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
@@ -55,6 +58,11 @@ class Optimizer:
         return [p for p in group["params"] if p.grad is not None]
 
     def step(self, closure=None):
+        if _cap.on:  # jitgrad.compile is recording: replayed as this same call
+            if closure is not None:
+                _cap.rec.stop("optimizer.step(closure)")
+            else:
+                return _cap.rec.call(Optimizer.step, self)
         loss = None
         if closure is not None:
             with _grad_mode.enable_grad():

@@ -1,0 +1,82 @@
+"""Running a plan (compiler/plan.py) for a call whose guards hold.
+
+Per call: the tensor arguments are copied into the arena; then each segment runs in
+order. A forward stretch is one compiled call (engine/replayer.forward) that returns
+only at an instruction Python must run; a backward is one compiled sweep over the
+plan's tape copy (engine/scheduler.backward), whose leaf gradients are accumulated into
+the parameters' .grad as eager's AccumulateGrad does; an optimizer's step() or
+zero_grad() is that same call. Nothing here loops over the ops of the step.
+"""
+import numpy as np
+
+from jitgrad._core.layout import HAS, SWEPT
+from jitgrad.compiler.plan import BACKWARD, CALL, FWD
+from jitgrad.engine.compiled import scheduler
+from jitgrad.engine.executor import accumulate_grad
+from jitgrad.graph.tensor import wrap
+
+
+class GuardFailed(Exception):
+    """A tensor from outside the call no longer holds what the plan reads: re-record."""
+
+
+def check(plan):
+    """The guards a call's signature cannot see: outside tensors and modules' modes."""
+    for t, d, rg in plan.ext:
+        if t._data is not d or t._requires_grad != rg:
+            return False
+    for m, training in plan.modules:
+        if m.training != training:
+            return False
+    return True
+
+
+def run(plan, tensors):
+    """Replay `plan` with the call's tensor arguments (in the order the recorder saw them)."""
+    sched = scheduler()
+    for k, arr in plan.args:
+        np.copyto(arr, tensors[k]._data)
+    for seg in plan.segments:
+        kind = seg[0]
+        if kind == FWD:
+            lo, hi = seg[1], seg[2]
+            while lo < hi:
+                i = sched.forward(plan.prog, plan.fin, plan.vals, plan.xs, plan.fp, plan.like, lo, hi)
+                if i < 0:
+                    break
+                _run_python(plan, i)
+                lo = i + 1
+        elif kind == BACKWARD:
+            _backward(sched, plan, seg[1])
+        elif kind == CALL:
+            seg[1](*seg[2])
+        else:  # SETGRAD
+            t, arr = seg[1], seg[2]
+            t._grad = None if arr is None else wrap(arr.copy())
+
+
+def _run_python(plan, i):
+    entry = plan.py.get(i)
+    if entry is None:  # a structural op whose kernel returned False: a bug in the plan's build
+        raise RuntimeError(f"jitgrad.compile: instruction {i} ({plan.names[i]}) has no forward kernel")
+    fn, ins, outs = entry
+    results = fn(*ins)
+    for out, r in zip(outs, results):
+        np.copyto(out, r)
+
+
+def _backward(sched, plan, bp):
+    if bp.vdst.size:
+        sched.copy_saved(bp.vdst, bp.vsrc, plan.vals, bp.v)
+    st = bp.st0.copy()
+    seed = bp.seed if bp.seed_vid is None else plan.arrays[bp.seed_vid].reshape(-1)
+    status, row, out, offs = sched.backward(bp.hdr, bp.edges, bp.xs, bp.fp, bp.slots, bp.v, st, bp.freed.copy(),
+                                            bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt)
+    if status != SWEPT:
+        raise RuntimeError(f"jitgrad.compile: the replayed backward stopped at row {row} (status {status})")
+    for i, (row, p, keep) in enumerate(bp.leaves):
+        if st[row] & HAS:
+            g = out[offs[i]:offs[i + 1]].reshape(bp.shapes[i])
+            accumulate_grad(p, wrap(g), False, owned=True, alone=True)
+            if keep is not None:  # ops later in the step read this .grad
+                np.copyto(keep, p._grad._data)
