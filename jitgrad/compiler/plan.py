@@ -38,7 +38,7 @@ from jitgrad._core.layout import (
     VD_OF,
     VW,
 )
-from jitgrad.compiler.recorder import ARG, CONST, EXT, GRAD
+from jitgrad.compiler.recorder import ARG, CONST, EXT
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tape import _address
 

@@ -10,8 +10,8 @@ from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor, _wrap_dim
 from jitgrad.graph.tensor import wrap as _wrap
-from jitgrad.kernels.reduce import k_amax_dims, k_max_all, k_prod_all, k_prod_dims, k_sum
 from jitgrad.kernels.forward import f_sum
+from jitgrad.kernels.reduce import k_amax_dims, k_max_all, k_prod_all, k_prod_dims, k_sum
 from jitgrad.ops._common import _cap, _needs, traced
 from jitgrad.ops.elementwise import eq, maximum, minimum, to_dtype, where
 from jitgrad.ops.shape import INDEX, _dims, _kd_shape, expand, index_flat, reshape
