@@ -69,7 +69,7 @@ def _backward(sched, plan, bp):
     if bp.vdst.size:
         sched.copy_saved(bp.vdst, bp.vsrc, plan.vals, bp.v)
     st = bp.st0.copy()
-    seed = bp.seed if bp.seed_vid is None else plan.arrays[bp.seed_vid].reshape(-1)
+    seed = bp.seed if bp.seed_vid is None else plan.array(bp.seed_vid).reshape(-1)
     status, row, out, offs = sched.backward(bp.hdr, bp.edges, bp.xs, bp.fp, bp.slots, bp.v, st, bp.freed.copy(),
                                             bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt)
     if status != SWEPT:
