@@ -43,10 +43,12 @@ from jitgrad._core.layout import (
 from jitgrad.compiler.recorder import ARG, CONST, EXT
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tape import _address
+from jitgrad.optim import _replay as _optim_replay
+from jitgrad.optim.optimizer import Optimizer
 
 ALIGN = 64
 
-FWD, BACKWARD, CALL, SETGRAD = range(4)
+FWD, BACKWARD, CALL, SETGRAD, STEP = range(5)
 
 
 class Unsupported(Exception):
@@ -56,7 +58,7 @@ class Unsupported(Exception):
 
 class BackwardPlan:
     __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "st0", "freed", "seed_rows",
-                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "shapes")
+                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "out", "views")
 
 
 class Plan:
@@ -152,6 +154,7 @@ class Plan:
         self.names = [ins.name for ins in rec.instrs]
         # -- segments ---------------------------------------------------------------------------
         self.segments = []
+        self.grad_views = []  # (parameter, the view of a backward's output array its .grad may be)
         at = 0
         for kind, pos, payload in rec.events:
             if pos > at:
@@ -159,6 +162,10 @@ class Plan:
                 at = pos
             if kind == "backward":
                 self.segments.append((BACKWARD, self._backward(rec, payload, tape_floor)))
+            elif kind == "call" and payload[0] is Optimizer.step:
+                opt = payload[1][0]  # one compiled call per group when the gradients are where the plan put them
+                fast = _optim_replay.make(opt, {id(p): view for p, view in self.grad_views})
+                self.segments.append((STEP, opt, fast))
             elif kind == "call":
                 self.segments.append((CALL, payload[0], payload[1]))
             else:
@@ -265,7 +272,14 @@ class Plan:
         bp.dt = code
         bp.leaves = [(row, p, None if k is None else self.array(k)) for row, p, k in leaves]
         bp.sinks = np.array([row for row, _, _ in leaves], np.int64)
-        bp.shapes = [tape.shape_at(hdr[row * HW + H_SHP]) for row, _, _ in leaves]
+        # the leaves' gradients land in one array of the plan's, at the same place every call
+        # (so a compiled optimizer step can read them by address); views of it become .grad
+        sizes = [int(hdr[row * HW + H_NUMEL]) for row, _, _ in leaves]
+        bp.out = np.zeros(sum(sizes), self.dtype)
+        ends = np.cumsum([0] + sizes)
+        bp.views = [bp.out[ends[i]:ends[i + 1]].reshape(tape.shape_at(hdr[row * HW + H_SHP]))
+                    for i, (row, _, _) in enumerate(leaves)]
+        self.grad_views.extend((p, view) for (_, p, _), view in zip(leaves, bp.views))
         return bp
 
 
