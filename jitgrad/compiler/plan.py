@@ -32,6 +32,8 @@ from jitgrad._core.layout import (
     H_OP,
     H_SHP,
     HW,
+    PK_ARRAYS,
+    PK_COUNT,
     PY_OP,
     RECV,
     S_NUMEL,
@@ -48,7 +50,7 @@ from jitgrad.optim.optimizer import Optimizer
 
 ALIGN = 64
 
-FWD, BACKWARD, CALL, SETGRAD, STEP = range(5)
+FWD, BACKWARD, CALL, SETGRAD, STEP, FUSED = range(6)
 
 
 class Unsupported(Exception):
@@ -185,6 +187,25 @@ class Plan:
             self.segments.append((FWD, at, len(rec.instrs)))
         self.modules = list(rec.modules.values())
         self.graph = self._graph(rec, outputs, tape_floor)
+        self.segments = self._fuse(self.segments)
+
+    def _fuse(self, segments):
+        """forward, backward, optimizer step (one group): one compiled call (replay.py runs
+        the three apart when a call does not meet its conditions)."""
+        out = []
+        i = 0
+        while i < len(segments):
+            three = segments[i:i + 3]
+            if (len(three) == 3 and [s[0] for s in three] == [FWD, BACKWARD, STEP] and three[2][2] is not None
+                    and len(three[2][2].groups) == 1 and sum(s[0] == STEP for s in segments) == 1
+                    and not any(k in self.py for k in range(three[0][1], three[0][2]))):
+                packed, step = self._pack(*three)
+                out.append((FUSED, [three[0], three[1], step], packed))
+                i += 3
+            else:
+                out.append(segments[i])
+                i += 1
+        return out
 
     def _graph(self, rec, outputs, tape_floor):
         """When the step returns tensors that require grad and did not backward through
@@ -241,6 +262,43 @@ class Plan:
             arr = self.arena[start:start + math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
             self._arrays[k] = arr
         return arr
+
+    def _pack(self, fwd, bwd, step):
+        """The arrays of a fused forward + backward + step, packed for one compiled call
+        (engine/replayer.train_step_packed: each argument of a call from Python costs
+        ~0.5 us). The backward's inline values, seed and gradient buffer move into the
+        packed float array; the optimizer's table is made again over the moved buffer."""
+        bp, opt, fast = bwd[1], step[1], step[2]
+        width = 5 if fast.kind == _optim_replay.SGD_KIND else 8
+        nrows = len(fast.groups[0].params)
+        parts = [bp.v, bp.seed, bp.out, np.zeros(nrows * width, self.dtype)]
+        data, doffs = _concat(parts, self.dtype)
+        bp.v, bp.seed, bp.out = (data[o:o + n] for o, n in doffs[:3])
+        sc = data[doffs[3][0]:doffs[3][0] + nrows * width].reshape(nrows, width)
+        where = {id(v): k for k, (_, v) in enumerate(self.grad_views)}
+        old = bp.views
+        ends = np.cumsum([0] + [v.size for v in old])
+        bp.views = [bp.out[ends[i]:ends[i + 1]].reshape(v.shape) for i, v in enumerate(old)]
+        for v_old, v_new, (_, p, _) in zip(old, bp.views, bp.leaves):
+            self.grad_views[where[id(v_old)]] = (p, v_new)
+        fast = _optim_replay.make(opt, {id(p): v for p, v in self.grad_views})
+        if fast is None or len(fast.groups) != 1:
+            raise Unsupported("the optimizer's table could not be made again")
+        step = (step[0], opt, fast)
+        g = fast.groups[0]
+        ints = [self.prog, self.fin, self.vals, self.xs, bp.hdr, bp.edges, bp.xs, bp.slots, bp.vdst, bp.vsrc,
+                bp.seed_rows, bp.seed_offs, bp.sinks, g.ptrs.reshape(-1), g.sizes]
+        head = np.zeros(PK_ARRAYS + 2 * PK_COUNT, np.int64)
+        packed_ints, ioffs = _concat(ints, np.int64, start=head.size)
+        floats, foffs = _concat([self.fp, bp.fp], np.float64)
+        flag1, flag2 = fast.flags(g)
+        head[:PK_ARRAYS] = (fwd[1], fwd[2], bp.hi, bp.dt, fast.kind, flag1, flag2, g.ptrs.shape[0],
+                            g.ptrs.shape[1], nrows, width)
+        for k, (o, n) in enumerate(ioffs + foffs + doffs):
+            head[PK_ARRAYS + 2 * k:PK_ARRAYS + 2 * k + 2] = (o, n)
+        packed_ints[:head.size] = head
+        states = np.concatenate([bp.st0, bp.st0])
+        return (packed_ints, floats, data, states, bp.freed, sc, (flag1, flag2)), step
 
     def _shape(self, shape):
         shape = tuple(int(s) for s in shape)
@@ -355,6 +413,18 @@ class Plan:
         into.vsrc = np.array(vsrc, np.int64)
         into.ext_slots = ext_slots
         into.arena_slots = np.array(arena_slots, np.int64)
+
+def _concat(arrays, dtype, start=0):
+    """One array holding `arrays` one after another from `start`, and each one's (offset, length)."""
+    offs, at = [], start
+    for a in arrays:
+        offs.append((at, a.size))
+        at += a.size
+    out = np.zeros(max(at, 1), dtype)
+    for a, (o, n) in zip(arrays, offs):
+        out[o:o + n] = a.reshape(-1)
+    return out, offs
+
 
 def _plan_dtype(rec):
     """The one float dtype the compiled kernels of this plan run at."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from jitgrad._core import versions
 from jitgrad._core.layout import HAS, HW, S_KEEP, SW, SWEPT
-from jitgrad.compiler.plan import BACKWARD, CALL, FWD, STEP
+from jitgrad.compiler.plan import BACKWARD, CALL, FUSED, FWD, STEP
 from jitgrad.engine.compiled import scheduler
 from jitgrad.engine.executor import accumulate_grad
 from jitgrad.graph.tape import Tape
@@ -40,9 +40,18 @@ def run(plan, tensors):
     sched = scheduler()
     for k, arr in plan.args:
         np.copyto(arr, tensors[k]._data)
-    for seg in plan.segments:
+    _run(sched, plan, plan.segments)
+    if plan.grad_views:
+        _release_grads(plan)
+
+
+def _run(sched, plan, segments):
+    for seg in segments:
         kind = seg[0]
-        if kind == FWD:
+        if kind == FUSED:
+            if not _fused(sched, plan, seg[1], seg[2]):
+                _run(sched, plan, seg[1])
+        elif kind == FWD:
             lo, hi = seg[1], seg[2]
             while lo < hi:
                 i = sched.forward(plan.prog, plan.fin, plan.vals, plan.xs, plan.fp, plan.like, lo, hi)
@@ -60,8 +69,33 @@ def run(plan, tensors):
         else:  # SETGRAD
             t, arr = seg[1], seg[2]
             t._grad = None if arr is None else wrap(arr.copy())
-    if plan.grad_views:
-        _release_grads(plan)
+
+
+def _fused(sched, plan, three, packed):
+    """forward, backward and the optimizer's step in one compiled call (engine/replayer.
+    train_step_packed), when every parameter's .grad is None before it (as a zero_grad()
+    ending the last step leaves it) and the optimizer's tables hold; False: run them apart."""
+    bp, fast = three[1][1], three[2][2]
+    for _, p, _ in bp.leaves:
+        if p._grad is not None:
+            return False
+    if not fast.ready(False) or fast.flags(fast.groups[0]) != packed[6]:
+        return False
+    ints, floats, data, states, freed, sc, _ = packed
+    sc[...] = fast.scalars(fast.groups[0])
+    if bp.seed_vid is not None:
+        bp.seed[...] = plan.array(bp.seed_vid).reshape(-1)
+    status = sched.train_step_packed(ints, floats, data, states, freed)
+    st = states[states.size // 2:]
+    if status != SWEPT:
+        raise RuntimeError(f"jitgrad.compile: the replayed backward stopped (status {status})")
+    for (row, p, keep), view in zip(bp.leaves, bp.views):
+        if st[row] & HAS:
+            p._grad = wrap(view)
+            if keep is not None:
+                np.copyto(keep, view)
+    fast.bump()
+    return True
 
 
 def _run_python(plan, i):
@@ -128,7 +162,7 @@ def _backward(sched, plan, bp):
             p._grad = wrap(view.copy())
     st = bp.st0.copy()
     seed = bp.seed if bp.seed_vid is None else plan.array(bp.seed_vid).reshape(-1)
-    status, row = sched.backward_into(bp.hdr, bp.edges, bp.xs, bp.fp, bp.slots, bp.v, st, bp.freed.copy(),
+    status, row = sched.backward_into(bp.hdr, bp.edges, bp.xs, bp.fp, bp.slots, bp.v, st, bp.freed,
                                       bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt, bp.out)
     if status != SWEPT:
         raise RuntimeError(f"jitgrad.compile: the replayed backward stopped at row {row} (status {status})")
