@@ -142,7 +142,7 @@ class Plan:
                 self.segments.append((CALL, payload[0], payload[1]))
             else:
                 t, k = payload
-                self.segments.append((SETGRAD, t, None if k is None else self.arrays[k]))
+                self.segments.append((SETGRAD, *_target(rec, t), None if k is None else self.arrays[k]))
         if len(rec.instrs) > at:
             self.segments.append((FWD, at, len(rec.instrs)))
         self.modules = list(rec.modules.values())
@@ -232,10 +232,19 @@ class Plan:
             raise Unsupported("backward(gradient) of another dtype or size")
         bp.hi = root_row
         bp.dt = code
-        bp.leaves = [(row, p, None if k is None else self.arrays[k]) for row, p, k in leaves]
+        bp.leaves = [(row, *_target(rec, p), None if k is None else self.arrays[k]) for row, p, k in leaves]
         bp.sinks = np.array([row for row, _, _ in leaves], np.int64)
         bp.shapes = [tape.shape_at(hdr[row * HW + H_SHP]) for row, _, _ in leaves]
         return bp
+
+
+def _target(rec, t):
+    """(tensor, None) for a tensor from outside the call, (None, index) for the call's
+    tensor argument `index`: a replay updates the .grad of the tensor passed then."""
+    k = rec.vid.get(id(t))
+    if k is not None and rec.values[k].kind == ARG:
+        return None, rec.values[k].src
+    return t, None
 
 
 def _plan_dtype(rec):

@@ -47,11 +47,12 @@ def run(plan, tensors):
                 _run_python(plan, i)
                 lo = i + 1
         elif kind == BACKWARD:
-            _backward(sched, plan, seg[1])
+            _backward(sched, plan, seg[1], tensors)
         elif kind == CALL:
             seg[1](*seg[2])
         else:  # SETGRAD
-            t, arr = seg[1], seg[2]
+            t, arg, arr = seg[1:]
+            t = tensors[arg] if t is None else t
             t._grad = None if arr is None else wrap(arr.copy())
 
 
@@ -65,7 +66,7 @@ def _run_python(plan, i):
         np.copyto(out, r)
 
 
-def _backward(sched, plan, bp):
+def _backward(sched, plan, bp, tensors):
     if bp.vdst.size:
         sched.copy_saved(bp.vdst, bp.vsrc, plan.vals, bp.v)
     st = bp.st0.copy()
@@ -74,8 +75,9 @@ def _backward(sched, plan, bp):
                                             bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt)
     if status != SWEPT:
         raise RuntimeError(f"jitgrad.compile: the replayed backward stopped at row {row} (status {status})")
-    for i, (row, p, keep) in enumerate(bp.leaves):
+    for i, (row, p, arg, keep) in enumerate(bp.leaves):
         if st[row] & HAS:
+            p = tensors[arg] if p is None else p
             g = out[offs[i]:offs[i + 1]].reshape(bp.shapes[i])
             accumulate_grad(p, wrap(g), False, owned=True, alone=True)
             if keep is not None:  # ops later in the step read this .grad
