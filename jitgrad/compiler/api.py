@@ -163,7 +163,8 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
     if disable:
         return model
     if isinstance(model, Module):
-        return OptimizedModule(model, CompiledFunction(model.forward, fullgraph, dynamic, mode))
+        # its __call__, as torch: the module's hooks and its train/eval guard are in the step
+        return OptimizedModule(model, CompiledFunction(model.__call__, fullgraph, dynamic, mode))
     if not callable(model):
         raise RuntimeError("compile() expects a callable or an nn.Module")
     return CompiledFunction(model, fullgraph, dynamic, mode)
