@@ -124,8 +124,13 @@ class CompiledFunction:
         rec.finish()
         out_flat, out_spec = tree_flatten(result)
         outputs = []
+        # graphs a backward() of the step consumed: an output on one needs no graph of its own
+        swept = {id(p[3]) for kind, _, p in rec.events if kind == "backward" and not p[2]}
         for x in out_flat:
             if isinstance(x, Tensor):
+                if x._requires_grad and x._tape is not None and id(x._tape) not in swept:
+                    rec.stop("returns a tensor that requires grad (a backward outside the step is not replayed)")
+                    break
                 k = rec.vid.get(id(x))
                 if k is None:
                     rec.stop("returns a tensor the step did not make with traced ops")
