@@ -83,7 +83,7 @@ class Recorder:
         self.events = []       # ("backward" | "call" | "setgrad", position in instrs, payload)
         self.breaks = []       # (reason, where)
         self.held = []         # tensors kept alive while recording
-        self.modules = {}      # id -> (module, its training flag): guards of the plan
+        self.modules = {}      # id -> (module, its training flag, param_ids(module)): guards of the plan
         for i, t in enumerate(arg_tensors):
             if id(t) not in self.vid:
                 self._new(ARG, t, src=i)
@@ -280,7 +280,7 @@ class Recorder:
 
     def module(self, m):
         if self.mine():
-            self.modules[id(m)] = (m, m.training)
+            self.modules[id(m)] = (m, m.training, param_ids(m))
 
     def read_grad(self, g):
         if self.mine() and id(g) not in self.vid:
@@ -296,6 +296,12 @@ class Recorder:
                     self.stop("a tensor made in the step by an op jitgrad.compile does not trace yet")
                     break
                 v.tensor = t
+
+
+def param_ids(m):
+    """Which tensors module m holds as parameters: one assigned anew (m.w = Parameter(...))
+    is not the tensor the plan reads."""
+    return tuple(map(id, m._parameters.values()))
 
 
 def _caster(dt, shape):

@@ -11,6 +11,7 @@ import numpy as np
 
 from jitgrad._core.layout import HAS, SWEPT
 from jitgrad.compiler.plan import BACKWARD, CALL, FWD
+from jitgrad.compiler.recorder import param_ids
 from jitgrad.engine.compiled import scheduler
 from jitgrad.engine.executor import accumulate_grad
 from jitgrad.graph.tensor import wrap
@@ -21,12 +22,12 @@ class GuardFailed(Exception):
 
 
 def check(plan):
-    """The guards a call's signature cannot see: outside tensors and modules' modes."""
+    """The guards a call's signature cannot see: outside tensors, modules' modes and parameters."""
     for t, d, rg in plan.ext:
         if t._data is not d or t._requires_grad != rg:
             return False
-    for m, training in plan.modules:
-        if m.training != training:
+    for m, training, params in plan.modules:
+        if m.training != training or param_ids(m) != params:
             return False
     return True
 
