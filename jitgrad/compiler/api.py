@@ -100,10 +100,10 @@ class CompiledFunction:
             return self._record(key, flat, args, kwargs)
         if type(entry) is _Eager:
             return self.fn(*args, **kwargs)
-        if not replay.check(entry.plan):
+        tensors = [x for x in flat if isinstance(x, Tensor)]
+        if not replay.check(entry.plan, tensors):
             del self.cache[key]
             return self._record(key, flat, args, kwargs)
-        tensors = [x for x in flat if isinstance(x, Tensor)]
         replay.run(entry.plan, tensors)
         leaves = [wrap(x.copy()) if kind == "value" else x for kind, x in entry.outputs]
         return tree_unflatten(leaves, entry.out_spec)

@@ -39,6 +39,8 @@ from jitgrad._core.layout import (
     VW,
 )
 from jitgrad.compiler.recorder import ARG, CONST, EXT
+from jitgrad.engine.executor import leaf_has_hooks
+from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tape import _address
 
@@ -164,6 +166,8 @@ class Plan:
         if tape.ext or tape.retained or tape.packed or tape.needs_python() or tape.metadata or tape.stale:
             raise Unsupported("backward() through a graph with hooks, custom Functions, retained grads, "
                               "saved-tensor hooks, anomaly mode or an edge into another graph")
+        if leaf_hooks[0] and any(leaf_has_hooks(acc) for acc in tape.leaves.values()):
+            raise Unsupported("backward() into a tensor with hooks (they run in Python)")
         code = DT_OF.get(self.dtype)
         n = tape.nrows
         hdr = np.frombuffer(bytearray(tape.hdr), np.int64)[:n * HW].copy()

@@ -13,7 +13,8 @@ from jitgrad._core.layout import HAS, SWEPT
 from jitgrad.compiler.plan import BACKWARD, CALL, FWD
 from jitgrad.compiler.recorder import param_ids
 from jitgrad.engine.compiled import scheduler
-from jitgrad.engine.executor import accumulate_grad
+from jitgrad.engine.executor import accumulate_grad, leaf_has_hooks
+from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.tensor import wrap
 
 
@@ -21,15 +22,26 @@ class GuardFailed(Exception):
     """A tensor from outside the call no longer holds what the plan reads: re-record."""
 
 
-def check(plan):
-    """The guards a call's signature cannot see: outside tensors, modules' modes and parameters."""
+def check(plan, tensors):
+    """The guards a call's signature cannot see: outside tensors, modules' modes and
+    parameters, and hooks on the leaves a backward reaches (they must run: eagerly)."""
     for t, d, rg in plan.ext:
         if t._data is not d or t._requires_grad != rg:
             return False
     for m, training, params in plan.modules:
         if m.training != training or param_ids(m) != params:
             return False
+    if leaf_hooks[0]:
+        for seg in plan.segments:
+            if seg[0] == BACKWARD and any(_hooked(tensors[arg] if p is None else p) for _, p, arg, _ in seg[1].leaves):
+                return False
     return True
+
+
+def _hooked(t):
+    x = t._x
+    acc = t._acc() if t._acc is not None else None
+    return bool(x is not None and (x.hooks or x.post_hooks)) or (acc is not None and leaf_has_hooks(acc))
 
 
 def run(plan, tensors):
