@@ -143,7 +143,7 @@ class CompiledFunction:
             try:
                 plan = Plan(rec, floor)
             except Unsupported as e:
-                rec.breaks.append((str(e), "plan"))
+                rec.breaks.append((str(e), e.where))
         if rec.breaks:
             if self.fullgraph:
                 reason, where = rec.breaks[0]

@@ -50,8 +50,12 @@ FWD, BACKWARD, CALL, SETGRAD = range(4)
 
 
 class Unsupported(Exception):
-    """What the recording did cannot be replayed (the message says what); the signature
-    runs eagerly, or under fullgraph=True the error is raised."""
+    """What the recording did cannot be replayed (the message says what, `where` the line of
+    user code); the signature runs eagerly, or under fullgraph=True the error is raised."""
+
+    def __init__(self, msg, where="plan"):
+        super().__init__(msg)
+        self.where = where
 
 
 class BackwardPlan:
@@ -139,7 +143,10 @@ class Plan:
                 self.segments.append((FWD, at, pos))
                 at = pos
             if kind == "backward":
-                self.segments.append((BACKWARD, self._backward(rec, payload, tape_floor)))
+                try:
+                    self.segments.append((BACKWARD, self._backward(rec, payload, tape_floor)))
+                except Unsupported as e:  # name the backward() call that cannot be replayed
+                    raise Unsupported(str(e), payload[5]) from None
             elif kind == "call":
                 self.segments.append((CALL, payload[0], payload[1]))
             else:
@@ -160,7 +167,7 @@ class Plan:
         return p
 
     def _backward(self, rec, payload, tape_floor):
-        root, gv, _retain, tape, leaves = payload
+        root, gv, _retain, tape, leaves, _where = payload
         if tape.id < tape_floor:
             raise Unsupported("backward() through a graph recorded before the step")
         if tape.ext or tape.retained or tape.packed or tape.needs_python() or tape.metadata or tape.stale:

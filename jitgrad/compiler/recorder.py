@@ -240,7 +240,7 @@ class Recorder:
             gv = None if g is None else self.value_of(g)
             if root is None or roots[0]._tape is None:
                 self.stop("backward() of a tensor not made in the step")
-            payload = [root, gv, bool(retain_graph), roots[0]._tape, None]
+            payload = [root, gv, bool(retain_graph), roots[0]._tape, None, user_frame()]
         _cap.on = False
         try:
             out = run(tensors, grad_tensors, retain_graph, create_graph, inputs=inputs)
