@@ -14,6 +14,7 @@ pass a number that changes as an argument (a new value gives a new signature) or
 tensor.
 """
 import functools
+import threading
 import warnings
 
 from jitgrad._core import modes
@@ -79,6 +80,7 @@ class CompiledFunction:
         self.mode = mode
         self.cache = {}
         self.warned = False
+        self.lock = threading.Lock()  # a plan's arena holds one call's values: one replay at a time
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
@@ -104,8 +106,9 @@ class CompiledFunction:
         if not replay.check(entry.plan, tensors):
             del self.cache[key]
             return self._record(key, flat, args, kwargs)
-        replay.run(entry.plan, tensors)
-        leaves = [wrap(x.copy()) if kind == "value" else x for kind, x in entry.outputs]
+        with self.lock:
+            replay.run(entry.plan, tensors)
+            leaves = [wrap(x.copy()) if kind == "value" else x for kind, x in entry.outputs]
         return tree_unflatten(leaves, entry.out_spec)
 
     def _record(self, key, flat, args, kwargs):
