@@ -6,6 +6,9 @@ is built only from ops that have forward kernels on every branch (elementwise op
 sum / mean), it also asserts that a plan was made, not an eager fallback; a program with
 other ops must give eager's results either way.
 """
+import sys
+import threading
+
 import numpy as np
 import pytest
 from compile_helpers import as_np, assert_plan, close, entries, plans
@@ -460,3 +463,39 @@ def test_ops_at_several_dtypes_or_on_ints_give_eagers_results(rng):
             a = args()
             close(c(*a), fn(*a), msg=f"{fn.__name__} call {k}")
 
+
+
+def test_calls_from_several_threads_each_get_their_own_result():
+    """One plan, one arena: concurrent replays must not mix their values."""
+    def step(x):
+        h = x
+        for _ in range(20):
+            h = (h * 0.9 + 0.1).tanh()
+        return h.sum()
+
+    c = jitgrad.compile(step)
+    xs = [ten(np.random.default_rng(k).normal(size=64)) for k in range(4)]
+    with jitgrad.no_grad():
+        c(xs[0])
+        want = [as_np(c(x)) for x in xs]  # replayed alone
+    assert_plan(c)
+    bad = []
+
+    def worker(k):
+        with jitgrad.no_grad():
+            for _ in range(100):
+                got = as_np(c(xs[k]))
+                if got != want[k]:
+                    bad.append((k, got, want[k]))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not bad, f"{len(bad)} calls got another call's values, e.g. {bad[0]}"
