@@ -17,6 +17,8 @@ import functools
 import threading
 import warnings
 
+import numpy as np
+
 from jitgrad._core import modes
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
@@ -65,11 +67,27 @@ def _signature(flat):
         if isinstance(x, Tensor):
             d = x._data
             sig.append((d.shape, d.dtype, x._requires_grad))
-        elif x is None or isinstance(x, (bool, int, float, str)):
+        elif x is None or isinstance(x, (bool, int, float, str, np.generic)):
             sig.append((type(x), x))
+        elif isinstance(x, np.ndarray):  # its values are constants of the plan: keyed by them
+            sig.append((np.ndarray, x.dtype.str, x.shape, x.tobytes()))
         else:
-            sig.append((type(x), id(x)))
+            sig.append(_Same(x))
     return tuple(sig)
+
+
+class _Same:
+    """Another argument, by identity; held, so that its id is not reused while keyed."""
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+    def __hash__(self):
+        return id(self.x)
+
+    def __eq__(self, other):
+        return type(other) is _Same and other.x is self.x
 
 
 class CompiledFunction:
