@@ -270,3 +270,34 @@ def test_a_module_parameter_assigned_anew(rng):
             close(m2.w.grad, m1.w.grad, msg=f"parameter {k}: .grad")
         assert len(runs) == n_runs
     assert_plan(c)
+
+
+def test_a_numpy_array_argument_is_keyed_by_its_values(rng):
+    """Array data used as an operand is a constant of the plan: new values re-record, even
+    written into the same array."""
+    cs = Counted(lambda w, x, arr: loss_body(w, x * arr), [0.5, -1.0, 2.0])
+    x = ten(gen_array(rng, (2, 3)))
+    buf = np.ones(3)
+    replays(cs, (x, buf), 1)
+    buf[:] = [2.0, 0.5, -1.0]
+    replays(cs, (x, buf), 2)
+    replays(cs, (x, np.array([2.0, 0.5, -1.0])), 2)
+    assert_plan(cs.c)
+
+
+class Config:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def test_another_argument_is_keyed_by_identity_and_held(rng):
+    """An object's attributes the step reads are constants of the plan: another object
+    re-records. The key holds the object, so a new one never takes its id."""
+    cs = Counted(lambda w, x, cfg: loss_body(w, x, cfg.scale), [0.5, -1.0, 2.0])
+    x = ten(gen_array(rng, (2, 3)))
+    cfg = Config(2.0)
+    replays(cs, (x, cfg), 1)
+    for k in range(4):
+        replays(cs, (x, Config(float(k))), 2 + k)
+    replays(cs, (x, cfg), 5)
+    assert_plan(cs.c)
