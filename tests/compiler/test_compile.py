@@ -499,3 +499,116 @@ def test_calls_from_several_threads_each_get_their_own_result():
     finally:
         sys.setswitchinterval(old)
     assert not bad, f"{len(bad)} calls got another call's values, e.g. {bad[0]}"
+
+
+def grad_norm(w, opt, x):
+    loss = ((w * x).tanh() ** 2).sum()
+    loss.backward()
+    gn = (w.grad * w.grad).sum()  # ops on the .grad the backward made
+    opt.step()
+    opt.zero_grad()
+    return loss, gn
+
+
+def clip_grad(w, opt, x):
+    loss = ((w * x).tanh() ** 2).sum()
+    loss.backward()
+    w.grad = w.grad.clamp(-0.5, 0.5) * 0.5  # a .grad assigned
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+def two_losses_one_graph(w, opt, x):
+    h = (w * x).tanh()
+    l1, l2 = (h ** 2).sum(), (h * 3.0).sum()
+    l1.backward(retain_graph=True)
+    l2.backward()
+    opt.step()
+    opt.zero_grad()
+    return l1, l2
+
+
+def two_graphs(w, opt, x):
+    l1 = ((w * x).tanh() ** 2).sum()
+    l1.backward()
+    l2 = (w * x * 3.0).sin().sum()
+    l2.backward()
+    opt.step()
+    opt.zero_grad()
+    return l1, l2
+
+
+def backward_with_a_gradient(w, opt, x):
+    h = (w * x).tanh()
+    h.backward(x * 2.0)
+    opt.step()
+    opt.zero_grad()
+    return h
+
+
+def grad_kept_after_step(w, opt, x):
+    loss = ((w * x).tanh() ** 2).sum()
+    loss.backward()
+    opt.step()
+    g = w.grad * 1.0
+    opt.zero_grad()
+    return loss, g
+
+
+def grads_accumulate_across_calls(w, opt, x):
+    loss = ((w * x).tanh() ** 2).sum()
+    loss.backward()
+    opt.step()
+    return loss
+
+
+@pytest.mark.parametrize("body", [grad_norm, clip_grad, two_losses_one_graph, two_graphs, backward_with_a_gradient,
+                                  grad_kept_after_step, grads_accumulate_across_calls],
+                         ids=lambda f: f.__name__)
+def test_what_a_step_does_besides_ops_replays(body):
+    """backward() calls, .grad reads and assignments, optimizer calls: the events of a step."""
+    made = []
+    for _ in range(2):
+        w = ten([0.5, -1.0, 2.0], rg=True)
+        made.append((w, jitgrad.optim.SGD([w], lr=0.1, momentum=0.9)))
+    (we, oe), (wc, oc) = made
+    c = jitgrad.compile(lambda x: body(wc, oc, x))
+    for k in range(4):
+        x = [1.0 + k, -0.5, 0.25 * k]
+        close(c(ten(x)), body(we, oe, ten(x)), msg=f"call {k}")
+        close(wc, we, msg=f"call {k}: parameter")
+        if we.grad is not None:
+            close(wc.grad, we.grad, msg=f"call {k}: .grad")
+        else:
+            assert wc.grad is None
+    assert_plan(c)
+
+
+def test_random_numbers_drawn_in_a_step_are_fresh_every_call(rng):
+    """randn and dropout in the step draw what eager draws from the same generator state,
+    never the recorded numbers (a plan draws them again, or the step runs eagerly)."""
+    def make():
+        w = ten([0.5, -1.0, 2.0, 0.3], rg=True)
+
+        def step(x):
+            noise = jitgrad.randn(4, dtype=jitgrad.float64)
+            h = F.dropout(x * w + noise * 0.1, p=0.5, training=True)
+            loss = (h * h).sum()
+            loss.backward()
+            return loss, h
+        return w, step
+
+    (we, eager), (wc, step) = make(), make()
+    c = jitgrad.compile(step)
+    outs = []
+    for k in range(4):
+        x = gen_array(rng, (3, 4))
+        jitgrad.manual_seed(100 + k)
+        got = c(ten(x))
+        jitgrad.manual_seed(100 + k)
+        want = eager(ten(x))
+        close(got, want, msg=f"call {k}")
+        close(wc.grad, we.grad, msg=f"call {k}: .grad")
+        outs.append(as_np(got[1]))
+    assert not np.array_equal(outs[1] != 0, outs[2] != 0)  # different masks
