@@ -46,9 +46,9 @@ def as_np(x):
 
 
 def close(got, want, dtype="float64", msg=""):
-    """got (compiled) equals want (eager) to the compile tolerance, recursively over
-    tuples, lists and dicts; Tensors must also agree in dtype, shape and requires_grad
-    of the value (not of the graph: a replay's outputs carry none)."""
+    """got (compiled) equals want (eager) to the compile tolerance of `dtype` (float32's
+    for float32 values), recursively over tuples, lists and dicts; Tensors and arrays
+    must agree in dtype and shape too."""
     if isinstance(want, (tuple, list)):
         assert type(got) is type(want) and len(got) == len(want), f"{msg}: {got!r} != {want!r}"
         for k, (g, w) in enumerate(zip(got, want)):
@@ -63,6 +63,8 @@ def close(got, want, dtype="float64", msg=""):
         g, w = as_np(got), as_np(want)
         assert g is not None, f"{msg}: got None, expected {w!r}"
         assert g.shape == w.shape and g.dtype == w.dtype, f"{msg}: {g.dtype}{g.shape} != {w.dtype}{w.shape}"
+        if w.dtype == np.float32:  # a float32 value in a float64 step (a cast, an argument)
+            dtype = "float32"
         np.testing.assert_allclose(g, w, rtol=RTOL[dtype], atol=ATOL[dtype], err_msg=msg)
 
 
