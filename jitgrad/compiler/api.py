@@ -24,7 +24,7 @@ from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
 from jitgrad.compiler import replay
 from jitgrad.compiler.plan import Plan, Unsupported
-from jitgrad.compiler.recorder import Recorder
+from jitgrad.compiler.recorder import GraphBreak, Recorder
 from jitgrad.func._pytree import tree_flatten, tree_unflatten
 from jitgrad.graph import tape as _tape
 from jitgrad.graph.tensor import Tensor, wrap
@@ -37,10 +37,6 @@ class _Config:
 
 
 config = _Config()
-
-
-class GraphBreak(RuntimeError):
-    """fullgraph=True and the function does something a plan cannot replay."""
 
 
 class _Eager:

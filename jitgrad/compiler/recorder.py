@@ -35,6 +35,10 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARG, EXT, CONST, OP, GRAD = "arg", "ext", "const", "op", "grad"
 
 
+class GraphBreak(RuntimeError):
+    """fullgraph=True and the function does something a plan cannot replay."""
+
+
 class Value:
     __slots__ = ("kind", "shape", "dtype", "src", "tensor", "ref")
 
@@ -84,6 +88,7 @@ class Recorder:
         self.breaks = []       # (reason, where)
         self.held = []         # tensors kept alive while recording
         self.modules = {}      # id -> (module, its training flag, param_ids(module)): guards of the plan
+        self.fullgraph = False  # a break raises GraphBreak where it happens
         for i, t in enumerate(arg_tensors):
             if id(t) not in self.vid:
                 self._new(ARG, t, src=i)
@@ -223,6 +228,8 @@ class Recorder:
     def stop(self, reason):
         if self.mine():
             self.breaks.append((reason, user_frame()))
+            if self.fullgraph:  # at once, as torch's tracing would: the step goes no further
+                raise GraphBreak(f"jitgrad.compile(fullgraph=True): {reason} at {self.breaks[-1][1]}")
 
     # -- events ---------------------------------------------------------------------------
     def backward(self, run, tensors, grad_tensors, retain_graph, create_graph, inputs):
