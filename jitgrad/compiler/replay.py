@@ -19,7 +19,7 @@ from jitgrad.engine.compiled import scheduler
 from jitgrad.engine.executor import accumulate_grad, leaf_has_hooks
 from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.node import AccumulateGrad
-from jitgrad.graph.tape import Tape
+from jitgrad.graph.tape import Tape, close_current_tape
 from jitgrad.graph.tensor import wrap
 
 
@@ -170,6 +170,9 @@ def _give_graph(plan, made, tensors):
     tape.nrows = n
     tape.keep_bytes = plan.arena.nbytes
     tape.closed = True   # later ops start their own tape, with edges into this one
+    # ...and so must the ops on the current tape: a backward sweeps tapes newest first, so
+    # edges may only go from a newer tape into an older one (engine/compiled._tapes_from)
+    close_current_tape()
     for row, acc, arg in gp.leaves:
         if acc is None:
             acc = _accumulator(tensors[arg])
