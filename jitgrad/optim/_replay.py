@@ -71,6 +71,12 @@ class FastStep:
         view (grads_set) or still None (the fused replay sets it after its one call)."""
         state_of = self.opt.state
         for g in self.groups:
+            # still a group of the optimizer's (not replaced), not maximizing (make() has no form for
+            # it), with the state arrays the table has (SGD: a momentum buffer iff momentum)
+            if g.group["maximize"] or not any(g.group is grp for grp in self.opt.param_groups):
+                return False
+            if self.kind == SGD_KIND and bool(g.group["momentum"]) != bool(g.keys):
+                return False
             keys = g.keys
             for p, view, arrays in zip(g.params, g.views, g.arrays):
                 gr = p._grad
