@@ -6,6 +6,8 @@ the loss, the parameters, their .grads and the optimizer's state must agree (rto
 in float64, 1e-5 in float32). The model is elementwise (a plan is made on every branch);
 an nn.Linear model checks eager's results whether or not its kernels exist.
 """
+import copy
+
 import numpy as np
 import pytest
 from compile_helpers import assert_plan, close, close_params, entries
@@ -238,3 +240,79 @@ def test_an_nn_training_step_equals_eager(cls, opts, rng):
         close_params(list(mc.parameters()), list(me.parameters()), "float32", f"call {k}")
         state_close(oc, oe, "float32")
     assert len(entries(c)) == 1
+
+
+def _set(key, value):
+    def change(pair, params):
+        for o in pair:
+            o.param_groups[0][key] = value
+    return change
+
+
+def _load_state_dict(pair, params):
+    for o in pair:
+        o.load_state_dict(copy.deepcopy(o.state_dict()))
+        o.param_groups[0]["lr"] *= 0.5
+
+
+def _clear_state(pair, params):
+    for o in pair:
+        o.state.clear()
+
+
+def _scale_state(pair, params):
+    for o, ps in zip(pair, params):
+        for p in ps:
+            st = o.state[p]
+            for k in [k for k in st if k != "step"]:
+                st[k] = st[k] * 0.5
+
+
+def _replace_groups(pair, params):
+    for o in pair:
+        o.param_groups = [dict(g, lr=g["lr"] * 3) for g in o.param_groups]
+
+
+def _params_in_place(pair, params):
+    for ps in params:
+        with jitgrad.no_grad():
+            ps[0].mul_(0.5)
+
+
+CHANGES = [
+    (SGD, {"lr": 0.05, "momentum": 0.9}, "momentum", _set("momentum", 0.5)),
+    (SGD, {"lr": 0.05, "momentum": 0.9}, "nesterov", _set("nesterov", True)),
+    (SGD, {"lr": 0.05, "momentum": 0.9}, "dampening", _set("dampening", 0.5)),
+    (SGD, {"lr": 0.05, "momentum": 0.9}, "weight_decay", _set("weight_decay", 0.1)),
+    (SGD, {"lr": 0.05, "momentum": 0.9}, "maximize", _set("maximize", True)),
+    (SGD, {"lr": 0.05}, "momentum_from_zero", _set("momentum", 0.9)),
+    (Adam, {"lr": 0.01}, "betas", _set("betas", (0.5, 0.9))),
+    (Adam, {"lr": 0.01}, "eps", _set("eps", 0.1)),
+    (Adam, {"lr": 0.01}, "amsgrad", _set("amsgrad", True)),
+    (Adam, {"lr": 0.01}, "maximize", _set("maximize", True)),
+    (AdamW, {"lr": 0.01}, "weight_decay", _set("weight_decay", 0.5)),
+    (Adam, {"lr": 0.01, "amsgrad": True}, "load_state_dict", _load_state_dict),
+    (SGD, {"lr": 0.05, "momentum": 0.9}, "load_state_dict", _load_state_dict),
+    (Adam, {"lr": 0.01}, "state_cleared", _clear_state),
+    (SGD, {"lr": 0.05, "momentum": 0.9}, "state_cleared", _clear_state),
+    (Adam, {"lr": 0.01, "amsgrad": True}, "state_replaced", _scale_state),
+    (SGD, {"lr": 0.05, "momentum": 0.9}, "state_replaced", _scale_state),
+    (SGD, {"lr": 0.05, "momentum": 0.9}, "param_groups_replaced", _replace_groups),
+    (Adam, {"lr": 0.01}, "param_groups_replaced", _replace_groups),
+    (Adam, {"lr": 0.01}, "parameters_changed_in_place", _params_in_place),
+]
+
+
+@pytest.mark.parametrize("cls,opts,what,change", CHANGES, ids=[f"{c[0].__name__}-{c[2]}" for c in CHANGES])
+def test_the_optimizer_changed_between_replays(cls, opts, what, change, rng):
+    """What the user changes in the optimizer (options, state, groups) or the parameters
+    between calls: the next replays update as eager's step() does."""
+    (pe, oe), (pc, oc) = [(ps, cls(ps, **opts)) for ps in (params("float64"), params("float64"))]
+    eager, c = make_step(pe, oe), jitgrad.compile(make_step(pc, oc))
+    for k, (x, y) in enumerate(data(rng, 7, "float64")):
+        if k == 3:
+            change((oe, oc), (pe, pc))
+        close(c(ten(x), ten(y)), eager(ten(x), ten(y)), msg=f"call {k}: loss")
+        close_params(pc, pe, msg=f"call {k}: parameter")
+        state_close(oc, oe, "float64")
+    assert_plan(c)
