@@ -19,7 +19,7 @@ from compile_helpers import assert_plan, plans
 import jitgrad
 
 # where the kernels run as plain Python (CI's NUMBA_DISABLE_JIT pass) a replay costs ~100x more
-N_REPLAYS = 300 if numba.config.DISABLE_JIT else 10_000
+N_REPLAYS = 500 if numba.config.DISABLE_JIT else 10_000
 
 
 def ten(a, rg=False):
@@ -103,22 +103,72 @@ def _live():
     return len(gc.get_objects())
 
 
+def growth(call, total):
+    """(bytes, objects) that a window of calls leaves allocated, out of `total` calls: a
+    fifth traced first, then the smaller of two windows of two fifths. Caches that turn
+    over (numpy's array headers, ctypes views of the arenas) move the count by a few kB,
+    once; a leak grows both windows."""
+    n = 2 * total // 5
+    tracemalloc.start()
+    try:
+        for _ in range(total - 2 * n):
+            call()
+        windows = []
+        for _ in range(2):
+            objects = _live()
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(n):
+                call()
+            gc.collect()
+            windows.append((tracemalloc.get_traced_memory()[0] - before, _live() - objects))
+        return min(b for b, _ in windows), max(o for _, o in windows)
+    finally:
+        tracemalloc.stop()
+
+
 def test_many_replays_grow_no_memory():
     c = jitgrad.compile(training_step(jitgrad.optim.Adam, lr=0.001, amsgrad=True))
     xs = [ten(np.random.default_rng(k).normal(size=3)) for k in range(4)]
-    for k in range(50):  # record, then let every cache the replay fills be filled
-        c(xs[k % 4])
+    k = [0]
+
+    def call():
+        k[0] += 1
+        c(xs[k[0] % 4])
+
+    call()
     assert_plan(c)
-    objects = _live()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for k in range(N_REPLAYS):
-            c(xs[k % 4])
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    # a few hundred bytes of interpreter noise; 16 bytes a replay would be 4.8 kB even at 300 replays
-    assert grown < 3072, f"{N_REPLAYS} replays left {grown} bytes allocated"
-    assert _live() - objects < 10, "replays left objects behind"
+    grown, objects = growth(call, N_REPLAYS)
+    # a few hundred bytes of noise; 16 bytes a replay would be 64 kB over a window of 4,000
+    assert grown < 4096, f"replays left {grown} bytes allocated"
+    assert objects < 10, "replays left objects behind"
+
+
+class Net(jitgrad.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = jitgrad.nn.Parameter(ten(np.linspace(-1.0, 1.0, 16)))
+
+    def forward(self, x):
+        return ((x * self.w).tanh() * 2.0).sum(-1)
+
+
+def test_graphs_handed_out_by_a_compiled_module_are_freed():
+    """A compiled module's forward hands each call a graph over an arena of its own (graph
+    mode): trained with backward outside, calls leave nothing behind."""
+    m = Net()
+    om = jitgrad.compile(m)
+    opt = jitgrad.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    x = ten(np.random.default_rng(0).normal(size=(4, 16)))
+
+    def train():
+        loss = (om(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    train()
+    assert_plan(om._compiled)
+    grown, objects = growth(train, N_REPLAYS // 5)
+    # a call's arena alone is over 1 kB
+    assert grown < 4096, f"calls left {grown} bytes allocated"
+    assert objects < 10, "calls left objects behind"
