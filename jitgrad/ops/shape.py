@@ -334,10 +334,12 @@ def _norm_index(index):
 
 def _positions(shape, idx):
     """The C-order flat index, in an array of `shape`, of each element that indexing it by
-    `idx` selects: per dim, the same indexing of a broadcast view of that dim's coordinate,
-    so nothing of the array's size is allocated."""
-    if not shape:
-        return np.asarray(np.zeros((), np.int64)[idx]).reshape(-1)
+    `idx` selects. Beyond a small size, per dim the same indexing of a broadcast view of
+    that dim's coordinate, so nothing of the array's size is allocated (a batch drawn from
+    a dataset tensor by an index tensor)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if size <= _SMALL:
+        return np.asarray(np.arange(size, dtype=np.int64).reshape(shape)[idx]).reshape(-1)
     flat = 0
     stride = 1
     for k in range(len(shape) - 1, -1, -1):
@@ -345,6 +347,9 @@ def _positions(shape, idx):
         flat = flat + np.broadcast_to(coord, shape)[idx] * stride
         stride *= shape[k]
     return np.asarray(flat).reshape(-1)
+
+
+_SMALL = 1 << 15  # below this, arange(size) costs less than a gather per dim
 
 
 def getitem(x, index):
