@@ -67,27 +67,87 @@ def k_permute(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
     if t < 0:
         return
+    permute_walk(g, d, xs, pin, hdr[b + H_IP], True)
+
+
+TILE = 32
+
+
+@jit
+def permute_walk(a, b, xs, pin, p, back):
+    """a is b permuted (both C order, flat): b's shape at xs[pin] (count, dims), the
+    permutation at xs[p + 1:]. Sets a from b, or with `back` adds a into b (the backward).
+    When a's last dim is not b's, it runs in TILE x TILE tiles of those two dims, so that
+    the strided side stays in cache."""
     nd = xs[pin]
-    ip = hdr[b + H_IP]
-    instr = np.ones(nd, np.int64)
+    if a.size == 0:
+        return
+    if nd == 0:
+        if back:
+            b[0] += a[0]
+        else:
+            a[0] = b[0]
+        return
+    bstr = np.ones(nd, np.int64)
     for k in range(nd - 2, -1, -1):
-        instr[k] = instr[k + 1] * xs[pin + 2 + k]
-    ostr = np.empty(nd, np.int64)   # stride in the input for each output dim
-    oshape = np.empty(nd, np.int64)
+        bstr[k] = bstr[k + 1] * xs[pin + 2 + k]
+    st = np.empty(nd, np.int64)  # b's stride along each of a's dims
+    n = np.empty(nd, np.int64)   # a's shape
     for k in range(nd):
-        ostr[k] = instr[xs[ip + 1 + k]]
-        oshape[k] = xs[pin + 1 + xs[ip + 1 + k]]
+        st[k] = bstr[xs[p + 1 + k]]
+        n[k] = xs[pin + 1 + xs[p + 1 + k]]
+    astr = np.ones(nd, np.int64)
+    for k in range(nd - 2, -1, -1):
+        astr[k] = astr[k + 1] * n[k + 1]
+    u = nd - 1  # a's contiguous dim
+    w = u       # b's contiguous dim, as a dim of a
+    for k in range(nd):
+        if xs[p + 1 + k] == nd - 1:
+            w = k
+    tiled = w != u and n[u] > 1 and n[w] > 1
+    su = st[u]
+    aw = astr[w]
     idx = np.zeros(nd, np.int64)
-    cur = 0
-    for i in range(g.size):
-        d[cur] += g[i]
-        for k in range(nd - 1, -1, -1):
+    aoff = 0
+    boff = 0
+    while True:
+        if tiled:
+            for w0 in range(0, n[w], TILE):
+                w1 = min(w0 + TILE, n[w])
+                for u0 in range(0, n[u], TILE):
+                    u1 = min(u0 + TILE, n[u])
+                    for q in range(w0, w1):
+                        ao = aoff + q * aw
+                        bo = boff + q
+                        if back:
+                            for r in range(u0, u1):
+                                b[bo + r * su] += a[ao + r]
+                        else:
+                            for r in range(u0, u1):
+                                a[ao + r] = b[bo + r * su]
+        elif back:
+            for r in range(n[u]):
+                b[boff + r * su] += a[aoff + r]
+        else:
+            for r in range(n[u]):
+                a[aoff + r] = b[boff + r * su]
+        # the next position over a's other dims (w's too, unless tiled)
+        k = nd - 2
+        while k >= 0:
+            if tiled and k == w:
+                k -= 1
+                continue
             idx[k] += 1
-            cur += ostr[k]
-            if idx[k] < oshape[k]:
+            aoff += astr[k]
+            boff += st[k]
+            if idx[k] < n[k]:
                 break
-            cur -= ostr[k] * idx[k]
+            aoff -= astr[k] * idx[k]
+            boff -= st[k] * idx[k]
             idx[k] = 0
+            k -= 1
+        if k < 0:
+            return
 
 
 @jit
@@ -155,33 +215,9 @@ def f_expand(i, prog, fin, vals, xs, fp, like):
 
 @jit
 def f_permute(i, prog, fin, vals, xs, fp, like):
-    """permute / transpose / t (int params: the permutation): walk the output in C order,
-    stepping through the input by its stride along each output dim."""
+    """permute / transpose / t (int params: the permutation)."""
     xid = arg(prog, fin, i, 0)
-    x = val(vals, xid, like)
-    out = val(vals, res(prog, fin, i, 0), like)
-    pin = shp(vals, xid)
-    p = ip(prog, i)
-    nd = xs[pin]
-    instr = np.ones(nd, np.int64)
-    for k in range(nd - 2, -1, -1):
-        instr[k] = instr[k + 1] * xs[pin + 2 + k]
-    ostr = np.empty(nd, np.int64)
-    oshape = np.empty(nd, np.int64)
-    for k in range(nd):
-        ostr[k] = instr[xs[p + 1 + k]]
-        oshape[k] = xs[pin + 1 + xs[p + 1 + k]]
-    idx = np.zeros(nd, np.int64)
-    cur = 0
-    for j in range(out.size):
-        out[j] = x[cur]
-        for k in range(nd - 1, -1, -1):
-            idx[k] += 1
-            cur += ostr[k]
-            if idx[k] < oshape[k]:
-                break
-            cur -= ostr[k] * idx[k]
-            idx[k] = 0
+    permute_walk(val(vals, res(prog, fin, i, 0), like), val(vals, xid, like), xs, shp(vals, xid), ip(prog, i), False)
 
 
 @jit
