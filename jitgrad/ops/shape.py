@@ -6,6 +6,7 @@ in kernels/shape.py, passed as function objects.
 Rules call Tensor methods (bound by the table, ops/__init__.py) or functions of this module
 and lower ones, never of a module above: the ops package has no import cycle.
 """
+import math
 import operator
 
 import numpy as np
@@ -337,7 +338,7 @@ def _positions(shape, idx):
     `idx` selects. Beyond a small size, per dim the same indexing of a broadcast view of
     that dim's coordinate, so nothing of the array's size is allocated (a batch drawn from
     a dataset tensor by an index tensor)."""
-    size = int(np.prod(shape, dtype=np.int64))
+    size = math.prod(shape)
     if size <= _SMALL:
         return np.asarray(np.arange(size, dtype=np.int64).reshape(shape)[idx]).reshape(-1)
     flat = 0
