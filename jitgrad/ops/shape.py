@@ -116,7 +116,7 @@ def _mark_view(res, x, fn):
 def _view_like(spec, x, out, fn=None):
     res = _wrap(out)
     if not _needs(x):
-        if _cap.on:
+        if _cap.on and _cap.mine():
             shape = out.shape
             _report(spec, res, (x,), lambda a: a.reshape(shape))
         return res
@@ -208,7 +208,7 @@ def expand(x, *sizes):
         return x
     res = _wrap(np.broadcast_to(d, shape))
     if not _needs(x):
-        if _cap.on:
+        if _cap.on and _cap.mine():
             _report(EXPAND, res, (x,), lambda a: np.broadcast_to(a, shape))
         return res
     return record(EXPAND, res, (x,))
@@ -245,7 +245,7 @@ def permute(x, *dims, spec=None):
     res = _wrap(d.transpose(perm))
     spec = spec or PERMUTE
     if not _needs(x):
-        if _cap.on:
+        if _cap.on and _cap.mine():
             _report(spec, res, (x,), lambda a: a.transpose(perm), iparams=PERMUTE.pack_ints(rest=perm))
         return res
     return _mark_view(record(spec, res, (x,), (), (), PERMUTE.pack_ints(rest=perm)), x, lambda a: a.transpose(perm))
@@ -296,7 +296,7 @@ def index_flat(x, idx, out_shape, spec, data=None):
     out = src.reshape(-1)[idx].reshape(out_shape) if data is None else data
     res = _wrap(out)
     if not _needs(x):
-        if _cap.on and "_flat_index" in spec.consts:  # else the caller reports (max(dim): an argmax)
+        if _cap.on and "_flat_index" in spec.consts and _cap.mine():  # else the caller reports (max(dim): an argmax)
             _report(spec, res, (x,), lambda a: a.reshape(-1)[idx].reshape(out_shape), (idx,))
         return res
     return record(spec, res, (x,), (idx,))
@@ -308,7 +308,7 @@ def index_put_flat(g, idx, in_shape):
     np.add.at(out, idx, g._data.reshape(-1))
     res = _wrap(out.reshape(in_shape))
     if not _needs(g):
-        if _cap.on:
+        if _cap.on and _cap.mine():
             _report(INDEX_PUT, res, (g,), lambda a: _scatter_add(a, idx, in_shape), (idx,))
         return res
     return record(INDEX_PUT, res, (g,), (idx,))
@@ -367,7 +367,8 @@ def getitem(x, index):
     if all(i is None for i in idx):
         return _view_like(UNSQUEEZE, x, out)
     needs = _needs(x)
-    if not needs and not _cap.on:
+    tracing = _cap.on and _cap.mine()
+    if not needs and not tracing:
         return _wrap(out)
     advanced = any(isinstance(i, np.ndarray) and i.ndim >= 0 and i.dtype.kind in "iub" for i in idx)
     if advanced:
@@ -377,7 +378,7 @@ def getitem(x, index):
     else:
         spec = SLICE
     flat = None
-    if _cap.on:
+    if tracing:
         flat = _traced_index(x, index, idx, out, needs)
         if isinstance(flat, Tensor):  # the result, the whole indexing reported as one Python instruction
             return flat
@@ -520,7 +521,8 @@ def _join(spec, tensors, dim, out, stacked):
     dt = np.result_type(*[t._data.dtype for t in tensors])
     res = _wrap(out.astype(dt, copy=False))
     needs = _needs(*tensors)
-    if not needs and not _cap.on:
+    tracing = _cap.on and _cap.mine()
+    if not needs and not tracing:
         return res
     shape = out.shape
     outer = int(np.prod(shape[:dim], dtype=np.int64))
@@ -531,7 +533,7 @@ def _join(spec, tensors, dim, out, stacked):
         join = np.stack if stacked else np.concatenate
         _report(spec, res, tuple(tensors), lambda *arrays: join(arrays, axis=dim), iparams=ints)
         return res
-    if _cap.on and any(t._data.dtype != dt for t in tensors):
+    if tracing and any(t._data.dtype != dt for t in tensors):
         _cap.rec.stop(f"{spec.name} of tensors of several dtypes")  # the kernel reads one
     return record(spec, res, tuple(tensors), (), (), ints)
 
