@@ -565,11 +565,16 @@ def jax_sgd_run(jax, name):
     return Step(call)
 
 
+def graph_breaks(fn):
+    """(reason, where) of each graph break the signatures jitgrad.compile's `fn` recorded met."""
+    return [b for e in fn.cache.values() for b in getattr(e, "breaks", ())]
+
+
 def plan_note(fn):
     """Did jitgrad.compile's function `fn` replay plans, or run eagerly (graph breaks)?"""
     entries = list(fn.cache.values())
     plans = sum(type(e).__name__ == "_Entry" for e in entries)
-    breaks = [b for e in entries for b in getattr(e, "breaks", ())]
+    breaks = graph_breaks(fn)
     if not entries:
         return "not recorded"
     if not breaks:
