@@ -679,7 +679,8 @@ def check_compiled(jg, torch, jax):
             step = run(jg, wrap, n=n)
             res = []
             for _ in range(3):
-                step.leaves[0].grad = None
+                for t in step.leaves:
+                    t.grad = None
                 res += [step.call().item(), step.leaves[0].grad.item()]
             out[k] = res
         compare(f"{what} value and grad, jitgrad.compile vs eager jitgrad", out["compiled"], out["eager"], 1e-12)
