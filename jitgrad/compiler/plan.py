@@ -117,7 +117,7 @@ class Plan:
                 vals.extend((base + shift + offs[k], 1, self._shape(shape) if shape else 0, dt))
                 at, xs = scalars.setdefault(v.dtype, ([], []))
                 at.append(offs[k] // v.dtype.itemsize)
-                xs.append(v.src)
+                xs.append(np.asarray(v.src).reshape(-1)[0])  # a 0-d or a (1,) constant: its one value
                 continue
             if v.kind == EXT:
                 d = v.tensor._data

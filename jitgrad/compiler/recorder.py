@@ -32,6 +32,7 @@ from jitgrad._core.capture import state as _cap
 from jitgrad.graph.tensor import Tensor
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXAMPLES = os.path.join(_PACKAGE, "examples")  # user code, though it ships with jitgrad
 
 ARG, EXT, CONST, OP, GRAD = "arg", "ext", "const", "op", "grad"
 
@@ -74,7 +75,7 @@ def user_frame():
     f = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
-        if not name.startswith(_PACKAGE):
+        if not name.startswith(_PACKAGE) or name.startswith(_EXAMPLES):
             return Where(name, f.f_lineno)
         f = f.f_back
     return Where("?", 0)
