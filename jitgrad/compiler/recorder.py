@@ -46,8 +46,8 @@ class Value:
 
     def __init__(self, kind, shape, dtype, src=None, tensor=None):
         self.kind = kind        # ARG, EXT, CONST, OP or GRAD
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
+        self.shape = shape if type(shape) is tuple else tuple(shape)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.src = src          # ARG: index among the call's tensors; CONST: the array; GRAD: the parameter
         self.tensor = tensor    # OP, ARG: the tensor (kept alive while recording, so ids stay unique)
         self.ref = None         # EXT: a weak reference to the tensor
@@ -140,6 +140,9 @@ class Recorder:
         return self._new(EXT, t)
 
     def constant(self, x, dtype):
+        if type(x) is float and isinstance(dtype, np.dtype):  # an operand of nearly every scalar op
+            self.values.append(Value(CONST, (), dtype, x))
+            return len(self.values) - 1
         arr = np.asarray(x, dtype=dtype)
         return self._new(CONST, shape=arr.shape, dtype=arr.dtype, src=arr)
 
