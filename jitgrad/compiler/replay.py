@@ -206,14 +206,15 @@ def _backward(sched, plan, bp, tensors):
     # views of this call's own copy of it, which nothing rewrites
     out = bp.out if bp.fixed else bp.out.copy()
     has = (st[bp.sinks] & HAS).tolist()
-    for (row, p, arg, keep), (lo, hi, shape), h in zip(bp.leaves, bp.spans, has):
+    for (row, p, arg, keep), view, (lo, hi, shape), h in zip(bp.leaves, bp.views, bp.spans, has):
         if not h:
             continue
         if p is None:
             p = tensors[arg]
-        g = out[lo:hi].reshape(shape)
-        if arg is not None and out is bp.out:
-            g = g.copy()
+        if out is not bp.out:
+            g = out[lo:hi].reshape(shape)
+        else:  # the view _release_grads knows by identity
+            g = view if arg is None else view.copy()
         if p._grad is None:  # AccumulateGrad's first gradient
             p._grad = wrap(g)
         else:
