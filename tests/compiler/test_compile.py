@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 import pytest
-from compile_helpers import as_np, assert_plan, close, entries, plans
+from compile_helpers import as_np, assert_plan, breaks, close, entries, plans
 from conftest import gen_array
 
 import jitgrad
@@ -613,3 +613,32 @@ def test_random_numbers_drawn_in_a_step_are_fresh_every_call(rng):
         close(wc.grad, we.grad, msg=f"call {k}: .grad")
         outs.append(as_np(got[1]))
     assert not np.array_equal(outs[1] != 0, outs[2] != 0)  # different masks
+
+
+@pytest.mark.parametrize("what", ["argument", "argument_view", "parameter_view"])
+def test_returning_an_argument_or_a_view_of_one_aliases_as_eager(what):
+    """Eager returns the tensor itself (or a view of it): writes after the call show in it.
+    A replay would return a copy, so such a step runs eagerly."""
+    def make():
+        w = ten([1.0, 2.0, 3.0], rg=True)
+        opt = jitgrad.optim.SGD([w], lr=0.1)
+
+        def step(x):
+            loss = (w * x).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return {"argument": x, "argument_view": x.unsqueeze(0), "parameter_view": w.unsqueeze(0)}[what]
+        return w, step
+
+    (we, eager), (wc, step) = make(), make()
+    c = jitgrad.compile(step)
+    for k in range(3):
+        xe, xc = ten([1.0, 2.0, -1.0]), ten([1.0, 2.0, -1.0])
+        got, want = c(xc), eager(xe)
+        with jitgrad.no_grad():  # written after the call: the returned tensor sees it
+            for x, w in ((xe, we), (xc, wc)):
+                x.mul_(2.0)
+                w.add_(1.0)
+        close(got, want, msg=f"call {k}")
+    assert "returns an argument or a parameter" in breaks(c)[0][0]
