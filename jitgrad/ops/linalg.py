@@ -8,9 +8,9 @@ from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor
 from jitgrad.graph.tensor import wrap as _wrap
-from jitgrad.kernels.linalg import k_addmm, k_matmul, k_trace
-from jitgrad.ops._common import _needs, _operand_error
-from jitgrad.ops.reduce import sum_to
+from jitgrad.kernels.linalg import f_addmm, f_matmul, f_trace, k_addmm, k_matmul, k_trace
+from jitgrad.ops._common import _cap, _needs, _operand_error
+from jitgrad.ops.reduce import sum_to, traced_as
 from jitgrad.ops.shape import RESHAPE_ALIAS, _view_like, reshape, t, transpose, unsqueeze
 
 
@@ -55,6 +55,8 @@ def matmul(a, b):
         raise RuntimeError(str(e)) from None
     res = _wrap(out)
     if not _needs(a, b):
+        if _cap.on:
+            traced_as(spec, res, (a, b), (ad, bd), (), None, lambda x, y: np.asarray(np.matmul(x, y)))
         return res
     return record(spec, res, (a, b), (ad, bd))
 
@@ -88,7 +90,7 @@ def matmul_jvp(ci, tangents):
 # self, tensor; MvBackward0: self, vec). torch's bmm node is UnsafeViewBackward0 over a
 # BmmBackward0 it keeps the operands in, so there they are internal.
 MATMUL = structural("matmul", "MmBackward0", saves=("self", "mat2"), args=("self", "mat2"), rule=matmul_rule,
-                    kernel=k_matmul, forward=matmul, jvp=matmul_jvp)
+                    kernel=k_matmul, fwd_kernel=f_matmul, forward=matmul, jvp=matmul_jvp)
 DOT = alias("dot", MATMUL, "DotBackward0", saves=("self", "tensor"), args=("self", "tensor"))
 MV = alias("mv", MATMUL, "MvBackward0", saves=("self", "vec"), args=("self", "vec"))
 BMM = alias("bmm", MATMUL, "UnsafeViewBackward0", saves=("_self", "_mat2"), args=("_self", "_mat2"))
@@ -135,12 +137,27 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
     res = _wrap(prod)
     inputs = (a, b) if input is None else (input, a, b)
     if not _needs(*inputs):
+        if _cap.on:  # no backward reads the operands: saved as they are, untransposed
+            traced_as(spec, res, inputs, (ad, bd), (beta, alpha),
+                      spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=0, tb=0),
+                      lambda *arrays: _addmm_again(arrays, beta, alpha))
         return res
     packing = _packing[0] and _saved_hooks.stack  # packed values keep the operands as they are
     ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
     tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
     return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha),
                   spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb))
+
+
+def _addmm_again(arrays, beta, alpha):
+    """_mm_into's product on (input,) mat1, mat2 arrays: jitgrad.compile replays an
+    integer one in Python."""
+    prod = arrays[-2] @ arrays[-1]
+    if alpha != 1.0:
+        prod *= alpha
+    if len(arrays) == 3 and beta != 0.0:
+        prod += arrays[0] * beta if beta != 1.0 else arrays[0]
+    return prod
 
 
 def linear(input, weight, bias=None):
@@ -208,7 +225,7 @@ def addmm_jvp(ci, tangents):
 # contiguous base (linear's W.t()); fparams: beta, alpha
 ADDMM = structural("addmm", "AddmmBackward0", args=("self", "mat1", "mat2"), saves=("mat1", "mat2"),
                    saved_as={"mat1": _mm_operand, "mat2": _mm_operand}, rule=addmm_rule, kernel=k_addmm,
-                   iparams=("n", "k", "m", "ta", "tb"), fparams=("beta", "alpha"), forward=_mm_into,
+                   fwd_kernel=f_addmm, iparams=("n", "k", "m", "ta", "tb"), fparams=("beta", "alpha"), forward=_mm_into,
                    jvp=addmm_jvp)
 # x @ W.t() without a bias: addmm's kernel, no input; torch's node is MmBackward0 (self, mat2)
 LINEAR_MM = alias("linear_mm", ADDMM, "MmBackward0", args=("self", "mat2"), saves=("self", "mat2"),
@@ -243,6 +260,8 @@ def trace(x):
         raise RuntimeError("trace: expected a matrix, but got tensor with dim " + str(d.ndim))
     res = _wrap(np.asarray(np.trace(d), dtype=d.dtype if d.dtype.kind == "f" else np.int64))
     if not _needs(x):
+        if _cap.on:
+            traced_as(TRACE, res, (x,), (), (), None, lambda a: np.asarray(np.trace(a), dtype=np.int64))
         return res
     return record(TRACE, res, (x,))
 
@@ -254,5 +273,5 @@ def trace_rule(grad, ri):
     return (grad * _wrap(np.eye(rows, cols, dtype=grad._data.dtype)),)
 
 
-TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=k_trace, forward=trace,
+TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=k_trace, fwd_kernel=f_trace, forward=trace,
                    jvp=lambda ci, tangents: trace(tangents[0]))  # linear
