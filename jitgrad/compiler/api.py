@@ -14,6 +14,7 @@ pass a number that changes as an argument (a new value gives a new signature) or
 tensor.
 """
 import functools
+import gc
 import warnings
 
 from jitgrad._core import modes
@@ -114,6 +115,17 @@ class CompiledFunction:
         rec.fullgraph = self.fullgraph
         _tape.close_current_tape()  # the step's graph starts on a tape of its own
         floor = next(_tape._tape_ids)  # every tape the step makes has a larger id
+        # the recording makes several objects per op and keeps them: the cyclic GC, run
+        # every 700 allocations over an ever larger heap, would cost more than recording
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            return self._record_and_plan(rec, floor, key, args, kwargs, len(tensors))
+        finally:
+            if gc_was:
+                gc.enable()
+
+    def _record_and_plan(self, rec, floor, key, args, kwargs, n_tensors):
         _cap.rec = rec
         _cap.on = True
         try:
@@ -145,8 +157,8 @@ class CompiledFunction:
                 raise GraphBreak(f"jitgrad.compile(fullgraph=True): {reason} at {where}")
             self.cache[key] = _Eager(rec.breaks)
             return result
-        outputs = [("value", plan.arrays[k]) if kind == "value" else (kind, k) for kind, k in outputs]
-        self.cache[key] = _Entry(plan, outputs, out_spec, len(tensors))
+        outputs = [("value", plan.array(k)) if kind == "value" else (kind, k) for kind, k in outputs]
+        self.cache[key] = _Entry(plan, outputs, out_spec, n_tensors)
         return result
 
 

@@ -18,6 +18,8 @@ What a plan holds (the layout is _core/layout.py's FW / VW):
 Building a plan compiles nothing: the interpreter and the sweep are compiled once for
 every plan (kernels are generic over the plan; a plan is data).
 """
+import math
+
 import numpy as np
 
 from jitgrad._core.layout import (
@@ -41,10 +43,12 @@ from jitgrad._core.layout import (
 from jitgrad.compiler.recorder import ARG, CONST, EXT
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tape import _address
+from jitgrad.optim import _replay as _optim_replay
+from jitgrad.optim.optimizer import Optimizer
 
 ALIGN = 64
 
-FWD, BACKWARD, CALL, SETGRAD = range(4)
+FWD, BACKWARD, CALL, SETGRAD, STEP = range(5)
 
 
 class Unsupported(Exception):
@@ -54,7 +58,7 @@ class Unsupported(Exception):
 
 class BackwardPlan:
     __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "st0", "freed", "seed_rows",
-                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "shapes")
+                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "out", "views")
 
 
 class Plan:
@@ -65,41 +69,60 @@ class Plan:
         self.xs = [0]
         self._shape_ptr = {(): 0}
         # -- values: one arena for everything made in the step ---------------------------
+        # (64-byte aligned slices for arrays, item-aligned for one-element values: a scalar
+        # graph's values sit packed, as in the tape's inline columns)
         offs, total = [], 0
         for v in values:
+            if v.kind == EXT:
+                offs.append(0)
+                continue
+            nbytes = max(1, math.prod(v.shape)) * v.dtype.itemsize
+            align = ALIGN if nbytes >= ALIGN else 8
+            total = -(-total // align) * align
             offs.append(total)
-            if v.kind != EXT:
-                total += -(-max(1, int(np.prod(v.shape, dtype=np.int64))) * v.dtype.itemsize // ALIGN) * ALIGN
+            total += nbytes
         self.arena = np.zeros(max(total, ALIGN) + ALIGN, np.uint8)
         base = self.arena.ctypes.data
         shift = (-base) % ALIGN
-        self.vals = np.zeros(len(values) * VW, np.int64)
-        self.arrays = []      # per value: an ndarray over its data (EXT: the tensor's own array)
+        # (shape, dtype) per value: the plan keeps none of the recording's tensors alive
+        self._shift, self._offs = shift, offs
+        self._values = [(v.shape, v.dtype) for v in values]
+        vals = []
         self.args = []        # (arg index, array in the arena) copied in at each call
         self.ext = []         # (tensor, its array, requires_grad): guards
+        self._arrays = {}     # value id -> ndarray over its data, made when asked (array())
+        scalars = {}          # dtype -> ([element offsets], [values]) of one-element constants, written at once
         for k, v in enumerate(values):
-            n = int(np.prod(v.shape, dtype=np.int64))
-            if v.dtype not in VD_OF:
+            shape = v.shape
+            n = math.prod(shape)
+            dt = VD_OF.get(v.dtype)
+            if dt is None:
                 raise Unsupported(f"a tensor of dtype {v.dtype}")
-            self.vals[k * VW:(k + 1) * VW] = (0, n, self._shape(v.shape), VD_OF[v.dtype])
+            if v.kind == CONST and n == 1:
+                vals.extend((base + shift + offs[k], 1, self._shape(shape) if shape else 0, dt))
+                at, xs = scalars.setdefault(v.dtype, ([], []))
+                at.append(offs[k] // v.dtype.itemsize)
+                xs.append(v.src)
+                continue
             if v.kind == EXT:
                 d = v.tensor._data
                 if not isinstance(d, np.ndarray) or not d.flags.c_contiguous:
                     d = v.tensor._array()
                     if not d.flags.c_contiguous:
                         raise Unsupported("a parameter or captured tensor that is not contiguous")
-                self.vals[k * VW] = _address(d) if d.size else 0
+                vals.extend((_address(d) if d.size else 0, n, self._shape(v.shape), dt))
                 self.ext.append((v.tensor, d, v.tensor._requires_grad))
-                self.arrays.append(d)
+                self._arrays[k] = d
                 continue
-            start = shift + offs[k]
-            arr = self.arena[start:start + n * v.dtype.itemsize].view(v.dtype).reshape(v.shape)
-            self.vals[k * VW] = base + start
-            self.arrays.append(arr)
+            vals.extend((base + shift + offs[k], n, self._shape(v.shape), dt))
             if v.kind == CONST:
-                arr[...] = v.src
+                self.array(k, v)[...] = v.src
             elif v.kind == ARG:
-                self.args.append((v.src, arr))
+                self.args.append((v.src, self.array(k, v)))
+        self.vals = np.array(vals, np.int64)
+        for dtype, (at, xs) in scalars.items():
+            flat = self.arena[shift:shift + (len(self.arena) - shift) // dtype.itemsize * dtype.itemsize].view(dtype)
+            flat[np.array(at, np.int64)] = np.array(xs, dtype).reshape(-1)
         # -- the forward program --------------------------------------------------------------
         prog, fin, fp = [], [], []
         self.py = {}
@@ -113,7 +136,7 @@ class Plan:
             else:
                 outs = ins.outs
                 op = PY_OP
-                self.py[i] = (ins.pyfn, [self.arrays[k] for k in ins.ins], [self.arrays[k] for k in outs])
+                self.py[i] = (ins.pyfn, [self.array(k) for k in ins.ins], [self.array(k) for k in outs])
             ip = 0
             if ins.iparams:
                 ip = len(self.xs)
@@ -131,6 +154,7 @@ class Plan:
         self.names = [ins.name for ins in rec.instrs]
         # -- segments ---------------------------------------------------------------------------
         self.segments = []
+        self.grad_views = []  # (parameter, the view of a backward's output array its .grad may be)
         at = 0
         for kind, pos, payload in rec.events:
             if pos > at:
@@ -138,14 +162,28 @@ class Plan:
                 at = pos
             if kind == "backward":
                 self.segments.append((BACKWARD, self._backward(rec, payload, tape_floor)))
+            elif kind == "call" and payload[0] is Optimizer.step:
+                opt = payload[1][0]  # one compiled call per group when the gradients are where the plan put them
+                fast = _optim_replay.make(opt, {id(p): view for p, view in self.grad_views})
+                self.segments.append((STEP, opt, fast))
             elif kind == "call":
                 self.segments.append((CALL, payload[0], payload[1]))
             else:
                 t, k = payload
-                self.segments.append((SETGRAD, t, None if k is None else self.arrays[k]))
+                self.segments.append((SETGRAD, t, None if k is None else self.array(k)))
         if len(rec.instrs) > at:
             self.segments.append((FWD, at, len(rec.instrs)))
         self.modules = list(rec.modules.values())
+
+    def array(self, k, v=None):
+        """Value k's data as an ndarray of its shape (a view into the arena)."""
+        arr = self._arrays.get(k)
+        if arr is None:
+            shape, dtype = (v.shape, v.dtype) if v is not None else self._values[k]
+            start = self._shift + self._offs[k]
+            arr = self.arena[start:start + math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+            self._arrays[k] = arr
+        return arr
 
     def _shape(self, shape):
         shape = tuple(int(s) for s in shape)
@@ -193,7 +231,7 @@ class Plan:
                 ref = bp.slots[slot * SW + S_REF]
                 want = np.dtype(np.int64) if spec.index_saves[k] else self.dtype
                 val = rec.values[vid]
-                n_el = int(np.prod(val.shape, dtype=np.int64))
+                n_el = math.prod(val.shape)
                 if ref < 0:  # an inline one-element copy
                     if n_el != 1 or val.dtype != self.dtype:
                         raise Unsupported(f"{spec.name}: saved value {k} does not fit its slot")
@@ -228,13 +266,20 @@ class Plan:
         bp.seed = np.ones(numel, self.dtype)
         bp.seed_vid = gv
         if gv is not None and (rec.values[gv].dtype != self.dtype
-                               or int(np.prod(rec.values[gv].shape, dtype=np.int64)) != numel):
+                               or math.prod(rec.values[gv].shape) != numel):
             raise Unsupported("backward(gradient) of another dtype or size")
         bp.hi = root_row
         bp.dt = code
-        bp.leaves = [(row, p, None if k is None else self.arrays[k]) for row, p, k in leaves]
+        bp.leaves = [(row, p, None if k is None else self.array(k)) for row, p, k in leaves]
         bp.sinks = np.array([row for row, _, _ in leaves], np.int64)
-        bp.shapes = [tape.shape_at(hdr[row * HW + H_SHP]) for row, _, _ in leaves]
+        # the leaves' gradients land in one array of the plan's, at the same place every call
+        # (so a compiled optimizer step can read them by address); views of it become .grad
+        sizes = [int(hdr[row * HW + H_NUMEL]) for row, _, _ in leaves]
+        bp.out = np.zeros(sum(sizes), self.dtype)
+        ends = np.cumsum([0] + sizes)
+        bp.views = [bp.out[ends[i]:ends[i + 1]].reshape(tape.shape_at(hdr[row * HW + H_SHP]))
+                    for i, (row, _, _) in enumerate(leaves)]
+        self.grad_views.extend((p, view) for (_, p, _), view in zip(leaves, bp.views))
         return bp
 
 

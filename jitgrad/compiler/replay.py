@@ -10,7 +10,7 @@ zero_grad() is that same call. Nothing here loops over the ops of the step.
 import numpy as np
 
 from jitgrad._core.layout import HAS, SWEPT
-from jitgrad.compiler.plan import BACKWARD, CALL, FWD
+from jitgrad.compiler.plan import BACKWARD, CALL, FWD, STEP
 from jitgrad.engine.compiled import scheduler
 from jitgrad.engine.executor import accumulate_grad
 from jitgrad.graph.tensor import wrap
@@ -48,11 +48,16 @@ def run(plan, tensors):
                 lo = i + 1
         elif kind == BACKWARD:
             _backward(sched, plan, seg[1])
+        elif kind == STEP:
+            if seg[2] is None or not seg[2]():
+                seg[1].step()
         elif kind == CALL:
             seg[1](*seg[2])
         else:  # SETGRAD
             t, arr = seg[1], seg[2]
             t._grad = None if arr is None else wrap(arr.copy())
+    if plan.grad_views:
+        _release_grads(plan)
 
 
 def _run_python(plan, i):
@@ -68,15 +73,31 @@ def _run_python(plan, i):
 def _backward(sched, plan, bp):
     if bp.vdst.size:
         sched.copy_saved(bp.vdst, bp.vsrc, plan.vals, bp.v)
+    for (_, p, _), view in zip(bp.leaves, bp.views):
+        g = p._grad
+        if g is not None and g._data is view:  # a second backward in the step rewrites the buffer
+            p._grad = wrap(view.copy())
     st = bp.st0.copy()
-    seed = bp.seed if bp.seed_vid is None else plan.arrays[bp.seed_vid].reshape(-1)
-    status, row, out, offs = sched.backward(bp.hdr, bp.edges, bp.xs, bp.fp, bp.slots, bp.v, st, bp.freed.copy(),
-                                            bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt)
+    seed = bp.seed if bp.seed_vid is None else plan.array(bp.seed_vid).reshape(-1)
+    status, row = sched.backward_into(bp.hdr, bp.edges, bp.xs, bp.fp, bp.slots, bp.v, st, bp.freed.copy(),
+                                      bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt, bp.out)
     if status != SWEPT:
         raise RuntimeError(f"jitgrad.compile: the replayed backward stopped at row {row} (status {status})")
     for i, (row, p, keep) in enumerate(bp.leaves):
         if st[row] & HAS:
-            g = out[offs[i]:offs[i + 1]].reshape(bp.shapes[i])
-            accumulate_grad(p, wrap(g), False, owned=True, alone=True)
+            g = bp.views[i]
+            if p._grad is None:  # AccumulateGrad's first gradient: the plan's buffer (see _release_grads)
+                p._grad = wrap(g)
+            else:
+                accumulate_grad(p, wrap(g), False, alone=True)
             if keep is not None:  # ops later in the step read this .grad
                 np.copyto(keep, p._grad._data)
+
+
+def _release_grads(plan):
+    """A .grad still on the plan's buffer when the step returns is handed over as a copy:
+    the next replay rewrites the buffer, and eager would have made a new tensor."""
+    for p, view in plan.grad_views:
+        g = p._grad
+        if g is not None and g._data is view:
+            p._grad = wrap(view.copy())
