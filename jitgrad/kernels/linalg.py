@@ -193,18 +193,22 @@ def f_matmul(i, prog, fin, vals, xs, fp, like):
 @jit
 def f_addmm(i, prog, fin, vals, xs, fp, like):
     """addmm / linear: out = alpha * (A @ B), plus beta * input (broadcast) when there is
-    one, in eager's order. A saved operand flagged transposed (ta / tb) is, when the kernel
-    makes it, the contiguous transpose of its input, which the backward reads that way."""
+    one, in eager's order. An operand flagged transposed (ta / tb) is saved as the
+    contiguous base of its transpose, which the backward reads: when that is the input
+    itself (linear's weight), the gemm reads it transposed; otherwise the kernel makes it."""
     p = ip(prog, i)
     n, k, m, ta, tb = xs[p + 1], xs[p + 2], xs[p + 3], xs[p + 4], xs[p + 5]
     q = fpp(prog, i)
     beta, alpha = fp[q], fp[q + 1]
     nins = nin(prog, i)
-    a = val(vals, arg(prog, fin, i, nins - 2), like).reshape((n, k))
-    bm = val(vals, arg(prog, fin, i, nins - 1), like).reshape((k, m))
+    a = val(vals, arg(prog, fin, i, nins - 2), like)
+    bm = val(vals, arg(prog, fin, i, nins - 1), like)
+    a_base = ta and not made(prog, i, 0)
+    b_base = tb and not made(prog, i, 1)
     o = res(prog, fin, i, 0)
     out = val(vals, o, like)
-    gemm(a, False, bm, False, out.reshape((n, m)), 0.0)
+    gemm(a.reshape((k, n)) if a_base else a.reshape((n, k)), a_base,
+         bm.reshape((m, k)) if b_base else bm.reshape((k, m)), b_base, out.reshape((n, m)), 0.0)
     if alpha != 1.0:
         for j in range(out.size):
             out[j] *= alpha
@@ -218,10 +222,10 @@ def f_addmm(i, prog, fin, vals, xs, fp, like):
         else:
             for j in range(out.size):
                 out[j] += xv[bidx(mode, mm, mp, j)] * beta
-    if ta and made(prog, i, 0):
-        val(vals, res(prog, fin, i, 1), like).reshape((k, n))[:] = a.T
-    if tb and made(prog, i, 1):
-        val(vals, res(prog, fin, i, 2), like).reshape((m, k))[:] = bm.T
+    if ta and not a_base:
+        val(vals, res(prog, fin, i, 1), like).reshape((k, n))[:] = a.reshape((n, k)).T
+    if tb and not b_base:
+        val(vals, res(prog, fin, i, 2), like).reshape((m, k))[:] = bm.reshape((k, m)).T
 
 
 @jit

@@ -113,10 +113,10 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     return _mm_into(ADDMM, input, mat1, mat2, float(beta), float(alpha))
 
 
-def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
+def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
     """The addmm primitive (and linear's bias-free mm when input is None). A transposed
     operand, such as linear's W.t(), is saved as its contiguous base, flagged, instead of
-    being copied into a contiguous transpose."""
+    being copied into a contiguous transpose. weight: linear's, when b is weight.t()."""
     ad, bd = a._data, b._data
     if ad.shape[1] != bd.shape[0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({ad.shape[0]}x{ad.shape[1]} and "
@@ -137,16 +137,43 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
     res = _wrap(prod)
     inputs = (a, b) if input is None else (input, a, b)
     if not _needs(*inputs):
-        if _cap.on:  # no backward reads the operands: saved as they are, untransposed
-            traced_as(spec, res, inputs, (ad, bd), (beta, alpha),
-                      spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=0, tb=0),
-                      lambda *arrays: _addmm_again(arrays, beta, alpha))
+        if _cap.on:
+            _traced_mm(spec, res, inputs, beta, alpha, weight)
         return res
     packing = _packing[0] and _saved_hooks.stack  # packed values keep the operands as they are
     ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
     tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
-    return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha),
-                  spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb))
+    saved = (ad.T if ta else ad, bd.T if tb else bd)
+    ints = spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb)
+    if _cap.on and tb and weight is not None:
+        _cap.on = False  # reported by _linear_instr, not by record()
+        try:
+            res = record(spec, res, inputs, saved, (beta, alpha), ints)
+        finally:
+            _cap.on = True
+        return _linear_instr(spec, res, inputs, saved[0], (beta, alpha), ints, weight)
+    return record(spec, res, inputs, saved, (beta, alpha), ints)
+
+
+def _traced_mm(spec, res, inputs, beta, alpha, weight):
+    """An addmm not recorded for grad, to jitgrad.compile: no backward reads its operands,
+    so they are saved as they are (untransposed), but for linear's contiguous weight (see
+    _linear_instr)."""
+    ad, bd = inputs[-2]._data, inputs[-1]._data
+    n, k, m = ad.shape[0], ad.shape[1], bd.shape[1]
+    if weight is not None and res._data.dtype.kind == "f" and weight._data.flags.c_contiguous:
+        _linear_instr(spec, res, inputs, ad, (beta, alpha), spec.pack_ints(n=n, k=k, m=m, ta=0, tb=1), weight)
+    else:
+        traced_as(spec, res, inputs, (ad, bd), (beta, alpha), spec.pack_ints(n=n, k=k, m=m, ta=0, tb=0),
+                  lambda *arrays: _addmm_again(arrays, beta, alpha))
+
+
+def _linear_instr(spec, res, inputs, saved_a, fparams, ints, weight):
+    """Report linear's x @ W.t() (+ bias) to jitgrad.compile as reading the weight itself,
+    the contiguous base of W.t() (tb), which the backward reads too: the forward kernel's
+    gemm reads it transposed, so the instruction needs no contiguous copy of W.t()."""
+    _cap.rec.struct(spec, res, inputs[:-1] + (weight,), (saved_a, weight._data), fparams, ints)
+    return res
 
 
 def _addmm_again(arrays, beta, alpha):
@@ -168,11 +195,11 @@ def linear(input, weight, bias=None):
     x = input._data
     spec = LINEAR_MM if bias is None else ADDMM
     if x.ndim == 2:
-        return _mm_into(spec, bias, input, wt)
+        return _mm_into(spec, bias, input, wt, weight=weight)
     if x.ndim == 0 or x.shape[-1] != wt._data.shape[0] or (bias is None and x.ndim == 1):
         out = matmul(input, wt)  # and matmul raises torch's error for bad shapes
         return out if bias is None else out + bias
-    out = _mm_into(spec, bias, reshape(input, (-1, x.shape[-1])), wt)
+    out = _mm_into(spec, bias, reshape(input, (-1, x.shape[-1])), wt, weight=weight)
     shape = x.shape[:-1] + (wt._data.shape[1],)
     return reshape(out, shape) if bias is not None else _view_like(RESHAPE_ALIAS, out, out._data.reshape(shape))
 
