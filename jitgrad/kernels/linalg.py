@@ -216,12 +216,13 @@ def f_addmm(i, prog, fin, vals, xs, fp, like):
         x = arg(prog, fin, i, 0)
         xv = val(vals, x, like)
         mode, mm, mp = bcast_plan(xs, shp(vals, o), shp(vals, x))
-        if beta == 1.0:
-            for j in range(out.size):
-                out[j] += xv[bidx(mode, mm, mp, j)]
+        if mode == 2 and beta == 1.0:  # a bias row (linear): a plain inner loop, which vectorises
+            for r in range(out.size // mm):
+                for c in range(mm):
+                    out[r * mm + c] += xv[c]
         else:
             for j in range(out.size):
-                out[j] += xv[bidx(mode, mm, mp, j)] * beta
+                out[j] += xv[bidx(mode, mm, mp, j)] * beta if beta != 1.0 else xv[bidx(mode, mm, mp, j)]
     if ta and not a_base:
         val(vals, res(prog, fin, i, 1), like).reshape((k, n))[:] = a.reshape((n, k)).T
     if tb and not b_base:

@@ -184,8 +184,7 @@ def _extremum_dim(spec, argfn, x, dim, keepdim, rtype):
     d = x._data
     dim = _wrap_dim(dim, d.ndim)
     shape = d.shape if d.ndim else (1,)
-    ints = spec.pack_ints(pre=np.prod(shape[:dim], dtype=np.int64), n=shape[dim],
-                          post=np.prod(shape[dim + 1:], dtype=np.int64))
+    ints = spec.pack_ints(pre=math.prod(shape[:dim]), n=shape[dim], post=math.prod(shape[dim + 1:]))
     out_shape = d.shape[:dim] + ((1,) if keepdim and d.ndim else ()) + d.shape[dim + 1:]
     values, indices, flat = _extreme_along(argfn, d, ints, out_shape)
     values, indices = _wrap(values), _wrap(indices)
