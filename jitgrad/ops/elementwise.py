@@ -426,13 +426,13 @@ def _cmp(npfn):
     return op
 
 
-def _unary_logic(npfn):
+def _unary_logic(npfn, name):
     def op(x):
         res = _wrap(npfn(x._data))
         if _cap.on:
             _trace_numpy(npfn, (x,), res)
         return res
-    op.__name__ = op.__qualname__ = npfn.__name__
+    op.__name__ = op.__qualname__ = name
     return op
 
 
@@ -460,10 +460,10 @@ bitwise_or = _cmp(np.bitwise_or)
 bitwise_xor = _cmp(np.bitwise_xor)
 
 
-logical_not = _unary_logic(np.logical_not)
-bitwise_not = _unary_logic(np.invert)
-isnan = _unary_logic(np.isnan)
-isfinite = _unary_logic(np.isfinite)
+logical_not = _unary_logic(np.logical_not, "logical_not")
+bitwise_not = _unary_logic(np.invert, "bitwise_not")
+isnan = _unary_logic(np.isnan, "isnan")
+isfinite = _unary_logic(np.isfinite, "isfinite")
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):

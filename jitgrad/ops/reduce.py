@@ -46,7 +46,7 @@ def _reduce(spec_all, spec_dim, x, dim, keepdim, out, scale):
     if not _needs(x):
         if _cap.on:  # jitgrad.compile traces the op without grad too
             traced_as(spec, res, (x,), (), (scale,), spec.pack_ints(rest=_kd_shape(x._data.shape, dims)),
-                      lambda d: np.asarray(d.sum(axis=dims, keepdims=keepdim), np.int64))
+                      lambda d: np.asarray(d.sum(axis=dims, keepdims=keepdim), out.dtype))
         return res
     kd = _kd_shape(x._data.shape, dims)
     return record(spec, res, (x,), (), (scale,), spec.pack_ints(rest=kd))
@@ -113,12 +113,12 @@ def _extremum(spec, npfn, x, dim, keepdim):
         raise RuntimeError(f"{spec.name}(): Expected reduction dim to be specified for input.numel() == 0.")
     out = np.asarray(npfn(x._data, axis=dims, keepdims=keepdim))
     res = _wrap(out)
-    kd = _kd_shape(x._data.shape, dims)
     if not _needs(x):
         if _cap.on:
-            traced_as(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=kd),
+            traced_as(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=_kd_shape(x._data.shape, dims)),
                       lambda d: np.asarray(npfn(d, axis=dims, keepdims=keepdim)))
         return res
+    kd = _kd_shape(x._data.shape, dims)
     return record(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=kd))
 
 
@@ -257,13 +257,13 @@ def prod(x, dim=None, keepdim=False, dtype=None):
     dims = _dims(x, dim)
     out = np.asarray(x._data.prod(axis=dims, keepdims=keepdim))
     res = _wrap(out)
-    kd = _kd_shape(x._data.shape, dims)
     spec = PROD_ALL if dim is None else PROD
     if not _needs(x):
         if _cap.on:
-            traced_as(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=kd),
+            traced_as(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=_kd_shape(x._data.shape, dims)),
                       lambda d: np.asarray(d.prod(axis=dims, keepdims=keepdim)))
         return res
+    kd = _kd_shape(x._data.shape, dims)
     return record(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=kd))
 
 
