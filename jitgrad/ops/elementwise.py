@@ -429,7 +429,7 @@ def _cmp(npfn):
             res = _wrap(np.asarray(npfn(ad, bd)))
         except ValueError:
             raise _broadcast_error(np.shape(ad), np.shape(bd)) from None
-        if _cap.on:
+        if _cap.on and _cap.mine():
             _trace_numpy(npfn, (a, b), res)
         return res
     return op
@@ -438,7 +438,7 @@ def _cmp(npfn):
 def _unary_logic(npfn, name):
     def op(x):
         res = _wrap(npfn(x._data))
-        if _cap.on:
+        if _cap.on and _cap.mine():
             _trace_numpy(npfn, (x,), res)
         return res
     op.__name__ = op.__qualname__ = name
@@ -476,13 +476,13 @@ isfinite = _unary_logic(np.isfinite, "isfinite")
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    if _cap.on:
+    if _cap.on and _cap.mine():
         _cap.rec.stop("allclose() (a Python bool computed from tensor data)")
     return bool(np.allclose(a._data, b._data, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def equal(a, b):
-    if _cap.on:
+    if _cap.on and _cap.mine():
         _cap.rec.stop("equal() (a Python bool computed from tensor data)")
     return a._data.shape == b._data.shape and bool((a._data == b._data).all())
 
@@ -494,7 +494,7 @@ def to_dtype(x, dtype):
     ints = [x._data.dtype.num]
     if dtype.is_floating_point and _needs(x):
         return record(TO_COPY, res, (x,), (), (), ints)
-    if _cap.on:  # jitgrad.compile: a cast to a float dtype is compiled; to an int or bool, numpy
+    if _cap.on and _cap.mine():  # jitgrad.compile: a cast to a float dtype is compiled; to an int or bool, numpy
         if dtype.is_floating_point:
             traced(TO_COPY, res, (x,), (), (), ints)
         else:

@@ -55,7 +55,7 @@ def matmul(a, b):
         raise RuntimeError(str(e)) from None
     res = _wrap(out)
     if not _needs(a, b):
-        if _cap.on:
+        if _cap.on and _cap.mine():
             traced_as(spec, res, (a, b), (ad, bd), (), None, lambda x, y: np.asarray(np.matmul(x, y)))
         return res
     return record(spec, res, (a, b), (ad, bd))
@@ -137,7 +137,7 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
     res = _wrap(prod)
     inputs = (a, b) if input is None else (input, a, b)
     if not _needs(*inputs):
-        if _cap.on:
+        if _cap.on and _cap.mine():
             _traced_mm(spec, res, inputs, beta, alpha, weight)
         return res
     packing = _packing[0] and _saved_hooks.stack  # packed values keep the operands as they are
@@ -145,7 +145,7 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
     tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
     saved = (ad.T if ta else ad, bd.T if tb else bd)
     ints = spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb)
-    if _cap.on and tb and weight is not None:
+    if _cap.on and tb and weight is not None and _cap.mine():
         _cap.on = False  # reported by _linear_instr, not by record()
         try:
             res = record(spec, res, inputs, saved, (beta, alpha), ints)
@@ -287,7 +287,7 @@ def trace(x):
         raise RuntimeError("trace: expected a matrix, but got tensor with dim " + str(d.ndim))
     res = _wrap(np.asarray(np.trace(d), dtype=d.dtype if d.dtype.kind == "f" else np.int64))
     if not _needs(x):
-        if _cap.on:
+        if _cap.on and _cap.mine():
             traced_as(TRACE, res, (x,), (), (), None, lambda a: np.asarray(np.trace(a), dtype=np.int64))
         return res
     return record(TRACE, res, (x,))

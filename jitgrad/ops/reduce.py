@@ -44,7 +44,7 @@ def _reduce(spec_all, spec_dim, x, dim, keepdim, out, scale):
     res = _wrap(out)
     spec = spec_all if dim is None else spec_dim
     if not _needs(x):
-        if _cap.on:  # jitgrad.compile traces the op without grad too
+        if _cap.on and _cap.mine():  # jitgrad.compile traces the op without grad too
             traced_as(spec, res, (x,), (), (scale,), spec.pack_ints(rest=_kd_shape(x._data.shape, dims)),
                       lambda d: np.asarray(d.sum(axis=dims, keepdims=keepdim), out.dtype))
         return res
@@ -114,7 +114,7 @@ def _extremum(spec, npfn, x, dim, keepdim):
     out = np.asarray(npfn(x._data, axis=dims, keepdims=keepdim))
     res = _wrap(out)
     if not _needs(x):
-        if _cap.on:
+        if _cap.on and _cap.mine():
             traced_as(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=_kd_shape(x._data.shape, dims)),
                       lambda d: np.asarray(npfn(d, axis=dims, keepdims=keepdim)))
         return res
@@ -188,7 +188,7 @@ def _extremum_dim(spec, argfn, x, dim, keepdim, rtype):
     out_shape = d.shape[:dim] + ((1,) if keepdim and d.ndim else ()) + d.shape[dim + 1:]
     values, indices, flat = _extreme_along(argfn, d, ints, out_shape)
     values, indices = _wrap(values), _wrap(indices)
-    if not _cap.on:
+    if not (_cap.on and _cap.mine()):
         return rtype(_record_dim(spec, values, x, flat, ints), indices)
     # jitgrad.compile: report the op with its extra output (record() knows of none)
     _cap.on = False
@@ -246,7 +246,7 @@ def argmin(x, dim=None, keepdim=False):
 
 def _arg_all(argfn, x):
     res = _wrap(np.asarray(argfn(x._data), dtype=np.int64))
-    if _cap.on:  # not differentiable, and an int64 result: jitgrad.compile replays it in Python
+    if _cap.on and _cap.mine():  # not differentiable, and an int64 result: jitgrad.compile replays it in Python
         _cap.rec.python(lambda d: (np.asarray(argfn(d), dtype=np.int64),), (x,), (res,), argfn.__name__)
     return res
 
@@ -259,7 +259,7 @@ def prod(x, dim=None, keepdim=False, dtype=None):
     res = _wrap(out)
     spec = PROD_ALL if dim is None else PROD
     if not _needs(x):
-        if _cap.on:
+        if _cap.on and _cap.mine():
             traced_as(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=_kd_shape(x._data.shape, dims)),
                       lambda d: np.asarray(d.prod(axis=dims, keepdims=keepdim)))
         return res
