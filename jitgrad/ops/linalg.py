@@ -9,7 +9,7 @@ from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.linalg import f_addmm, f_matmul, f_trace, k_addmm, k_matmul, k_trace
-from jitgrad.ops._common import _cap, _needs, _operand_error
+from jitgrad.ops._common import _cap, _needs, _operand_error, traced
 from jitgrad.ops.reduce import sum_to, traced_as
 from jitgrad.ops.shape import RESHAPE_ALIAS, _view_like, reshape, t, transpose, unsqueeze
 
@@ -140,40 +140,51 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
         if _cap.on and _cap.mine():
             _traced_mm(spec, res, inputs, beta, alpha, weight)
         return res
+    if weight is not None and _cap.on and _cap.mine():
+        return _recorded_linear(spec, res, inputs, beta, alpha, weight)
     packing = _packing[0] and _saved_hooks.stack  # packed values keep the operands as they are
+    ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
+    tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
+    return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha),
+                  spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb))
+
+
+# jitgrad.compile and linear's x @ W.t(): the backward reads W.t() as its contiguous base,
+# the weight itself (tb). The instruction is reported reading the weight too, which its
+# forward kernel's gemm reads transposed: the replay then copies no transpose of it (on a
+# 784 x 512 weight a transposed copy costs about what the forward's product does).
+def _recorded_linear(spec, res, inputs, beta, alpha, weight):
+    """_mm_into's recording of linear while jitgrad.compile records: the row as _mm_into
+    makes it; the instruction reads the weight when the row saves it (tb)."""
+    ad, bd = inputs[-2]._data, inputs[-1]._data
+    packing = _packing[0] and _saved_hooks.stack
     ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
     tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
     saved = (ad.T if ta else ad, bd.T if tb else bd)
     ints = spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb)
-    if _cap.on and tb and weight is not None and _cap.mine():
-        _cap.on = False  # reported by _linear_instr, not by record()
-        try:
-            res = record(spec, res, inputs, saved, (beta, alpha), ints)
-        finally:
-            _cap.on = True
-        return _linear_instr(spec, res, inputs, saved[0], (beta, alpha), ints, weight)
-    return record(spec, res, inputs, saved, (beta, alpha), ints)
+    _cap.on = False  # reported below, not by record()
+    try:
+        res = record(spec, res, inputs, saved, (beta, alpha), ints)
+    finally:
+        _cap.on = True
+    if tb:
+        _cap.rec.struct(spec, res, inputs[:-1] + (weight,), (saved[0], weight._data), (beta, alpha), ints)
+    else:
+        _cap.rec.struct(spec, res, inputs, saved, (beta, alpha), ints)
+    return res
 
 
 def _traced_mm(spec, res, inputs, beta, alpha, weight):
     """An addmm not recorded for grad, to jitgrad.compile: no backward reads its operands,
-    so they are saved as they are (untransposed), but for linear's contiguous weight (see
-    _linear_instr)."""
+    so they are saved as they are (untransposed), but for linear's contiguous weight."""
     ad, bd = inputs[-2]._data, inputs[-1]._data
     n, k, m = ad.shape[0], ad.shape[1], bd.shape[1]
     if weight is not None and res._data.dtype.kind == "f" and weight._data.flags.c_contiguous:
-        _linear_instr(spec, res, inputs, ad, (beta, alpha), spec.pack_ints(n=n, k=k, m=m, ta=0, tb=1), weight)
+        traced(spec, res, inputs[:-1] + (weight,), (ad, weight._data), (beta, alpha),
+               spec.pack_ints(n=n, k=k, m=m, ta=0, tb=1))
     else:
         traced_as(spec, res, inputs, (ad, bd), (beta, alpha), spec.pack_ints(n=n, k=k, m=m, ta=0, tb=0),
                   lambda *arrays: _addmm_again(arrays, beta, alpha))
-
-
-def _linear_instr(spec, res, inputs, saved_a, fparams, ints, weight):
-    """Report linear's x @ W.t() (+ bias) to jitgrad.compile as reading the weight itself,
-    the contiguous base of W.t() (tb), which the backward reads too: the forward kernel's
-    gemm reads it transposed, so the instruction needs no contiguous copy of W.t()."""
-    _cap.rec.struct(spec, res, inputs[:-1] + (weight,), (saved_a, weight._data), fparams, ints)
-    return res
 
 
 def _addmm_again(arrays, beta, alpha):
