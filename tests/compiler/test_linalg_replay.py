@@ -87,7 +87,7 @@ def _step(case, ws, grad):
         if not grad:
             loss = loss * sum((w * w).sum() for w in ws)
         loss.backward()
-        return (loss.detach(),) + others
+        return (loss,) + others
     return step
 
 
@@ -106,7 +106,7 @@ def _run(case, dtype, grad, rng, calls=4):
         assert len(got) == len(want)
         for g, e in zip(got, want):
             assert g.dtype == e.dtype and g.shape == e.shape, (g, e)
-            np.testing.assert_allclose(g.numpy(), e.numpy(), **_tol(dtype))
+            np.testing.assert_allclose(g.detach().numpy(), e.detach().numpy(), **_tol(dtype))
         for a, b in zip(wc, we):  # a w that reaches the loss only through a comparison gets none
             assert (a.grad is None) == (b.grad is None)
             if b.grad is not None:
@@ -168,7 +168,7 @@ def test_prod_with_zeros_replays_its_backward(rng):
         def step(x):
             loss = (x * p).prod(1).sum() + (x * p).prod()
             loss.backward()
-            return loss.detach()
+            return loss
         return step
 
     compiled, eager = jitgrad.compile(make(w)), make(we)
@@ -177,7 +177,8 @@ def test_prod_with_zeros_replays_its_backward(rng):
         for ij in zeros:
             x0[ij] = 0.0
         w.grad = we.grad = None
-        np.testing.assert_allclose(compiled(jitgrad.tensor(x0)).numpy(), eager(jitgrad.tensor(x0)).numpy(), rtol=1e-12)
+        np.testing.assert_allclose(compiled(jitgrad.tensor(x0)).detach().numpy(),
+                                   eager(jitgrad.tensor(x0)).detach().numpy(), rtol=1e-12)
         np.testing.assert_allclose(w.grad.numpy(), we.grad.numpy(), rtol=1e-12)
     assert type(next(iter(compiled.cache.values()))) is _Entry
 
@@ -194,14 +195,14 @@ def test_float_inputs_cast_to_the_model_dtype(dtype, rng):
         def step(x):
             loss = (x.to(getattr(jitgrad, dtype)) @ p).sum()
             loss.backward()
-            return loss.detach()
+            return loss
         return step
 
     compiled, eager = jitgrad.compile(make(w)), make(we)
     for _ in range(3):
         x = _tensor(rng.standard_normal((2, 4)), other)
         w.grad = we.grad = None
-        np.testing.assert_allclose(compiled(x).numpy(), eager(x).numpy(), **_tol(dtype))
+        np.testing.assert_allclose(compiled(x).detach().numpy(), eager(x).detach().numpy(), **_tol(dtype))
         np.testing.assert_allclose(w.grad.numpy(), we.grad.numpy(), **_tol(dtype))
     (entry,) = compiled.cache.values()
     assert type(entry) is _Entry and "to_copy" in entry.plan.names
@@ -217,14 +218,14 @@ def test_cast_recorded_for_grad_between_float_dtypes_runs_eagerly(rng):
         def step(x):
             loss = ((p.double() * x) ** 2).sum()
             loss.backward()
-            return loss.detach()
+            return loss
         return step
 
     compiled, eager = jitgrad.compile(make(w)), make(we)
     for _ in range(2):
         x = _tensor(rng.standard_normal(3), "float64")
         w.grad = we.grad = None
-        np.testing.assert_allclose(compiled(x).numpy(), eager(x).numpy(), rtol=1e-12)
+        np.testing.assert_allclose(compiled(x).detach().numpy(), eager(x).detach().numpy(), rtol=1e-12)
         np.testing.assert_allclose(w.grad.numpy(), we.grad.numpy(), rtol=1e-6)
     (entry,) = compiled.cache.values()
     assert type(entry) is _Eager
