@@ -65,15 +65,18 @@ CASES = [
     Case("trace", [(3, 4)], lambda h: h.trace() * h, ["trace"]),
     Case("to_copy", [(3, 4)], lambda h: h * (h > 0.2).to(h.dtype) + h.long().to(h.dtype) * h, ["to_copy"]),
     Case("comparisons", [(3, 4), (3, 4)],
-         lambda a, b: (a * (a >= b).to(a.dtype), a > 0, a < b, a <= 0.5, a == a, a != b, 0.1 < a), ["to_copy"]),
+         lambda a, b: (a * (a >= b).to(a.dtype), a > 0, a < b, a <= 0.5, a == a, a != b, 0.1 < a),
+         ["to_copy", "greater_equal", "greater", "less", "less_equal", "equal", "not_equal"]),
     Case("logic", [(3, 4), (3, 4)],
          lambda a, b: (a * 1.0, (a > 0) & (b > 0), (a > 0) | (b < 0), (a > 0) ^ (b > 0), ~(a > 0),
                        jitgrad.logical_and(a > 0, b > 0), jitgrad.logical_or(a > 0, b > 0),
-                       jitgrad.logical_not(a > 0), jitgrad.isnan(a), jitgrad.isfinite(b / a)), []),
+                       jitgrad.logical_not(a > 0), jitgrad.isnan(a), jitgrad.isfinite(b / a)),
+         ["bitwise_and", "bitwise_or", "bitwise_xor", "invert", "logical_and", "logical_or", "logical_not", "isnan",
+          "isfinite"]),
     Case("integer_results", [(3, 3)],
          lambda h: (h * 1.0, (h > 0).sum(), (h > 0).sum(0), h.long(), (h * 3.0).long().amax(0),
                     (h * 3.0).long().max(1).values, (h * 3.0).long() @ (h * 2.0).long(), (h * 3.0).long().trace(),
-                    (h * 3.0).long().prod()), []),
+                    (h * 3.0).long().prod()), ["sum_all", "sum", "amax", "max_dim", "matmul", "trace", "prod_all"]),
 ]
 
 
