@@ -66,8 +66,8 @@ class Unsupported(Exception):
 
 class BackwardPlan:
     __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "st0", "freed", "seed_rows",
-                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "out", "views", "ext_slots",
-                 "arena_slots")
+                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "out", "views", "spans", "fixed",
+                 "ext_slots", "arena_slots")
 
 
 class GraphPlan:
@@ -84,63 +84,70 @@ class Plan:
         self._shape_ptr = {(): 0}
         # -- values: one arena for everything made in the step ---------------------------
         # (64-byte aligned slices for arrays, item-aligned for one-element values: a scalar
-        # graph's values sit packed, as in the tape's inline columns)
-        offs, total = [], 0
-        for v in values:
-            if v.kind == EXT:
-                offs.append(0)
+        # graph's values sit packed, as in the tape's inline columns). One pass; what depends
+        # only on a value's shape and dtype is worked out once per pair.
+        meta = {}
+        offs, vals, total = [], [], 0
+        scalars = {}          # dtype -> ([element offsets], [values]) of one-element constants, written at once
+        consts, args, exts = [], [], []
+        for k, v in enumerate(values):
+            m = meta.get((v.shape, v.dtype))
+            if m is None:
+                dt = VD_OF.get(v.dtype)
+                if dt is None:
+                    raise Unsupported(f"a tensor of dtype {v.dtype}")
+                n = math.prod(v.shape)
+                nbytes = max(1, n) * v.dtype.itemsize
+                m = meta[v.shape, v.dtype] = (n, nbytes, ALIGN if nbytes >= ALIGN else 8, self._shape(v.shape), dt)
+            n, nbytes, align, sp, dt = m
+            kind = v.kind
+            if kind == EXT:
+                offs.append(-1)
+                vals.extend((0, n, sp, dt))
+                exts.append(k)
                 continue
-            nbytes = max(1, math.prod(v.shape)) * v.dtype.itemsize
-            align = ALIGN if nbytes >= ALIGN else 8
             total = -(-total // align) * align
             offs.append(total)
+            vals.extend((total, n, sp, dt))
             total += nbytes
+            if kind == CONST:
+                if n == 1:
+                    at, xs = scalars.setdefault(v.dtype, ([], []))
+                    at.append(total - nbytes)
+                    xs.append(np.asarray(v.src).reshape(-1)[0])  # a 0-d or a (1,) constant: its one value
+                else:
+                    consts.append((k, v.src))
+            elif kind == ARG:
+                args.append((v.src, k))
         self.arena = np.zeros(max(total, ALIGN) + ALIGN, np.uint8)
         base = self.arena.ctypes.data
         shift = (-base) % ALIGN
+        self.vals = np.array(vals, np.int64)
+        offs = np.array(offs, np.int64)
+        self._in_arena = np.flatnonzero(offs >= 0) * VW
+        self.vals[self._in_arena] += base + shift
         # (shape, dtype) per value: the plan keeps none of the recording's tensors alive
         self._shift, self._offs = shift, offs
         self._values = [(v.shape, v.dtype, v.kind == EXT) for v in values]
-        vals = []
-        self.args = []        # (arg index, array in the arena) copied in at each call
-        self.ext = []         # (tensor, its array, requires_grad): guards
         self._arrays = {}     # value id -> ndarray over its data, made when asked (array())
-        self._consts, self._arg_vids = [], []  # what a new arena (rebase) is filled with / bound to
-        scalars = {}          # dtype -> ([element offsets], [values]) of one-element constants, written at once
-        for k, v in enumerate(values):
-            shape = v.shape
-            n = math.prod(shape)
-            dt = VD_OF.get(v.dtype)
-            if dt is None:
-                raise Unsupported(f"a tensor of dtype {v.dtype}")
-            if v.kind == CONST and n == 1:
-                vals.extend((base + shift + offs[k], 1, self._shape(shape) if shape else 0, dt))
-                at, xs = scalars.setdefault(v.dtype, ([], []))
-                at.append(offs[k] // v.dtype.itemsize)
-                xs.append(v.src)
-                continue
-            if v.kind == EXT:
-                d = v.tensor._data
-                if not isinstance(d, np.ndarray) or not d.flags.c_contiguous:
-                    d = v.tensor._array()
-                    if not d.flags.c_contiguous:
-                        raise Unsupported("a parameter or captured tensor that is not contiguous")
-                vals.extend((_address(d) if d.size else 0, n, self._shape(v.shape), dt))
-                self.ext.append((v.tensor, d, v.tensor._requires_grad))
-                self._arrays[k] = d
-                continue
-            vals.extend((base + shift + offs[k], n, self._shape(v.shape), dt))
-            if v.kind == CONST:
-                self.array(k, v)[...] = v.src
-                self._consts.append((k, v.src))
-            elif v.kind == ARG:
-                self.args.append((v.src, self.array(k, v)))
-                self._arg_vids.append((v.src, k))
-        self.vals = np.array(vals, np.int64)
-        self._scalars = [(dtype, np.array(at, np.int64), np.array(xs, dtype).reshape(-1))
+        self.ext = []         # (tensor, its array, requires_grad): guards
+        for k in exts:
+            t = values[k].tensor
+            d = t._data
+            if not isinstance(d, np.ndarray) or not d.flags.c_contiguous:
+                d = t._array()
+                if not d.flags.c_contiguous:
+                    raise Unsupported("a parameter or captured tensor that is not contiguous")
+            self.vals[k * VW] = _address(d) if d.size else 0
+            self.ext.append((t, d, t._requires_grad))
+            self._arrays[k] = d
+        self._consts, self._arg_vids = consts, args  # what a new arena (rebase) is filled with / bound to
+        for k, src in consts:
+            self.array(k)[...] = src
+        self.args = [(src, self.array(k)) for src, k in args]  # copied in at each call
+        self._scalars = [(dtype, np.array(at, np.int64) // dtype.itemsize, np.array(xs, dtype).reshape(-1))
                          for dtype, (at, xs) in scalars.items()]
         self._write_scalars()
-        self._in_arena = np.array([k * VW for k, v in enumerate(values) if v.kind != EXT], np.int64)
         # -- the forward program --------------------------------------------------------------
         prog, fin, fp = [], [], []
         self.py = {}
@@ -199,6 +206,16 @@ class Plan:
         self.segments = self._fuse(self.segments)
         self.backwards = [seg[1] for seg in self.segments if seg[0] == BACKWARD] + \
             [seg[1][1][1] for seg in self.segments if seg[0] == FUSED]
+        # a backward whose gradients an optimizer step of the plan reads keeps them at fixed
+        # addresses (its buffer); the others give each call's .grads their own memory
+        steps = [i for i, seg in enumerate(self.segments) if seg[0] in (STEP, FUSED)]
+        for i, seg in enumerate(self.segments):
+            if seg[0] == BACKWARD:
+                seg[1].fixed = any(j > i for j in steps)
+            elif seg[0] == FUSED:
+                seg[1][1][1].fixed = True
+        fixed = {id(v) for bp in self.backwards if bp.fixed for v in bp.views}
+        self.fixed_views = [(p, v) for p, v in self.grad_views if id(v) in fixed]
 
     def _fuse(self, segments):
         """forward, backward, optimizer step (one group): one compiled call (replay.py runs
@@ -355,6 +372,8 @@ class Plan:
         ends = np.cumsum([0] + sizes)
         bp.views = [bp.out[ends[i]:ends[i + 1]].reshape(tape.shape_at(hdr[row * HW + H_SHP]))
                     for i, (row, _, _) in enumerate(leaves)]
+        bp.spans = [(int(ends[i]), int(ends[i + 1]), v.shape) for i, v in enumerate(bp.views)]
+        bp.fixed = True
         # (a tensor argument's .grad is the tensor passed to each call: never the buffer itself)
         self.grad_views.extend((p, view) for (_, p, _, _), view in zip(bp.leaves, bp.views) if p is not None)
         return bp
