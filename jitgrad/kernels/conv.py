@@ -215,17 +215,27 @@ def _pool_into_nb(x, pgeom, out, arg):
                 arg[q] = at
 
 
-# the same loops for the eager op and jitgrad.compile's replay (kernels/forward_nn.py)
-max_pool_into = _pool_into_np if DISABLE_JIT else _pool_into_nb
-
-
-def max_pool_forward(x, pgeom):
+@jit
+def _pool_nb(x, pgeom):
     """(values, argmax within each plane), both flat."""
+    n = pgeom[0] * pgeom[11] * pgeom[12]
+    out = np.empty(n, x.dtype)
+    arg = np.empty(n, np.int64)
+    _pool_into_nb(x, pgeom, out, arg)
+    return out, arg
+
+
+def _pool_np(x, pgeom):
     n = int(pgeom[0] * pgeom[11] * pgeom[12])
     out = np.empty(n, x.dtype)
     arg = np.empty(n, np.int64)
-    max_pool_into(x, pgeom, out, arg)
+    _pool_into_np(x, pgeom, out, arg)
     return out, arg
+
+
+# the same loops for the eager op and jitgrad.compile's replay (kernels/forward_nn.py)
+max_pool_into = _pool_into_np if DISABLE_JIT else _pool_into_nb
+max_pool_forward = _pool_np if DISABLE_JIT else _pool_nb
 
 
 # --- the convolution backward kernel (standard kernel arguments, kernels/common.py) ---
