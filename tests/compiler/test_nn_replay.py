@@ -538,3 +538,46 @@ def test_digits_cnn_step(rng):
     calls = [(jitgrad.tensor(rng.uniform(0, 16, (8, 1, 8, 8)).astype(np.float32)),
               jitgrad.tensor(rng.integers(0, 10, 8))) for _ in range(4)]
     compare(make, step, calls, "float32", pending=LINEAR + ("view",))
+
+
+class _NoLinear(jitgrad.nn.Module):
+    """Every nn primitive with a made saved value, without another family's ops."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        dt = getattr(jitgrad, dtype)
+        self.emb = jitgrad.nn.Embedding(6, 8, padding_idx=1, scale_grad_by_freq=True, dtype=dt)
+        self.conv = jitgrad.nn.Conv2d(2, 2, 3, padding=1, dtype=dt)
+        self.pool = jitgrad.nn.MaxPool2d(2)
+        self.norm = jitgrad.nn.LayerNorm(4, dtype=dt)
+        self.bare = jitgrad.nn.LayerNorm(4, elementwise_affine=False, dtype=dt)
+
+    def forward(self, idx, x, t):
+        h = self.pool(self.conv(x * self.emb(idx)))       # (2, 2, 4, 8) * (4, 8) -> (2, 2, 2, 4)
+        h = self.bare(self.norm(h))
+        return F.nll_loss(F.log_softmax(h.sum((0, 1)), 1), t), h
+
+
+@DTYPES
+def test_compiled_module_hands_back_a_graph(dtype, rng):
+    """jitgrad.compile(module): the backward runs after the call, reading the saved values the
+    forward kernels made (layer_norm's mean and rstd, the pool's argmax, embedding's and
+    nll_loss's indices and coefficients) from the arena of that call."""
+    def make():
+        jitgrad.manual_seed(3)
+        return _NoLinear(dtype)
+    me, mc = make(), make()
+    compiled = jitgrad.compile(mc)
+    dt = getattr(jitgrad, dtype)
+    calls = [(jitgrad.tensor(rng.integers(0, 6, 4)), jitgrad.tensor(rng.standard_normal((2, 2, 4, 8)), dtype=dt),
+              jitgrad.tensor(rng.integers(0, 4, 2))) for _ in range(4)]
+    outs = [(me(*a), compiled(*a)) for a in calls]
+    for k, (want, got) in reversed(list(enumerate(outs))):  # an earlier call's graph outlives later calls
+        close(got, want, dtype, f"call {k}")
+        me.zero_grad()
+        mc.zero_grad()
+        (want[0] + want[1].sum()).backward()
+        (got[0] + got[1].sum()).backward()
+        for (name, pe), pc in zip(me.named_parameters(), mc.parameters()):
+            close(pc.grad, pe.grad, dtype, f"call {k}: {name}.grad")
+    assert_replays(compiled._compiled)
