@@ -339,6 +339,30 @@ def test_conv2d(dtype, kw, rng):
     compare(seeded(make), step, data(rng, (2, 2, 7, 6), dtype), dtype)
 
 
+@pytest.mark.parametrize("mode,pad_op", [("reflect", "reflection_pad2d"), ("replicate", "replication_pad2d"),
+                                         ("circular", "index")])
+def test_conv2d_padding_modes(mode, pad_op, rng):
+    def step(state, x):
+        return train(state, (state[0](x) ** 2).mean())
+    make = seeded(lambda: with_sgd(jitgrad.nn.Conv2d(2, 3, 3, padding=1, padding_mode=mode, dtype=jitgrad.float64)))
+    compare(make, step, data(rng, (2, 2, 5, 6), "float64"), "float64", pending=(pad_op,))
+
+
+@DTYPES
+def test_conv2d_unbatched(dtype, rng):
+    def step(state, x):
+        return train(state, (state[0](x) ** 2).mean())
+    make = seeded(lambda: with_sgd(jitgrad.nn.Conv2d(2, 3, 3, dtype=getattr(jitgrad, dtype))))
+    compare(make, step, data(rng, (2, 5, 6), dtype), dtype, pending=("unsqueeze", "squeeze_dim"))
+
+
+@DTYPES
+def test_max_pool2d_unbatched(dtype, rng):
+    def step(state, x):
+        return train(state, (F.max_pool2d(state[0](x), 2, 1) ** 2).sum())
+    compare(seeded(lambda: with_sgd(Scale((3, 5, 4), dtype))), step, data(rng, (3, 5, 4), dtype), dtype)
+
+
 @DTYPES
 @pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
                                 dict(kernel_size=(2, 3), stride=1, dilation=2, ceil_mode=True)])
