@@ -1,7 +1,9 @@
-"""The layer_norm forward, compiled: one pass per row for the mean, one for the variance,
-one for the output (numpy needed about six full passes and as many temporaries). Under
-NUMBA_DISABLE_JIT the numpy form below runs instead (the CI pass without the JIT checks it
-against torch just as the compiled pass checks the loops)."""
+"""The layer_norm and softmax / log_softmax forwards, compiled, for the eager ops and
+jitgrad.compile's replay alike (kernels/forward_nn.py), and their backward kernels. Layer
+norm is one pass per row for the mean, one for the variance, one for the output (numpy
+needed about six full passes and as many temporaries). Under NUMBA_DISABLE_JIT the numpy
+forms below run instead (the CI pass without the JIT checks them against torch just as
+the compiled pass checks the loops)."""
 import numpy as np
 from numba import njit
 from numba.core.config import DISABLE_JIT
@@ -87,11 +89,11 @@ def _layer_norm_np(x, w, b, has_w, has_b, eps):
 layer_norm_forward = _layer_norm_np if DISABLE_JIT else _layer_norm_nb
 
 
-# --- softmax / log_softmax forward (jitgrad.compile's replay; the eager op is numpy) ---
+# --- softmax / log_softmax forward (the eager op and jitgrad.compile's replay) ---
 @jit
 def _softmax_into_nb(x, outer, n, inner, out, log):
-    """Per group of n (stride inner): exp(x - max) / sum, or its log, x - max - log(sum), as
-    the eager op computes them (a NaN in the group makes all of it NaN, as numpy's max)."""
+    """Per group of n (stride inner): exp(x - max) / sum, or its log, x - max - log(sum)
+    (a NaN in the group makes all of it NaN, as numpy's max would)."""
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i

@@ -22,7 +22,7 @@ from jitgrad.ops.reduce import mean, sum
 from jitgrad.ops.shape import INDEX, cat, expand, getitem, index_flat, index_put_flat, permute, reshape
 
 
-def _record(spec, res, inputs, saved, fparams=(), iparams=None, reads=(), extra=()):
+def _record_with(spec, res, inputs, saved, fparams=(), iparams=None, reads=(), extra=()):
     """Record `spec` for grad. In a jitgrad.compile recording the forward instruction has
     the row's inputs and `reads` (tensors the forward reads that get no gradient edge:
     indices, targets), and `extra` outputs after the saved values (max_pool2d's indices)."""
@@ -342,7 +342,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     reads = (_operand_tensor(input, idx),)
     if not needs:
         return traced(EMBEDDING, res, (weight,) + reads, saved, (), ints)
-    return _record(EMBEDDING, res, (weight,), saved, (), ints, reads)
+    return _record_with(EMBEDDING, res, (weight,), saved, (), ints, reads)
 
 
 def _embedding_renorm_(weight, flat, max_norm, norm_type):
@@ -473,7 +473,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     if not needs:
         return traced(NLL_LOSS, res, (input,) + reads, saved, (), ints)
     # one node, as torch's NllLossBackward0: its kernel scatters -grad * coef to the targets
-    return _record(NLL_LOSS, res, (input,), saved, (), ints, reads)
+    return _record_with(NLL_LOSS, res, (input,), saved, (), ints, reads)
 
 
 def nll_rule(grad, ri):
@@ -618,7 +618,7 @@ def _max_pool2d_with_indices(input, kernel, stride, padding, dilation, out_size)
     flat = arg + np.repeat(np.arange(planes, dtype=np.int64) * (h * w), ho * wo)
     if not needs:
         return traced(MAX_POOL2D, res, (input,), (flat,), (), pgeom.tolist(), (indices,)), indices
-    return _record(MAX_POOL2D, res, (input,), (flat,), (), pgeom.tolist(), extra=(indices,)), indices
+    return _record_with(MAX_POOL2D, res, (input,), (flat,), (), pgeom.tolist(), extra=(indices,)), indices
 
 
 def _gather_jvp(spec):
