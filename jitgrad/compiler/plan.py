@@ -32,6 +32,8 @@ from jitgrad._core.layout import (
     H_OP,
     H_SHP,
     HW,
+    PK_ARRAYS,
+    PK_COUNT,
     PY_OP,
     RECV,
     S_NUMEL,
@@ -41,6 +43,8 @@ from jitgrad._core.layout import (
     VW,
 )
 from jitgrad.compiler.recorder import ARG, CONST, EXT
+from jitgrad.engine.executor import leaf_has_hooks
+from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tape import _address
 from jitgrad.optim import _replay as _optim_replay
@@ -48,12 +52,16 @@ from jitgrad.optim.optimizer import Optimizer
 
 ALIGN = 64
 
-FWD, BACKWARD, CALL, SETGRAD, STEP = range(5)
+FWD, BACKWARD, CALL, SETGRAD, STEP, FUSED = range(6)
 
 
 class Unsupported(Exception):
-    """What the recording did cannot be replayed (the message says what); the signature
-    runs eagerly, or under fullgraph=True the error is raised."""
+    """What the recording did cannot be replayed (the message says what, `where` the line of
+    user code); the signature runs eagerly, or under fullgraph=True the error is raised."""
+
+    def __init__(self, msg, where="plan"):
+        super().__init__(msg)
+        self.where = where
 
 
 class BackwardPlan:
@@ -171,7 +179,10 @@ class Plan:
                 self.segments.append((FWD, at, pos))
                 at = pos
             if kind == "backward":
-                self.segments.append((BACKWARD, self._backward(rec, payload, tape_floor)))
+                try:
+                    self.segments.append((BACKWARD, self._backward(rec, payload, tape_floor)))
+                except Unsupported as e:  # name the backward() call that cannot be replayed
+                    raise Unsupported(str(e), payload[5]) from None
             elif kind == "call" and payload[0] is Optimizer.step:
                 opt = payload[1][0]  # one compiled call per group when the gradients are where the plan put them
                 fast = _optim_replay.make(opt, {id(p): view for p, view in self.grad_views})
@@ -180,11 +191,33 @@ class Plan:
                 self.segments.append((CALL, payload[0], payload[1]))
             else:
                 t, k = payload
-                self.segments.append((SETGRAD, t, None if k is None else self.array(k)))
+                self.segments.append((SETGRAD, *_target(rec, t), None if k is None else self.array(k)))
         if len(rec.instrs) > at:
             self.segments.append((FWD, at, len(rec.instrs)))
         self.modules = list(rec.modules.values())
         self.graph = self._graph(rec, outputs, tape_floor)
+        self.segments = self._fuse(self.segments)
+        self.backwards = [seg[1] for seg in self.segments if seg[0] == BACKWARD] + \
+            [seg[1][1][1] for seg in self.segments if seg[0] == FUSED]
+
+    def _fuse(self, segments):
+        """forward, backward, optimizer step (one group): one compiled call (replay.py runs
+        the three apart when a call does not meet its conditions)."""
+        out = []
+        i = 0
+        while i < len(segments):
+            three = segments[i:i + 3]
+            if (len(three) == 3 and [s[0] for s in three] == [FWD, BACKWARD, STEP] and three[2][2] is not None
+                    and len(three[2][2].groups) == 1 and sum(s[0] == STEP for s in segments) == 1
+                    and three[1][1].seed_vid is None  # (a gradient the forward computes is read before it)
+                    and not any(k in self.py for k in range(three[0][1], three[0][2]))):
+                packed, step = self._pack(*three)
+                out.append((FUSED, [three[0], three[1], step], packed))
+                i += 3
+            else:
+                out.append(segments[i])
+                i += 1
+        return out
 
     def _graph(self, rec, outputs, tape_floor):
         """When the step returns tensors that require grad and did not backward through
@@ -192,7 +225,7 @@ class Plan:
         like the recorded one over that call's arena (replay.give_graph)."""
         # an output whose graph the step's own backward() went through comes back detached
         # (eager's would have a freed graph)
-        swept = {payload[3] for kind, _, payload in rec.events if kind == "backward"}
+        swept = {payload[3] for kind, _, payload in rec.events if kind == "backward" and not payload[2]}
         live = [k for k in outputs if rec.values[k].tensor is not None and rec.values[k].tensor._requires_grad
                 and rec.values[k].tensor._tape is not None and rec.values[k].tensor._tape not in swept]
         if not live:
@@ -206,7 +239,10 @@ class Plan:
         gp = GraphPlan()
         self._lower(rec, tape, tape_floor, gp)
         gp.base0 = self.arena.ctypes.data
-        gp.leaves = dict(tape.leaves)
+        # (row, AccumulateGrad node, None) of the parameters; (row, None, index) of the call's
+        # tensor arguments that require grad (their nodes are those of each call's tensors)
+        gp.leaves = [(row, acc, None) if t is not None else (row, None, arg)
+                     for row, acc in tape.leaves.items() for t, arg in [_target(rec, acc.variable)]]
         gp.outputs = {k: (rec.values[k].tensor._row, rec.values[k].tensor._output_nr) for k in live}
         gp.ext = [(slot, self.array(vid), row) for slot, vid, row in gp.ext_slots]
         return gp
@@ -242,6 +278,44 @@ class Plan:
             self._arrays[k] = arr
         return arr
 
+    def _pack(self, fwd, bwd, step):
+        """The arrays of a fused forward + backward + step, packed for one compiled call
+        (engine/replayer.train_step_packed: each argument of a call from Python costs
+        ~0.5 us). The backward's inline values, seed and gradient buffer move into the
+        packed float array; the optimizer's table is made again over the moved buffer."""
+        bp, opt, fast = bwd[1], step[1], step[2]
+        width = 5 if fast.kind == _optim_replay.SGD_KIND else 8
+        nrows = len(fast.groups[0].params)
+        parts = [bp.v, bp.seed, bp.out, np.zeros(nrows * width, self.dtype)]
+        data, doffs = _concat(parts, self.dtype)
+        bp.v, bp.seed, bp.out = (data[o:o + n] for o, n in doffs[:3])
+        sc = data[doffs[3][0]:doffs[3][0] + nrows * width].reshape(nrows, width)
+        where = {id(v): k for k, (_, v) in enumerate(self.grad_views)}
+        old = bp.views
+        ends = np.cumsum([0] + [v.size for v in old])
+        bp.views = [bp.out[ends[i]:ends[i + 1]].reshape(v.shape) for i, v in enumerate(old)]
+        for v_old, v_new, (_, p, _, _) in zip(old, bp.views, bp.leaves):
+            if p is not None:
+                self.grad_views[where[id(v_old)]] = (p, v_new)
+        fast = _optim_replay.make(opt, {id(p): v for p, v in self.grad_views})
+        if fast is None or len(fast.groups) != 1:
+            raise Unsupported("the optimizer's table could not be made again")
+        step = (step[0], opt, fast)
+        g = fast.groups[0]
+        ints = [self.prog, self.fin, self.vals, self.xs, bp.hdr, bp.edges, bp.xs, bp.slots, bp.vdst, bp.vsrc,
+                bp.seed_rows, bp.seed_offs, bp.sinks, g.ptrs.reshape(-1), g.sizes]
+        head = np.zeros(PK_ARRAYS + 2 * PK_COUNT, np.int64)
+        packed_ints, ioffs = _concat(ints, np.int64, start=head.size)
+        floats, foffs = _concat([self.fp, bp.fp], np.float64)
+        flag1, flag2 = fast.flags(g)
+        head[:PK_ARRAYS] = (fwd[1], fwd[2], bp.hi, bp.dt, fast.kind, flag1, flag2, g.ptrs.shape[0],
+                            g.ptrs.shape[1], nrows, width)
+        for k, (o, n) in enumerate(ioffs + foffs + doffs):
+            head[PK_ARRAYS + 2 * k:PK_ARRAYS + 2 * k + 2] = (o, n)
+        packed_ints[:head.size] = head
+        states = np.concatenate([bp.st0, bp.st0])
+        return (packed_ints, floats, data, states, bp.freed, sc, (flag1, flag2)), step
+
     def _shape(self, shape):
         shape = tuple(int(s) for s in shape)
         p = self._shape_ptr.get(shape)
@@ -253,7 +327,7 @@ class Plan:
         return p
 
     def _backward(self, rec, payload, tape_floor):
-        root, gv, _retain, tape, leaves = payload
+        root, gv, _retain, tape, leaves, _where = payload
         bp = BackwardPlan()
         self._lower(rec, tape, tape_floor, bp)
         hdr = bp.hdr
@@ -272,7 +346,7 @@ class Plan:
             raise Unsupported("backward(gradient) of another dtype or size")
         bp.hi = root_row
         bp.dt = DT_OF.get(self.dtype)
-        bp.leaves = [(row, p, None if k is None else self.array(k)) for row, p, k in leaves]
+        bp.leaves = [(row, *_target(rec, p), None if k is None else self.array(k)) for row, p, k in leaves]
         bp.sinks = np.array([row for row, _, _ in leaves], np.int64)
         # the leaves' gradients land in one array of the plan's, at the same place every call
         # (so a compiled optimizer step can read them by address); views of it become .grad
@@ -281,7 +355,8 @@ class Plan:
         ends = np.cumsum([0] + sizes)
         bp.views = [bp.out[ends[i]:ends[i + 1]].reshape(tape.shape_at(hdr[row * HW + H_SHP]))
                     for i, (row, _, _) in enumerate(leaves)]
-        self.grad_views.extend((p, view) for (_, p, _), view in zip(leaves, bp.views))
+        # (a tensor argument's .grad is the tensor passed to each call: never the buffer itself)
+        self.grad_views.extend((p, view) for (_, p, _, _), view in zip(bp.leaves, bp.views) if p is not None)
         return bp
 
     def _lower(self, rec, tape, tape_floor, into):
@@ -295,6 +370,8 @@ class Plan:
         if tape.ext or tape.retained or tape.packed or tape.needs_python() or tape.metadata or tape.stale:
             raise Unsupported("backward() through a graph with hooks, custom Functions, retained grads, "
                               "saved-tensor hooks, anomaly mode or an edge into another graph")
+        if leaf_hooks[0] and any(leaf_has_hooks(acc) for acc in tape.leaves.values()):
+            raise Unsupported("backward() into a tensor with hooks (they run in Python)")
         code = DT_OF.get(self.dtype)
         n = tape.nrows
         hdr = np.frombuffer(bytearray(tape.hdr), np.int64)[:n * HW].copy()
@@ -357,6 +434,27 @@ class Plan:
         into.vsrc = np.array(vsrc, np.int64)
         into.ext_slots = ext_slots
         into.arena_slots = np.array(arena_slots, np.int64)
+
+def _target(rec, t):
+    """(tensor, None) for a tensor from outside the call, (None, index) for the call's
+    tensor argument `index`: a replay updates the .grad of the tensor passed then."""
+    k = rec.vid.get(id(t))
+    if k is not None and rec.values[k].kind == ARG:
+        return None, rec.values[k].src
+    return t, None
+
+
+def _concat(arrays, dtype, start=0):
+    """One array holding `arrays` one after another from `start`, and each one's (offset, length)."""
+    offs, at = [], start
+    for a in arrays:
+        offs.append((at, a.size))
+        at += a.size
+    out = np.zeros(max(at, 1), dtype)
+    for a, (o, n) in zip(arrays, offs):
+        out[o:o + n] = a.reshape(-1)
+    return out, offs
+
 
 def _plan_dtype(rec):
     """The one float dtype the compiled kernels of this plan run at."""

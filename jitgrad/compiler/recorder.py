@@ -35,6 +35,10 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARG, EXT, CONST, OP, GRAD = "arg", "ext", "const", "op", "grad"
 
 
+class GraphBreak(RuntimeError):
+    """fullgraph=True and the function does something a plan cannot replay."""
+
+
 class Value:
     __slots__ = ("kind", "shape", "dtype", "src", "tensor", "ref")
 
@@ -96,7 +100,8 @@ class Recorder:
         self.events = []       # ("backward" | "call" | "setgrad", position in instrs, payload)
         self.breaks = []       # (reason, where)
         self.held = []         # tensors kept alive while recording
-        self.modules = {}      # id -> (module, its training flag): guards of the plan
+        self.modules = {}      # id -> (module, its training flag, param_ids(module)): guards of the plan
+        self.fullgraph = False  # a break raises GraphBreak where it happens
         for i, t in enumerate(arg_tensors):
             if id(t) not in self.vid:
                 self._new(ARG, t, src=i)
@@ -234,6 +239,8 @@ class Recorder:
     def stop(self, reason):
         if self.mine():
             self.breaks.append((reason, user_frame()))
+            if self.fullgraph:  # at once, as torch's tracing would: the step goes no further
+                raise GraphBreak(f"jitgrad.compile(fullgraph=True): {reason} at {self.breaks[-1][1]}")
 
     # -- events ---------------------------------------------------------------------------
     def backward(self, run, tensors, grad_tensors, retain_graph, create_graph, inputs):
@@ -251,7 +258,7 @@ class Recorder:
             gv = None if g is None else self.value_of(g)
             if root is None or roots[0]._tape is None:
                 self.stop("backward() of a tensor not made in the step")
-            payload = [root, gv, bool(retain_graph), roots[0]._tape, None]
+            payload = [root, gv, bool(retain_graph), roots[0]._tape, None, user_frame()]
         _cap.on = False
         try:
             out = run(tensors, grad_tensors, retain_graph, create_graph, inputs=inputs)
@@ -291,7 +298,7 @@ class Recorder:
 
     def module(self, m):
         if self.mine():
-            self.modules[id(m)] = (m, m.training)
+            self.modules[id(m)] = (m, m.training, param_ids(m))
 
     def read_grad(self, g):
         if self.mine() and id(g) not in self.vid:
@@ -307,6 +314,12 @@ class Recorder:
                     self.stop("a tensor made in the step by an op jitgrad.compile does not trace yet")
                     break
                 v.tensor = t
+
+
+def param_ids(m):
+    """Which tensors module m holds as parameters: one assigned anew (m.w = Parameter(...))
+    is not the tensor the plan reads."""
+    return tuple(map(id, m._parameters.values()))
 
 
 def _caster(dt, shape):

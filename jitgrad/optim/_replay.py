@@ -4,15 +4,12 @@ step() spends a few microseconds of Python per parameter (checks, state lookups,
 addresses, scalars). In a replayed training step the same parameters get their
 gradients at the same addresses every call (the plan's buffer, compiler/plan.py), and
 their state arrays exist since the recorded step made them. So all of that is looked
-up once, here, into the pointer table the kernel of optim/_kernels.py takes; a call
-then only checks that this still holds (the same arrays, the gradients on the plan's
-buffer, no other parameter with a gradient) and refreshes the scalars from the groups
-(a scheduler may change lr between calls).
+up once, here, into the pointer table the kernels of kernels/optim.py take; a call then
+only checks that this still holds (the same arrays, no other parameter with a gradient)
+and refreshes the scalars from the groups (a scheduler may change lr between calls).
 
-`make(opt, grads)` returns a function that does what opt.step() would and returns True,
-or changes nothing and returns False when the checks fail (the caller then calls
-step()); or None when this optimizer has no such form (numpy updates, maximize, an
-array the kernel cannot take).
+`make(opt, grads)` returns a FastStep, or None when this optimizer has no such form
+(numpy updates, maximize, an array the kernel cannot take).
 """
 import math
 
@@ -20,6 +17,8 @@ import numpy as np
 
 from jitgrad.graph.tape import _address
 from jitgrad.optim import _kernels
+
+SGD_KIND, ADAM_KIND = 1, 2   # what the fused replay (engine/replayer.train_step) runs
 
 
 class _Group:
@@ -61,92 +60,109 @@ def _group(opt, group, grads, state_keys):
     return g
 
 
-def _holds(opt, groups):
-    """Every parameter still has the arrays of the table and its gradient on the plan's buffer."""
-    for g in groups:
-        state_keys = g.keys
-        for p, view, arrays in zip(g.params, g.views, g.arrays):
-            gr = p._grad
-            if gr is None or gr._data is not view or p._data is not arrays[0]:
-                return False
-            if not state_keys:
-                continue
-            state = opt.state.get(p)
-            if state is None:
-                return False
-            for k, a in zip(state_keys, arrays[1:]):
-                s = state.get(k)
-                if (s._data if s is not None else p._data) is not a:
+class FastStep:
+    """What opt.step() does, for a step whose gradients are the plan's buffer views."""
+
+    def __init__(self, opt, kind, groups):
+        self.opt, self.kind, self.groups = opt, kind, groups
+
+    def ready(self, grads_set):
+        """Every parameter still has the arrays of the table, and its .grad is the plan's
+        view (grads_set) or still None (the fused replay sets it after its one call)."""
+        state_of = self.opt.state
+        for g in self.groups:
+            keys = g.keys
+            for p, view, arrays in zip(g.params, g.views, g.arrays):
+                gr = p._grad
+                if (gr is None or gr._data is not view) if grads_set else gr is not None:
                     return False
-    return True
+                if p._data is not arrays[0]:
+                    return False
+                if keys:
+                    state = state_of.get(p)
+                    if state is None:
+                        return False
+                    for k, a in zip(keys, arrays[1:]):
+                        s = state.get(k)
+                        if (s._data if s is not None else p._data) is not a:
+                            return False
+        if self.kind == ADAM_KIND:
+            for g in self.groups:
+                if g.group["amsgrad"] and any("max_exp_avg_sq" not in state_of[p] for p in g.params):
+                    return False
+        return True
+
+    def scalars(self, g):
+        """The group's per-parameter scalars for this step (Adam: counts the step)."""
+        grp = g.group
+        if self.kind == SGD_KIND:
+            key = (grp["lr"], grp["weight_decay"], grp["momentum"], grp["dampening"], grp["nesterov"])
+            if key != g.key:
+                lr, wd, mom, damp, _ = key
+                g.sc = np.array([[lr, wd, mom, 1 - damp, 0.0]] * len(g.params), g.like.dtype)
+                g.key = key
+            return g.sc
+        lr, (b1, b2), eps, wd = grp["lr"], grp["betas"], grp["eps"], grp["weight_decay"]
+        rows = []
+        state_of = self.opt.state
+        for p in g.params:
+            state = state_of[p]
+            state["step"] += 1
+            step = state["step"]
+            rows.append((1 - b1, b2, 1 - b2, eps, wd, lr / (1 - b1 ** step), math.sqrt(1 - b2 ** step), 1 - lr * wd))
+        return np.array(rows, g.like.dtype)
+
+    def flags(self, g):
+        grp = g.group
+        if self.kind == SGD_KIND:
+            return bool(grp["momentum"]), bool(grp["nesterov"])
+        return bool(self.opt._decoupled), bool(grp["amsgrad"])
+
+    def bump(self):
+        for g in self.groups:
+            for p in g.params:
+                p._bump()
+
+    def __call__(self):
+        """Run the step (True), or change nothing and return False (call step() instead)."""
+        if not self.ready(True):
+            return False
+        for g in self.groups:
+            sc = self.scalars(g)
+            f1, f2 = self.flags(g)
+            if self.kind == SGD_KIND:
+                _kernels._sgd_all(g.ptrs, g.sizes, sc, g.like, f1, f2)
+            else:
+                _kernels._adam_all(g.ptrs, g.sizes, sc, g.like, f1, f2)
+        self.bump()
+        return True
 
 
 def make(opt, grads):
     """(see the module doc) grads: id(parameter) -> the array its .grad is at each replay."""
     if not _kernels.available():
         return None
-    kind = type(opt).__name__
-    if kind == "SGD":
-        keys = ("momentum_buffer",)
-    elif kind in ("Adam", "AdamW"):
-        keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+    name = type(opt).__name__
+    if name == "SGD":
+        kind, keys = SGD_KIND, ("momentum_buffer",)
+    elif name in ("Adam", "AdamW"):
+        kind, keys = ADAM_KIND, ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
     else:
         return None
     groups = []
     for group in opt.param_groups:
         if group["maximize"]:
             return None
-        if kind == "SGD" and not group["momentum"]:
+        if kind == SGD_KIND and not group["momentum"]:
             g = _group(opt, group, grads, ())
             if g is not None:  # the kernel reads a third pointer: the parameter stands in
                 g.ptrs = np.concatenate([g.ptrs, g.ptrs[:, :1]], axis=1)
                 g.arrays = [a + [a[0]] for a in g.arrays]
         else:
-            g = _group(opt, group, grads, keys[:1] if kind == "SGD" else keys)
+            g = _group(opt, group, grads, keys)
         if g is None:
             if any(id(p) in grads for p in group["params"]):
                 return None
             continue
         groups.append(g)
-    if not groups:
-        return None
-    if kind == "SGD":
-        def run():
-            if not _holds(opt, groups):
-                return False
-            for g in groups:
-                grp = g.group
-                key = (grp["lr"], grp["weight_decay"], grp["momentum"], grp["dampening"], grp["nesterov"])
-                if key != g.key:
-                    lr, wd, mom, damp, _ = key
-                    g.sc = np.array([[lr, wd, mom, 1 - damp, 0.0]] * len(g.params), g.like.dtype)
-                    g.key = key
-                _kernels._sgd_all(g.ptrs, g.sizes, g.sc, g.like, bool(grp["momentum"]), grp["nesterov"])
-                for p in g.params:
-                    p._bump()
-            return True
-        return run
-
-    def run_adam():
-        if not _holds(opt, groups):
-            return False
-        for g in groups:
-            grp = g.group
-            if grp["amsgrad"] and any("max_exp_avg_sq" not in opt.state[p] for p in g.params):
-                return False
-        for g in groups:
-            grp = g.group
-            lr, (b1, b2), eps, wd = grp["lr"], grp["betas"], grp["eps"], grp["weight_decay"]
-            rows = []
-            for p in g.params:
-                state = opt.state[p]
-                state["step"] += 1
-                step = state["step"]
-                rows.append((1 - b1, b2, 1 - b2, eps, wd, lr / (1 - b1 ** step), math.sqrt(1 - b2 ** step),
-                             1 - lr * wd))
-            _kernels._adam_all(g.ptrs, g.sizes, np.array(rows, g.like.dtype), g.like, opt._decoupled,
-                               grp["amsgrad"])
-            for p in g.params:
-                p._bump()
-        return True
-    return run_adam
+    return FastStep(opt, kind, groups) if groups else None
