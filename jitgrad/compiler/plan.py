@@ -66,8 +66,8 @@ class Unsupported(Exception):
 
 class BackwardPlan:
     __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "st0", "freed", "seed_rows",
-                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "out", "views", "ext_slots",
-                 "arena_slots")
+                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "out", "views", "spans", "fixed",
+                 "ext_slots", "arena_slots")
 
 
 class GraphPlan:
@@ -117,7 +117,7 @@ class Plan:
                 vals.extend((base + shift + offs[k], 1, self._shape(shape) if shape else 0, dt))
                 at, xs = scalars.setdefault(v.dtype, ([], []))
                 at.append(offs[k] // v.dtype.itemsize)
-                xs.append(v.src)
+                xs.append(np.asarray(v.src).reshape(-1)[0])  # a 0-d or a (1,) constant: its one value
                 continue
             if v.kind == EXT:
                 d = v.tensor._data
@@ -199,6 +199,16 @@ class Plan:
         self.segments = self._fuse(self.segments)
         self.backwards = [seg[1] for seg in self.segments if seg[0] == BACKWARD] + \
             [seg[1][1][1] for seg in self.segments if seg[0] == FUSED]
+        # a backward whose gradients an optimizer step of the plan reads keeps them at fixed
+        # addresses (its buffer); the others give each call's .grads their own memory
+        steps = [i for i, seg in enumerate(self.segments) if seg[0] in (STEP, FUSED)]
+        for i, seg in enumerate(self.segments):
+            if seg[0] == BACKWARD:
+                seg[1].fixed = any(j > i for j in steps)
+            elif seg[0] == FUSED:
+                seg[1][1][1].fixed = True
+        fixed = {id(v) for bp in self.backwards if bp.fixed for v in bp.views}
+        self.fixed_views = [(p, v) for p, v in self.grad_views if id(v) in fixed]
 
     def _fuse(self, segments):
         """forward, backward, optimizer step (one group): one compiled call (replay.py runs
@@ -355,6 +365,8 @@ class Plan:
         ends = np.cumsum([0] + sizes)
         bp.views = [bp.out[ends[i]:ends[i + 1]].reshape(tape.shape_at(hdr[row * HW + H_SHP]))
                     for i, (row, _, _) in enumerate(leaves)]
+        bp.spans = [(int(ends[i]), int(ends[i + 1]), v.shape) for i, v in enumerate(bp.views)]
+        bp.fixed = True
         # (a tensor argument's .grad is the tensor passed to each call: never the buffer itself)
         self.grad_views.extend((p, view) for (_, p, _, _), view in zip(bp.leaves, bp.views) if p is not None)
         return bp

@@ -5,7 +5,8 @@ The function runs eagerly, as it would uncompiled, while every op reports itself
 
 - values: every tensor the step reads or makes. Each is an argument of the call, a
   tensor from outside the call (a parameter, a buffer: read again at every replay), a
-  constant (a Python number used as an operand), a result of an op, or a gradient the
+  constant (a Python number used as an operand; a saved value the op's spec declares
+  constant, such as indexing's positions), a result of an op, or a gradient the
   step's backward() left in a .grad;
 - instructions: one per op, in order: its spec, its input and output values, its params
   and, when grad was recorded, the tape row it made (the backward replays that row);
@@ -31,6 +32,7 @@ from jitgrad._core.capture import state as _cap
 from jitgrad.graph.tensor import Tensor
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXAMPLES = os.path.join(_PACKAGE, "examples")  # user code, though it ships with jitgrad
 
 ARG, EXT, CONST, OP, GRAD = "arg", "ext", "const", "op", "grad"
 
@@ -73,7 +75,7 @@ def user_frame():
     f = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
-        if not name.startswith(_PACKAGE):
+        if not name.startswith(_PACKAGE) or name.startswith(_EXAMPLES):
             return Where(name, f.f_lineno)
         f = f.f_back
     return Where("?", 0)
@@ -102,6 +104,7 @@ class Recorder:
         self.held = []         # tensors kept alive while recording
         self.modules = {}      # id -> (module, its training flag, param_ids(module)): guards of the plan
         self.fullgraph = False  # a break raises GraphBreak where it happens
+        self.arrays = {}       # id(array) -> value id: the data of a Python instruction's output
         for i, t in enumerate(arg_tensors):
             if id(t) not in self.vid:
                 self._new(ARG, t, src=i)
@@ -195,6 +198,8 @@ class Recorder:
             return
         if spec.fwd_kernel is None:
             return self.stop(f"{spec.name} has no forward kernel yet")
+        if len(saved) > len(spec.saves):
+            return self.stop(f"{spec.name} reported {len(saved)} saved values for {len(spec.saves)}")
         ins = [self.value_of(t) for t in inputs]
         out = self.result(res)
         outs, made = [out], 0
@@ -205,12 +210,14 @@ class Recorder:
                 outs.append(ins[j])
             elif arr is res._data:
                 outs.append(out)
+            elif id(arr) in self.arrays:  # a Python instruction made it (indexing's positions by tensor)
+                outs.append(self.arrays[id(arr)])
+            elif spec.saves[k] in spec.consts:
+                outs.append(self.constant(arr, arr.dtype))
             else:
                 arr = np.asarray(arr)
                 outs.append(self._new(OP, shape=arr.shape, dtype=arr.dtype))
                 made |= 1 << k
-        if len(saved) > len(spec.saves):
-            return self.stop(f"{spec.name} reported {len(saved)} saved values for {len(spec.saves)}")
         outs.extend([-1] * (len(spec.saves) - len(saved)))  # optional ones it did not save (layer_norm's weight)
         outs.extend(self.result(t) for t in extra)
         self.instrs.append(Instr("struct", spec, ins, outs, made, fparams, iparams, self._row(spec, res)))
@@ -221,6 +228,7 @@ class Recorder:
             return
         ins = [self.value_of(t) for t in inputs]
         outs = [self.result(t) for t in outputs]
+        self.arrays.update((id(t._data), k) for t, k in zip(outputs, outs))
         self.instrs.append(Instr("py", None, ins, outs, pyfn=fn, name=name))
 
     def constant_tensor(self, t):

@@ -55,7 +55,7 @@ def run(plan, tensors):
     for k, arr in plan.args:
         np.copyto(arr, tensors[k]._data)
     _run(sched, plan, plan.segments, tensors)
-    if plan.grad_views:
+    if plan.fixed_views:
         _release_grads(plan)
 
 
@@ -189,27 +189,37 @@ def _give_graph(plan, made, tensors):
 def _backward(sched, plan, bp, tensors):
     if bp.vdst.size:
         sched.copy_saved(bp.vdst, bp.vsrc, plan.vals, bp.v)
-    for (_, p, arg, _), view in zip(bp.leaves, bp.views):
-        p = tensors[arg] if p is None else p
-        g = p._grad
-        if g is not None and g._data is view:  # a second backward in the step rewrites the buffer
-            p._grad = wrap(view.copy())
+    if bp.fixed:
+        for (_, p, arg, _), view in zip(bp.leaves, bp.views):
+            p = tensors[arg] if p is None else p
+            g = p._grad
+            if g is not None and g._data is view:  # a second backward in the step rewrites the buffer
+                p._grad = wrap(view.copy())
     st = bp.st0.copy()
     seed = bp.seed if bp.seed_vid is None else plan.array(bp.seed_vid).reshape(-1)
     status, row = sched.backward_into(bp.hdr, bp.edges, bp.xs, bp.fp, bp.slots, bp.v, st, bp.freed,
                                       bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt, bp.out)
     if status != SWEPT:
         raise RuntimeError(f"jitgrad.compile: the replayed backward stopped at row {row} (status {status})")
-    for i, (row, p, arg, keep) in enumerate(bp.leaves):
-        if st[row] & HAS:
-            p = tensors[arg] if p is None else p
-            g = bp.views[i] if arg is None else bp.views[i].copy()
-            if p._grad is None:  # AccumulateGrad's first gradient: the plan's buffer (see _release_grads)
-                p._grad = wrap(g)
-            else:
-                accumulate_grad(p, wrap(g), False, alone=True)
-            if keep is not None:  # ops later in the step read this .grad
-                np.copyto(keep, p._grad._data)
+    # the .grads: views of the plan's buffer where an optimizer step of the plan reads them
+    # there (bp.fixed; _release_grads hands over copies of any left at the end), else
+    # views of this call's own copy of it, which nothing rewrites
+    out = bp.out if bp.fixed else bp.out.copy()
+    has = (st[bp.sinks] & HAS).tolist()
+    for (row, p, arg, keep), (lo, hi, shape), h in zip(bp.leaves, bp.spans, has):
+        if not h:
+            continue
+        if p is None:
+            p = tensors[arg]
+        g = out[lo:hi].reshape(shape)
+        if arg is not None and out is bp.out:
+            g = g.copy()
+        if p._grad is None:  # AccumulateGrad's first gradient
+            p._grad = wrap(g)
+        else:
+            accumulate_grad(p, wrap(g), False, alone=True)
+        if keep is not None:  # ops later in the step read this .grad
+            np.copyto(keep, p._grad._data)
 
 
 def _release_grads(plan):
