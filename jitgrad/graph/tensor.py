@@ -62,7 +62,7 @@ class Tensor:
         t = tensor(data if data is not None else [], dtype=dtype, requires_grad=requires_grad)
         _init_from(self, t._data)
         self._requires_grad = t._requires_grad
-        if _cap.on:
+        if _cap.on and _cap.mine():
             _cap.rec.alias(self, t)
 
     @staticmethod
@@ -575,7 +575,7 @@ def _finish(arr, requires_grad, draw=None):
     _check_requires_grad(arr, requires_grad)
     t = Tensor._make(arr)
     t._requires_grad = bool(requires_grad)
-    if _cap.on:
+    if _cap.on and _cap.mine():
         if requires_grad:
             _stop("a tensor requiring grad created in the step (a new leaf at every call)")
         elif draw is not None:
@@ -605,7 +605,7 @@ _rng = [np.random.default_rng()]
 
 def manual_seed(seed):
     _rng[0] = np.random.default_rng(seed)
-    if _cap.on:  # jitgrad.compile: seeded again at the same point of every replay, before later draws
+    if _cap.on and _cap.mine():  # jitgrad.compile: seeded again at the same point of every replay
         _cap.rec.python(lambda: manual_seed(seed) or (), (), (), "manual_seed")
 
 

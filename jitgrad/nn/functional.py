@@ -31,7 +31,7 @@ def _computed(fn, inputs, name):
     jitgrad.compile recording fn becomes a Python instruction of the plan, so a replay
     calls it again on that call's values (and draws fresh random numbers)."""
     outs = tuple(_F._wrap(a) for a in fn(*(t._data for t in inputs)))
-    if _cap.on:
+    if _cap.on and _cap.mine():
         _cap.rec.python(fn, inputs, outs, name)
     return outs
 

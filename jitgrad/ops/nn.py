@@ -26,7 +26,7 @@ def _record_with(spec, res, inputs, saved, fparams=(), iparams=None, reads=(), e
     """Record `spec` for grad. In a jitgrad.compile recording the forward instruction has
     the row's inputs and `reads` (tensors the forward reads that get no gradient edge:
     indices, targets), and `extra` outputs after the saved values (max_pool2d's indices)."""
-    if not (reads or extra) or not _cap.on:
+    if not (reads or extra) or not (_cap.on and _cap.mine()):
         return record(spec, res, inputs, saved, fparams, iparams)
     _cap.on = False  # record() would report the row's inputs only
     try:
@@ -42,7 +42,7 @@ def _operand_tensor(x, arr=None):
     if isinstance(x, Tensor):
         return x
     t = _wrap(np.asarray(x) if arr is None else arr)
-    if _cap.on:
+    if _cap.on and _cap.mine():
         _cap.rec.constant_tensor(t)
     return t
 
