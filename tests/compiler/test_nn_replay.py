@@ -604,3 +604,33 @@ def test_compiled_module_hands_back_a_graph(dtype, rng):
         for (name, pe), pc in zip(me.named_parameters(), mc.parameters()):
             close(pc.grad, pe.grad, dtype, f"call {k}: {name}.grad")
     assert_replays(compiled._compiled)
+
+
+# --- the forward kernels read the params the backward rows have -----------------------------
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "embedding", "nll_loss", "convolution",
+                                  "max_pool2d"])
+def test_forward_kernel_reads_the_declared_int_params(name):
+    """A forward kernel's `a, b = xs[p + 1], xs[p + 2]` reads name the spec's int params at
+    their declared offsets (convolution's and the pool's geometry are read as one slice)."""
+    import inspect
+    import re
+
+    spec = REGISTRY[name]
+    fn = getattr(spec.fwd_kernel, "py_func", spec.fwd_kernel)
+    src = inspect.getsource(fn)
+    for callee in set(re.findall(r"\b(_\w+)\(i, prog", src)):  # a shared body (softmax's _normalise)
+        k = fn.__globals__[callee]
+        src += inspect.getsource(getattr(k, "py_func", k))
+    reads = {}
+    for lhs, rhs in re.findall(r"^\s*([\w, ]+?)\s*=\s*(xs\[p \+ \d+\][^\n]*)$", src, re.M):
+        offs = re.findall(r"xs\[p \+ (\d+)\]", rhs)
+        names = [n.strip() for n in lhs.split(",")]
+        assert len(offs) == len(names), rhs
+        reads.update(zip(names, map(int, offs)))
+    slices = re.findall(r"xs\[p \+ 1:p \+ (\d+)\]", src)
+    assert reads or slices, f"{name}: no int params read"
+    aliases = {"pad": "padding_idx", "ignore": "ignore_index"}
+    for var, off in reads.items():
+        assert off == spec.ioff(aliases.get(var, var)), f"{name}: {var} read at p + {off}"
+    for end in slices:
+        assert int(end) == len(spec.iparams) + 1, f"{name}: reads {int(end) - 1} int params of {len(spec.iparams)}"
