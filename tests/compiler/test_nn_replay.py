@@ -89,6 +89,7 @@ def compare(make, step, calls, dtype, pending=(), seeded=False, breaks=None):
         for j, (pe, pc) in enumerate(zip(params(se), params(sc))):
             close(pc, pe, dtype, f"call {k}: parameter {j}")
             close(pc.grad, pe.grad, dtype, f"call {k}: grad of parameter {j}")
+            assert pe.grad is not None or not pe.requires_grad or breaks is not None
     if breaks is None:
         assert_replays(c, pending)
     else:
@@ -105,11 +106,12 @@ def with_sgd(module, lr=0.1, momentum=0.0):
 
 
 def train(state, loss):
-    """The end of a training step: backward, the update, zero_grad."""
+    """The end of a training step: zero_grad, backward, the update (the gradients stay for
+    the comparison after the call)."""
     _, opt = state
+    opt.zero_grad()
     loss.backward()
     opt.step()
-    opt.zero_grad()
     return loss
 
 
