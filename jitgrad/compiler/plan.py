@@ -419,6 +419,8 @@ class Plan:
                     vsrc.append(vid)
                 continue
             for k, vid in enumerate(saves):
+                if vid < 0:  # not saved by this row (recorder.struct)
+                    continue
                 slot = kp + k
                 ref = slots[slot * SW + S_REF]
                 want = np.dtype(np.int64) if spec.index_saves[k] else self.dtype
