@@ -69,6 +69,7 @@ LEAF_READY = 5    # the row ran and made a hooked leaf ready; resume below the r
 FW = 6
 F_OP, F_ARGS, F_NIN, F_FP, F_IP, F_MADE = range(FW)
 PY_OP = -1
+NOP_OP = -2   # an instruction whose results nothing reads (compiler/plan.py's _live): skipped
 VW = 4
 V_ADDR, V_NUMEL, V_SHP, V_DT = range(VW)
 VD_F64, VD_F32, VD_I64, VD_BOOL, VD_I32 = range(5)

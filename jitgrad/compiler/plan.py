@@ -32,6 +32,7 @@ from jitgrad._core.layout import (
     H_OP,
     H_SHP,
     HW,
+    NOP_OP,
     PK_ARRAYS,
     PK_COUNT,
     PY_OP,
@@ -151,8 +152,12 @@ class Plan:
         # -- the forward program --------------------------------------------------------------
         prog, fin, fp = [], [], []
         self.py = {}
+        live = _live(rec, outputs)
         for i, ins in enumerate(rec.instrs):
-            if ins.kind == "ew":
+            if not live[i]:
+                outs = ins.outs
+                op = NOP_OP
+            elif ins.kind == "ew":
                 outs = ins.outs[:1]  # the saved values are its inputs or its result
                 op = ins.spec.op
             elif ins.kind == "struct":
@@ -414,6 +419,8 @@ class Plan:
                     vsrc.append(vid)
                 continue
             for k, vid in enumerate(saves):
+                if vid < 0:  # not saved by this row (recorder.struct)
+                    continue
                 slot = kp + k
                 ref = slots[slot * SW + S_REF]
                 want = np.dtype(np.int64) if spec.index_saves[k] else self.dtype
@@ -451,6 +458,32 @@ class Plan:
         into.vsrc = np.array(vsrc, np.int64)
         into.ext_slots = ext_slots
         into.arena_slots = np.array(arena_slots, np.int64)
+
+def _live(rec, outputs):
+    """Per instruction, whether anything reads what it makes: a later live instruction, a
+    backward (a saved value, a seed), the caller (an output, a .grad). Python instructions
+    always run (a random draw moves the generator as eager's did). The rest are skipped:
+    e.g. linear's t(weight), whose copy the matrix product does not read (it reads the
+    weight transposed), would cost a copy of the weight per replay."""
+    needed = set(outputs)
+    for kind, _, payload in rec.events:
+        if kind == "backward" and payload[1] is not None:
+            needed.add(payload[1])
+        elif kind == "setgrad" and payload[1] is not None:
+            needed.add(payload[1])
+    live = [False] * len(rec.instrs)
+    for i in range(len(rec.instrs) - 1, -1, -1):
+        ins = rec.instrs[i]
+        keep = ins.kind == "py" or any(k in needed for k in ins.outs if k >= 0)
+        if not keep and ins.row is not None:  # its row's saved values are read by the backward
+            keep = len(ins.spec.saves) > 0
+        if keep:
+            live[i] = True
+            needed.update(ins.ins)
+            if ins.row is not None:
+                needed.update(k for k in ins.outs if k >= 0)
+    return live
+
 
 def _target(rec, t):
     """(tensor, None) for a tensor from outside the call, (None, index) for the call's

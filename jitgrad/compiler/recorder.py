@@ -201,7 +201,7 @@ class Recorder:
             return
         if spec.fwd_kernel is None:
             return self.stop(f"{spec.name} has no forward kernel yet")
-        if len(saved) != len(spec.saves):
+        if len(saved) > len(spec.saves):
             return self.stop(f"{spec.name} reported {len(saved)} saved values for {len(spec.saves)}")
         ins = [self.value_of(t) for t in inputs]
         out = self.result(res)
@@ -221,6 +221,7 @@ class Recorder:
                 arr = np.asarray(arr)
                 outs.append(self._new(OP, shape=arr.shape, dtype=arr.dtype))
                 made |= 1 << k
+        outs.extend([-1] * (len(spec.saves) - len(saved)))  # optional ones it did not save (layer_norm's weight)
         outs.extend(self.result(t) for t in extra)
         self.instrs.append(Instr("struct", spec, ins, outs, made, fparams, iparams, self._row(spec, res)))
 

@@ -21,6 +21,7 @@ import numpy as np
 from jitgrad._core.layout import (
     F_OP,
     FW,
+    NOP_OP,
     PK_ARRAYS,
     PK_BHI,
     PK_DT,
@@ -33,7 +34,6 @@ from jitgrad._core.layout import (
     PK_NSC,
     PK_PTRW,
     PK_SCW,
-    PY_OP,
     SWEPT,
     V_ADDR,
     VW,
@@ -69,7 +69,9 @@ def forward(prog, fin, vals, xs, fp, like, lo, hi):
     Python must run (resume at the next one)."""
     for i in range(lo, hi):
         op = prog[i * FW + F_OP]
-        if op == PY_OP:
+        if op < 0:
+            if op == NOP_OP:
+                continue
             return i
         if OP_IS_EW[op]:
             fwd_ew(op, i, prog, fin, vals, xs, fp, like)

@@ -223,7 +223,7 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     fparams, iparams: the op's float and int parameters (see each kernel for its layout)
     """
     tape = current_tape()
-    if tape.keep_bytes > SPLIT_BYTES and all(t._tape is not tape for t in inputs):
+    if tape.keep_bytes > SPLIT_BYTES and _cap.rec is None and all(t._tape is not tape for t in inputs):
         tape = tape_for(inputs[0])
     d = result._data
     dt = _DT.get(d.dtype, DT_OTHER)

@@ -46,6 +46,7 @@ import weakref
 import numpy as np
 
 from jitgrad._core import versions
+from jitgrad._core.capture import state as _cap
 from jitgrad._core.layout import (  # noqa: F401
     DT_F32,
     DT_F64,
@@ -385,7 +386,8 @@ def current_tape():
 def tape_for(a, b=None):
     """The tape an op on inputs a (and b, a tensor or not) records onto (see SPLIT_BYTES)."""
     t = current_tape()
-    if t.keep_bytes > SPLIT_BYTES and a._tape is not t and getattr(b, "_tape", None) is not t:
+    # (not while jitgrad.compile records: its plan replays one step's graph, on one tape)
+    if t.keep_bytes > SPLIT_BYTES and a._tape is not t and getattr(b, "_tape", None) is not t and _cap.rec is None:
         t.closed = True
         t = current_tape()
     return t

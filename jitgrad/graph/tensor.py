@@ -62,6 +62,8 @@ class Tensor:
         t = tensor(data if data is not None else [], dtype=dtype, requires_grad=requires_grad)
         _init_from(self, t._data)
         self._requires_grad = t._requires_grad
+        if _cap.on and _cap.mine():
+            _cap.rec.alias(self, t)
 
     @staticmethod
     def _make(arr):
@@ -424,6 +426,7 @@ def _wrap_dim(dim, ndim):
 # with PyTorch's errors, so that nothing past them sees a negative size or a wrapped integer.
 def _unwrap_nested(data):
     if isinstance(data, Tensor):
+        _stop("tensor() of a tensor reads its value in the step")
         return data._data
     if isinstance(data, (list, tuple)):
         return [_unwrap_nested(x) for x in data]
@@ -525,10 +528,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
             raise TypeError(f"Could not infer dtype of {type(data).__name__}")
     else:
         arr = _array_from(data, npd)
-    _check_requires_grad(arr, requires_grad)
-    t = Tensor._make(arr)
-    t._requires_grad = bool(requires_grad)
-    return t
+    return _finish(arr, requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None):
@@ -542,7 +542,7 @@ def from_numpy(arr):
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {_tname(arr)})")
     from_numpy_dtype(arr.dtype)  # raises for unsupported dtypes
-    return Tensor._make(arr)
+    return _finish(arr, False)
 
 
 def _is_int(x):
@@ -568,22 +568,34 @@ def _size_arg(size, fn):
     return size
 
 
-def _finish(arr, requires_grad):
+def _finish(arr, requires_grad, draw=None):
+    """The factories' tensor. In a jitgrad.compile recording it is a constant of the plan,
+    or, when `draw` (() -> (a new array,)) is given, a Python instruction that draws it
+    afresh at every replay."""
     _check_requires_grad(arr, requires_grad)
     t = Tensor._make(arr)
     t._requires_grad = bool(requires_grad)
+    if _cap.on and _cap.mine():
+        if requires_grad:
+            _stop("a tensor requiring grad created in the step (a new leaf at every call)")
+        elif draw is not None:
+            _cap.rec.python(draw, (), (t,), "a random draw")
+        else:
+            _cap.rec.constant_tensor(t)
     return t
 
 
-def _factory(fill, fn, float_only=None):
-    """float_only: torch's kernel name when the fill exists only for floating dtypes (random)."""
+def _factory(fill, fn, float_only=None, random=False):
+    """float_only: torch's kernel name when the fill exists only for floating dtypes.
+    random: the fill draws from the generator (jitgrad.compile draws it again at replay)."""
     def make(*size, dtype=None, requires_grad=False, device=None):
         npd = _dtype_arg(dtype, fn) or _dtype.get_default_dtype().np
         shape = _size_arg(size, fn)
         _device.check(device, fn)
         if float_only and npd.kind != "f":
             raise NotImplementedError(f"\"{float_only}\" not implemented for '{scalar_name(npd)}'")
-        return _finish(fill(shape, npd), requires_grad)
+        draw = (lambda: (fill(shape, npd),)) if random else None
+        return _finish(fill(shape, npd), requires_grad, draw)
     make.__name__ = fn
     return make
 
@@ -593,13 +605,15 @@ _rng = [np.random.default_rng()]
 
 def manual_seed(seed):
     _rng[0] = np.random.default_rng(seed)
+    if _cap.on and _cap.mine():  # jitgrad.compile: seeded again at the same point of every replay
+        _cap.rec.python(lambda: manual_seed(seed) or (), (), (), "manual_seed")
 
 
 zeros = _factory(lambda s, d: np.zeros(s, d), "zeros")
 ones = _factory(lambda s, d: np.ones(s, d), "ones")
 empty = _factory(lambda s, d: np.empty(s, d), "empty")
-randn = _factory(lambda s, d: _rng[0].standard_normal(s).astype(d), "randn", "normal_kernel_cpu")
-rand = _factory(lambda s, d: _rng[0].random(s).astype(d), "rand", "check_uniform_bounds")
+randn = _factory(lambda s, d: _rng[0].standard_normal(s).astype(d), "randn", "normal_kernel_cpu", random=True)
+rand = _factory(lambda s, d: _rng[0].random(s).astype(d), "rand", "check_uniform_bounds", random=True)
 
 
 def _number(x):

@@ -126,14 +126,13 @@ col2im_add = _col2im_add_np if DISABLE_JIT else _col2im_add_nb
 
 
 @jit
-def conv_forward(x, wt, bias, has_bias, geom):
+def conv_forward_into(x, wt, bias, has_bias, geom, out):
     """out (N, Cout, Ho, Wo), flat: per sample and group, W_g (M x K) @ cols (K x L)."""
     n, c, h, w, cout, cg, kh, kw = geom[0], geom[1], geom[2], geom[3], geom[4], geom[5], geom[6], geom[7]
     g, ho, wo = geom[14], geom[15], geom[16]
     m = cout // g
     k = cg * kh * kw
     L = ho * wo
-    out = np.empty(n * cout * L, wt.dtype)
     cols = np.empty((k, L), wt.dtype)
     for s in range(n):
         for grp in range(g):
@@ -147,12 +146,18 @@ def conv_forward(x, wt, bias, has_bias, geom):
                 bc = bias[co]
                 for q in range(o, o + L):
                     out[U(q)] += bc
+
+
+@jit
+def conv_forward(x, wt, bias, has_bias, geom):
+    out = np.empty(geom[0] * geom[4] * geom[15] * geom[16], wt.dtype)
+    conv_forward_into(x, wt, bias, has_bias, geom, out)
     return out
 
 
 # --- max pooling ---------------------------------------------------------------------------------
 # pgeom: N*C (planes), H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo
-def _pool_np(x, pgeom):
+def _pool_into_np(x, pgeom, out_, arg_):
     planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo = (int(v) for v in pgeom)
     hp = max(h + 2 * ph, (ho - 1) * sh + dh * (kh - 1) + 1)
     wp = max(w + 2 * pw, (wo - 1) * sw + dw * (kw - 1) + 1)
@@ -175,15 +180,14 @@ def _pool_np(x, pgeom):
         take = inside & ((arg < 0) | (val > out) | (val != val))
         out = np.where(take, val, out)
         arg = np.where(take, r * w + c, arg)
-    return out.reshape(-1), arg.reshape(-1)
+    out_[:] = out.reshape(-1)
+    arg_[:] = arg.reshape(-1)
 
 
 @jit
-def _pool_nb(x, pgeom):
+def _pool_into_nb(x, pgeom, out, arg):
     planes, h, w, kh, kw = pgeom[0], pgeom[1], pgeom[2], pgeom[3], pgeom[4]
     sh, sw, ph, pw, dh, dw, ho, wo = pgeom[5], pgeom[6], pgeom[7], pgeom[8], pgeom[9], pgeom[10], pgeom[11], pgeom[12]
-    out = np.empty(planes * ho * wo, x.dtype)
-    arg = np.empty(planes * ho * wo, np.int64)
     for p in range(planes):
         base = p * h * w
         for oh in range(ho):
@@ -209,9 +213,28 @@ def _pool_nb(x, pgeom):
                 q = (p * ho + oh) * wo + ow
                 out[q] = best
                 arg[q] = at
+
+
+@jit
+def _pool_nb(x, pgeom):
+    """(values, argmax within each plane), both flat."""
+    n = pgeom[0] * pgeom[11] * pgeom[12]
+    out = np.empty(n, x.dtype)
+    arg = np.empty(n, np.int64)
+    _pool_into_nb(x, pgeom, out, arg)
     return out, arg
 
 
+def _pool_np(x, pgeom):
+    n = int(pgeom[0] * pgeom[11] * pgeom[12])
+    out = np.empty(n, x.dtype)
+    arg = np.empty(n, np.int64)
+    _pool_into_np(x, pgeom, out, arg)
+    return out, arg
+
+
+# the same loops for the eager op and jitgrad.compile's replay (kernels/forward_nn.py)
+max_pool_into = _pool_into_np if DISABLE_JIT else _pool_into_nb
 max_pool_forward = _pool_np if DISABLE_JIT else _pool_nb
 
 

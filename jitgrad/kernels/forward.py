@@ -14,15 +14,38 @@ _core/layout.py's FW / VW) and is called by the generated dispatch as
 - the op's int params are at xs[ip(prog, i)] (count, then values) and its float params at
   fp[fpp(prog, i)], exactly as the backward row of the same op has them: a forward kernel
   reads what its backward kernel reads (spec.ioff gives the offsets).
-Every kernel also runs as plain Python under NUMBA_DISABLE_JIT=1.
+Every kernel also runs as plain Python under NUMBA_DISABLE_JIT=1. The kernels live beside
+their backward twins in the family modules (reduce, linalg...); dtype casts, the one op
+whose input may be of any dtype (V_DT), are here.
 """
 import numpy as np
 
-from jitgrad._core.layout import F_ARGS, F_FP, F_IP, F_MADE, F_NIN, FW, V_ADDR, V_NUMEL, V_SHP, VW
-from jitgrad.kernels.common import bcast_plan, bidx, jit
+from jitgrad._core.layout import (
+    F_ARGS,
+    F_FP,
+    F_IP,
+    F_MADE,
+    F_NIN,
+    FW,
+    V_ADDR,
+    V_DT,
+    V_NUMEL,
+    V_SHP,
+    VD_BOOL,
+    VD_F32,
+    VD_F64,
+    VD_I32,
+    VD_I64,
+    VW,
+)
+from jitgrad.kernels.common import jit
 from jitgrad.kernels.pointers import view
 
 I64 = np.zeros(0, np.int64)
+_F64 = np.zeros(0, np.float64)
+_F32 = np.zeros(0, np.float32)
+_I32 = np.zeros(0, np.int32)
+_BOOL = np.zeros(0, np.bool_)
 
 
 @jit
@@ -36,6 +59,12 @@ def res(prog, fin, i, k):
     """Value id of instruction i's output k (0: the result, 1 + s: saved value s, then extras)."""
     b = i * FW
     return fin[prog[b + F_ARGS] + prog[b + F_NIN] + k]
+
+
+@jit
+def nin(prog, i):
+    """The number of inputs of instruction i."""
+    return prog[i * FW + F_NIN]
 
 
 @jit
@@ -71,24 +100,29 @@ def fpp(prog, i):
     return prog[i * FW + F_FP]
 
 
-# --- reductions -------------------------------------------------------------------------------
+# --- dtype casts ------------------------------------------------------------------------------
 @jit
-def f_sum(i, prog, fin, vals, xs, fp, like):
-    """sum / mean (all, or over dims): the result at the keepdim shape (the int params),
-    times the scale (fp: 1 for sum, 1 / count for mean)."""
-    x = arg(prog, fin, i, 0)
-    xv = val(vals, x, like)
-    out = val(vals, res(prog, fin, i, 0), like)
-    scale = fp[fpp(prog, i)]
-    mode, m, mp = bcast_plan(xs, shp(vals, x), ip(prog, i))
-    out[:] = 0.0
-    if mode == 1:
-        acc = 0.0
-        for j in range(xv.size):
-            acc += xv[j]
-        out[0] = acc * scale
-        return
-    for j in range(xv.size):
-        out[bidx(mode, m, mp, j)] += xv[j]
+def _cast(src, out):
     for j in range(out.size):
-        out[j] *= scale
+        out[j] = src[j]
+
+
+@jit
+def f_to_copy(i, prog, fin, vals, xs, fp, like):
+    """A cast to the plan's float dtype (ops record casts to other dtypes as Python
+    instructions): the input is read at its own dtype, whatever it is."""
+    x = arg(prog, fin, i, 0)
+    out = val(vals, res(prog, fin, i, 0), like)
+    addr = vals[x * VW + V_ADDR]
+    n = out.size
+    code = vals[x * VW + V_DT]
+    if code == VD_F64:
+        _cast(view(addr, n, _F64), out)
+    elif code == VD_F32:
+        _cast(view(addr, n, _F32), out)
+    elif code == VD_I64:
+        _cast(view(addr, n, I64), out)
+    elif code == VD_I32:
+        _cast(view(addr, n, _I32), out)
+    elif code == VD_BOOL:
+        _cast(view(addr, n, _BOOL), out)

@@ -1,6 +1,8 @@
-"""Backward kernels of the matrix products (matmul, mm, mv, dot, bmm, addmm, linear) and
-trace; the products go to BLAS (kernels/blas.py).
-The arguments are the scheduler's standard ones (kernels/common.py)."""
+"""Kernels of the matrix products (matmul, mm, mv, dot, bmm, addmm, linear) and trace;
+the products go to BLAS (kernels/blas.py), forward and backward alike.
+The backward kernels (k_*) take the scheduler's standard arguments (kernels/common.py);
+the forward kernels (f_*) jitgrad.compile's replay runs take an instruction of a plan
+(kernels/forward.py)."""
 import numpy as np
 
 from jitgrad._core.layout import E_SHP, E_TGT, EW, H_E0, H_FP, H_IP, H_KP, H_NIN, H_NUMEL, H_SHP, HAS, HW
@@ -17,6 +19,7 @@ from jitgrad.kernels.common import (
     shape_numel,
     target_buffer,
 )
+from jitgrad.kernels.forward import arg, fpp, ip, made, nin, res, shp, val
 
 
 @jit
@@ -159,3 +162,80 @@ def k_trace(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     rows, cols = xs[pin + 1], xs[pin + 2]
     for i in range(min(rows, cols)):
         d[i * cols + i] += g[0]
+
+
+# --- forward kernels --------------------------------------------------------------------------
+@jit
+def f_matmul(i, prog, fin, vals, xs, fp, like):
+    """matmul (mm, dot, mv, bmm and broadcast batches): one gemm per output batch."""
+    va = arg(prog, fin, i, 0)
+    vb = arg(prog, fin, i, 1)
+    a = val(vals, va, like)
+    bm = val(vals, vb, like)
+    out = val(vals, res(prog, fin, i, 0), like)
+    pa = shp(vals, va)
+    pb = shp(vals, vb)
+    _, n, k = _mat_dims(xs, pa, True)
+    _, _, m = _mat_dims(xs, pb, False)
+    if n * m == 0:
+        return
+    bo = out.size // (n * m)
+    if bo == 1:
+        gemm(a.reshape((n, k)), False, bm.reshape((k, m)), False, out.reshape((n, m)), 0.0)
+        return
+    mapa, mapb = _batch_maps(xs, pa, pb, bo)
+    for j in range(bo):
+        gemm(a[mapa[j] * n * k:(mapa[j] + 1) * n * k].reshape((n, k)), False,
+             bm[mapb[j] * k * m:(mapb[j] + 1) * k * m].reshape((k, m)), False,
+             out[j * n * m:(j + 1) * n * m].reshape((n, m)), 0.0)
+
+
+@jit
+def f_addmm(i, prog, fin, vals, xs, fp, like):
+    """addmm / linear: out = alpha * (A @ B), plus beta * input (broadcast) when there is
+    one, in eager's order. An operand flagged transposed (ta / tb) is saved as the
+    contiguous base of its transpose, which the backward reads: when that is the input
+    itself (linear's weight), the gemm reads it transposed; otherwise the kernel makes it."""
+    p = ip(prog, i)
+    n, k, m, ta, tb = xs[p + 1], xs[p + 2], xs[p + 3], xs[p + 4], xs[p + 5]
+    q = fpp(prog, i)
+    beta, alpha = fp[q], fp[q + 1]
+    nins = nin(prog, i)
+    a = val(vals, arg(prog, fin, i, nins - 2), like)
+    bm = val(vals, arg(prog, fin, i, nins - 1), like)
+    a_base = ta and not made(prog, i, 0)
+    b_base = tb and not made(prog, i, 1)
+    o = res(prog, fin, i, 0)
+    out = val(vals, o, like)
+    gemm(a.reshape((k, n)) if a_base else a.reshape((n, k)), a_base,
+         bm.reshape((m, k)) if b_base else bm.reshape((k, m)), b_base, out.reshape((n, m)), 0.0)
+    if alpha != 1.0:
+        for j in range(out.size):
+            out[j] *= alpha
+    if nins == 3 and beta != 0.0:
+        x = arg(prog, fin, i, 0)
+        xv = val(vals, x, like)
+        mode, mm, mp = bcast_plan(xs, shp(vals, o), shp(vals, x))
+        if mode == 2 and beta == 1.0:  # a bias row (linear): a plain inner loop, which vectorises
+            for r in range(out.size // mm):
+                for c in range(mm):
+                    out[r * mm + c] += xv[c]
+        else:
+            for j in range(out.size):
+                out[j] += xv[bidx(mode, mm, mp, j)] * beta if beta != 1.0 else xv[bidx(mode, mm, mp, j)]
+    if ta and not a_base:
+        val(vals, res(prog, fin, i, 1), like).reshape((k, n))[:] = a.reshape((n, k)).T
+    if tb and not b_base:
+        val(vals, res(prog, fin, i, 2), like).reshape((m, k))[:] = bm.reshape((k, m)).T
+
+
+@jit
+def f_trace(i, prog, fin, vals, xs, fp, like):
+    x = arg(prog, fin, i, 0)
+    xv = val(vals, x, like)
+    out = val(vals, res(prog, fin, i, 0), like)
+    p = shp(vals, x)
+    cols = xs[p + 2]
+    out[0] = 0.0
+    for j in range(min(xs[p + 1], cols)):
+        out[0] += xv[j * cols + j]

@@ -1,7 +1,9 @@
-"""The layer_norm forward, compiled: one pass per row for the mean, one for the variance,
-one for the output (numpy needed about six full passes and as many temporaries). Under
-NUMBA_DISABLE_JIT the numpy form below runs instead (the CI pass without the JIT checks it
-against torch just as the compiled pass checks the loops)."""
+"""The layer_norm and softmax / log_softmax forwards, compiled, for the eager ops and
+jitgrad.compile's replay alike (kernels/forward_nn.py), and their backward kernels. Layer
+norm is one pass per row for the mean, one for the variance, one for the output (numpy
+needed about six full passes and as many temporaries). Under NUMBA_DISABLE_JIT the numpy
+forms below run instead (the CI pass without the JIT checks them against torch just as
+the compiled pass checks the loops)."""
 import numpy as np
 from numba import njit
 from numba.core.config import DISABLE_JIT
@@ -14,16 +16,11 @@ from jitgrad.kernels.conv import U
 # reassoc: the row sums may be reordered, so they vectorise (2x); no other fast-math flag,
 # so NaN and inf still propagate as in torch
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
-def _layer_norm_nb(x, w, b, has_w, has_b, eps):
-    """x (rows, k) -> out (rows, k), mean (rows,), rstd (rows,), statistics accumulated in
+def _layer_norm_into_nb(xf, k, w, b, has_w, has_b, eps, out, mean, rstd):
+    """xf: rows of k, flat -> out (flat), mean and rstd (per row), statistics accumulated in
     float64; variance with correction 0, as torch. Indices are unsigned (U) so that the
     row loops vectorise (see kernels/conv.py)."""
-    rows, k = x.shape
-    xf = x.reshape(-1)
-    out = np.empty(x.size, x.dtype)
-    mean = np.empty(rows, x.dtype)
-    rstd = np.empty(rows, x.dtype)
-    for r in range(rows):
+    for r in range(mean.size):
         o = r * k
         s = 0.0
         for i in range(o, o + k):
@@ -48,23 +45,95 @@ def _layer_norm_nb(x, w, b, has_w, has_b, eps):
         else:
             for i in range(o, o + k):
                 out[U(i)] = (xf[U(i)] - mu) * rs
+
+
+def _layer_norm_into_np(xf, k, w, b, has_w, has_b, eps, out, mean, rstd):
+    x64 = xf.reshape(-1, k).astype(np.float64)
+    mu = x64.mean(axis=1, keepdims=True)
+    c = x64 - mu
+    rs = 1.0 / np.sqrt((c * c).mean(axis=1, keepdims=True) + eps)
+    y = c * rs
+    if has_w:
+        y *= w
+    if has_b:
+        y += b
+    out[:] = y.reshape(-1)
+    mean[:] = mu.reshape(-1)
+    rstd[:] = rs.reshape(-1)
+
+
+# the same arithmetic for the eager op and jitgrad.compile's replay (kernels/forward_nn.py)
+layer_norm_into = _layer_norm_into_np if DISABLE_JIT else _layer_norm_into_nb
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _layer_norm_nb(x, w, b, has_w, has_b, eps):
+    """x (rows, k) -> out (rows, k), mean (rows,), rstd (rows,)."""
+    rows, k = x.shape
+    out = np.empty(x.size, x.dtype)
+    mean = np.empty(rows, x.dtype)
+    rstd = np.empty(rows, x.dtype)
+    _layer_norm_into_nb(x.reshape(-1), k, w, b, has_w, has_b, eps, out, mean, rstd)
     return out.reshape(x.shape), mean, rstd
 
 
 def _layer_norm_np(x, w, b, has_w, has_b, eps):
-    x64 = x.astype(np.float64)
-    mean = x64.mean(axis=1, keepdims=True)
-    c = x64 - mean
-    rstd = 1.0 / np.sqrt((c * c).mean(axis=1, keepdims=True) + eps)
-    out = c * rstd
-    if has_w:
-        out *= w
-    if has_b:
-        out += b
-    return out.astype(x.dtype), mean.reshape(-1).astype(x.dtype), rstd.reshape(-1).astype(x.dtype)
+    rows, k = x.shape
+    out = np.empty(x.shape, x.dtype)
+    mean = np.empty(rows, x.dtype)
+    rstd = np.empty(rows, x.dtype)
+    _layer_norm_into_np(x.reshape(-1), k, w, b, has_w, has_b, eps, out.reshape(-1), mean, rstd)
+    return out, mean, rstd
 
 
 layer_norm_forward = _layer_norm_np if DISABLE_JIT else _layer_norm_nb
+
+
+# --- softmax / log_softmax forward (the eager op and jitgrad.compile's replay) ---
+@jit
+def _softmax_into_nb(x, outer, n, inner, out, log):
+    """Per group of n (stride inner): exp(x - max) / sum, or its log, x - max - log(sum)
+    (a NaN in the group makes all of it NaN, as numpy's max would)."""
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            m = x[base]
+            for j in range(1, n):
+                v = x[base + j * inner]
+                if v > m or v != v:
+                    m = v
+                    if v != v:
+                        break
+            s = 0.0
+            if log:
+                for j in range(n):
+                    s += np.exp(x[base + j * inner] - m)
+                ls = np.log(s)
+                for j in range(n):
+                    q = base + j * inner
+                    out[q] = x[q] - m - ls
+            else:
+                for j in range(n):
+                    q = base + j * inner
+                    e = np.exp(x[q] - m)
+                    out[q] = e
+                    s += e
+                for j in range(n):
+                    out[base + j * inner] /= s
+
+
+def _softmax_into_np(x, outer, n, inner, out, log):
+    d = x.reshape(outer, n, inner)
+    s = d - d.max(axis=1, keepdims=True)
+    if log:
+        r = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
+    else:
+        e = np.exp(s)
+        r = e / e.sum(axis=1, keepdims=True)
+    out[:] = r.reshape(-1)
+
+
+softmax_into = _softmax_into_np if DISABLE_JIT else _softmax_into_nb
 
 
 # --- softmax / log_softmax and layer norm backward kernels (standard kernel arguments, kernels/common.py) ---

@@ -3,6 +3,7 @@ dropout, layer_norm, embedding and losses, written with jitgrad's differentiable
 
 import numpy as np
 
+from jitgrad._core.capture import state as _cap
 from jitgrad._core.messages import torch_size
 from jitgrad.graph.tensor import Tensor, _rng
 from jitgrad.ops import functional as _F
@@ -10,6 +11,7 @@ from jitgrad.ops.elementwise import relu, sigmoid, tanh  # noqa: F401
 
 # the primitives' forwards, each beside its entry in ops/nn.py
 from jitgrad.ops.nn import (  # noqa: F401
+    _index_tensor,
     _legacy_reduction,
     _padding_index,
     _targets,
@@ -24,13 +26,28 @@ from jitgrad.ops.nn import (  # noqa: F401
 linear = _F.linear
 
 
+def _computed(fn, inputs, name):
+    """Tensors made by fn(*the inputs' arrays) -> a tuple of arrays, without a graph. In a
+    jitgrad.compile recording fn becomes a Python instruction of the plan, so a replay
+    calls it again on that call's values (and draws fresh random numbers)."""
+    outs = tuple(_F._wrap(a) for a in fn(*(t._data for t in inputs)))
+    if _cap.on and _cap.mine():
+        _cap.rec.python(fn, inputs, outs, name)
+    return outs
+
+
 def dropout(input, p=0.5, training=True, inplace=False):
     if not training or p == 0:
         return input
     if p == 1:
         return input * 0.0
-    keep = (_rng[0].random(input._data.shape) >= p).astype(input._data.dtype) / (1 - p)
-    return input * _F._wrap(keep)
+    shape, dtype = input._data.shape, input._data.dtype
+
+    def mask():
+        # _rng[0] when drawn: a replay draws what eager would from the generator's state then
+        return ((_rng[0].random(shape) >= p).astype(dtype) / (1 - p),)
+    (keep,) = _computed(mask, (), "dropout's mask")
+    return input * keep
 
 
 def _reduce(loss, reduction, count=None):
@@ -54,21 +71,27 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if not label_smoothing:
         return nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
     if input.ndim == 1:
-        out = cross_entropy(input.unsqueeze(0), _targets(target).reshape(1), weight, None, ignore_index, None,
-                            reduction, label_smoothing)
+        t1 = _index_tensor(target).reshape(1) if _cap.on else _targets(target).reshape(1)
+        out = cross_entropy(input.unsqueeze(0), t1, weight, None, ignore_index, None, reduction, label_smoothing)
         return out.reshape(()) if reduction == "none" else out
-    t = _targets(target)
-    valid = (t != ignore_index).astype(input._data.dtype)
+    dtype = input._data.dtype
+    cw = None if weight is None else np.asarray(weight._data if isinstance(weight, Tensor) else weight)
+
+    def weights(t):
+        # the mask of targets that count, and the total weight of the true targets (the mean's divisor)
+        t = np.asarray(t, dtype=np.int64)
+        valid = (t != ignore_index).astype(dtype)
+        w = valid if cw is None else valid * cw[np.where(valid > 0, t, 0)]
+        return valid, np.asarray(w.sum(), dtype=dtype)
+    valid, total = _computed(weights, (_index_tensor(target),), "cross_entropy's target weights")
     nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction="none")
     # torch: the smoothing term weighs every class by its weight, and the mean divides by
     # the weight of the true targets only
     wlogp = logp if weight is None else logp * weight
-    smooth = -wlogp.sum(1) * _F._wrap(valid)
+    smooth = -wlogp.sum(1) * valid
     loss = nll * (1 - label_smoothing) + smooth * (label_smoothing / input.shape[1])
     if reduction == "mean":
-        w = valid if weight is None else valid * np.asarray(weight._data if isinstance(weight, Tensor) else weight)[
-            np.where(valid > 0, t, 0)]
-        return loss.sum() / float(w.sum())
+        return loss.sum() / total
     return _reduce(loss, reduction)
 
 

@@ -4,6 +4,7 @@ import math
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.capture import stop as _stop
 from jitgrad.graph.tensor import _rng
 
 
@@ -31,6 +32,7 @@ def calculate_gain(nonlinearity, param=None):
 
 
 def _fill(t, values):
+    _stop("an nn.init fill (in place) in a compiled step")
     with _grad_mode.no_grad():
         t._array()[...] = values
         t._bump()

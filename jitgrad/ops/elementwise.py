@@ -23,6 +23,7 @@ from jitgrad.graph.record import record, record_ew
 from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import _ARRAYLIKE, Tensor
 from jitgrad.graph.tensor import wrap as _wrap
+from jitgrad.kernels.forward import f_to_copy
 from jitgrad.ops import _forward
 from jitgrad.ops._common import (
     _NUMBER,
@@ -34,6 +35,7 @@ from jitgrad.ops._common import (
     _operand_error,
     _scalar_dtype,
     publish,
+    traced,
 )
 
 # A 0-d result stays the numpy scalar numpy returns (np.float64 ...): it has the array API the
@@ -417,15 +419,41 @@ def where(cond, a, b):
 
 
 # --- comparisons and logic (never differentiable) -------------------------------------
+# jitgrad.compile replays them as Python instructions (bool results; numpy is exact and
+# cheap at that), operands that are not tensors being constants of the plan
 def _cmp(npfn):
     def op(a, b):
         ad = a._data if isinstance(a, Tensor) else a
         bd = b._data if isinstance(b, Tensor) else b
         try:
-            return _wrap(np.asarray(npfn(ad, bd)))
+            res = _wrap(np.asarray(npfn(ad, bd)))
         except ValueError:
             raise _broadcast_error(np.shape(ad), np.shape(bd)) from None
+        if _cap.on and _cap.mine():
+            _trace_numpy(npfn, (a, b), res)
+        return res
     return op
+
+
+def _unary_logic(npfn, name):
+    def op(x):
+        res = _wrap(npfn(x._data))
+        if _cap.on and _cap.mine():
+            _trace_numpy(npfn, (x,), res)
+        return res
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+def _trace_numpy(npfn, operands, res):
+    """Report res = npfn(*operands) to jitgrad.compile's recorder as a Python instruction."""
+    tensors = tuple(x for x in operands if isinstance(x, Tensor))
+    fixed = [None if isinstance(x, Tensor) else np.array(x, copy=True) for x in operands]
+
+    def again(*arrays):
+        it = iter(arrays)
+        return (np.asarray(npfn(*[next(it) if c is None else c for c in fixed])),)
+    _cap.rec.python(again, tensors, (res,), npfn.__name__)
 
 
 eq = _cmp(np.equal)
@@ -441,27 +469,21 @@ bitwise_or = _cmp(np.bitwise_or)
 bitwise_xor = _cmp(np.bitwise_xor)
 
 
-def logical_not(x):
-    return _wrap(np.logical_not(x._data))
-
-
-def bitwise_not(x):
-    return _wrap(np.invert(x._data))
-
-
-def isnan(x):
-    return _wrap(np.isnan(x._data))
-
-
-def isfinite(x):
-    return _wrap(np.isfinite(x._data))
+logical_not = _unary_logic(np.logical_not, "logical_not")
+bitwise_not = _unary_logic(np.invert, "bitwise_not")
+isnan = _unary_logic(np.isnan, "isnan")
+isfinite = _unary_logic(np.isfinite, "isfinite")
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    if _cap.on and _cap.mine():
+        _cap.rec.stop("allclose() (a Python bool computed from tensor data)")
     return bool(np.allclose(a._data, b._data, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def equal(a, b):
+    if _cap.on and _cap.mine():
+        _cap.rec.stop("equal() (a Python bool computed from tensor data)")
     return a._data.shape == b._data.shape and bool((a._data == b._data).all())
 
 
@@ -469,8 +491,14 @@ def to_dtype(x, dtype):
     if x._data.dtype == dtype.np:
         return x
     res = _wrap(x._data.astype(dtype.np))
+    ints = [x._data.dtype.num]
     if dtype.is_floating_point and _needs(x):
-        return record(TO_COPY, res, (x,), (), (), [x._data.dtype.num])
+        return record(TO_COPY, res, (x,), (), (), ints)
+    if _cap.on and _cap.mine():  # jitgrad.compile: a cast to a float dtype is compiled; to an int or bool, numpy
+        if dtype.is_floating_point:
+            traced(TO_COPY, res, (x,), (), (), ints)
+        else:
+            _cap.rec.python(lambda d: (d.astype(dtype.np),), (x,), (res,), f"cast to {dtype.np}")
     return res
 
 
@@ -493,7 +521,7 @@ def to_copy_jvp(ci, tangents):
 
 
 TO_COPY = structural("to_copy", "ToCopyBackward0", rule=to_copy_rule, iparams=("dtype_num",), forward=to_dtype,
-                     jvp=to_copy_jvp)
+                     jvp=to_copy_jvp, fwd_kernel=f_to_copy)
 
 # --- in-place overwrites: where(False, old, value) under torch's node names -------------
 # the value lands everywhere and the old values (NaN and inf included) get an exact zero

@@ -8,9 +8,9 @@ from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor
 from jitgrad.graph.tensor import wrap as _wrap
-from jitgrad.kernels.linalg import k_addmm, k_matmul, k_trace
-from jitgrad.ops._common import _needs, _operand_error
-from jitgrad.ops.reduce import sum_to
+from jitgrad.kernels.linalg import f_addmm, f_matmul, f_trace, k_addmm, k_matmul, k_trace
+from jitgrad.ops._common import _cap, _needs, _operand_error, traced
+from jitgrad.ops.reduce import sum_to, traced_as
 from jitgrad.ops.shape import RESHAPE_ALIAS, _view_like, reshape, t, transpose, unsqueeze
 
 
@@ -55,6 +55,8 @@ def matmul(a, b):
         raise RuntimeError(str(e)) from None
     res = _wrap(out)
     if not _needs(a, b):
+        if _cap.on and _cap.mine():
+            traced_as(spec, res, (a, b), (ad, bd), (), None, lambda x, y: np.asarray(np.matmul(x, y)))
         return res
     return record(spec, res, (a, b), (ad, bd))
 
@@ -88,7 +90,7 @@ def matmul_jvp(ci, tangents):
 # self, tensor; MvBackward0: self, vec). torch's bmm node is UnsafeViewBackward0 over a
 # BmmBackward0 it keeps the operands in, so there they are internal.
 MATMUL = structural("matmul", "MmBackward0", saves=("self", "mat2"), args=("self", "mat2"), rule=matmul_rule,
-                    kernel=k_matmul, forward=matmul, jvp=matmul_jvp)
+                    kernel=k_matmul, fwd_kernel=f_matmul, forward=matmul, jvp=matmul_jvp)
 DOT = alias("dot", MATMUL, "DotBackward0", saves=("self", "tensor"), args=("self", "tensor"))
 MV = alias("mv", MATMUL, "MvBackward0", saves=("self", "vec"), args=("self", "vec"))
 BMM = alias("bmm", MATMUL, "UnsafeViewBackward0", saves=("_self", "_mat2"), args=("_self", "_mat2"))
@@ -111,10 +113,10 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     return _mm_into(ADDMM, input, mat1, mat2, float(beta), float(alpha))
 
 
-def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
+def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
     """The addmm primitive (and linear's bias-free mm when input is None). A transposed
     operand, such as linear's W.t(), is saved as its contiguous base, flagged, instead of
-    being copied into a contiguous transpose."""
+    being copied into a contiguous transpose. weight: linear's, when b is weight.t()."""
     ad, bd = a._data, b._data
     if ad.shape[1] != bd.shape[0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({ad.shape[0]}x{ad.shape[1]} and "
@@ -135,12 +137,65 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
     res = _wrap(prod)
     inputs = (a, b) if input is None else (input, a, b)
     if not _needs(*inputs):
+        if _cap.on and _cap.mine():
+            _traced_mm(spec, res, inputs, beta, alpha, weight)
         return res
+    if weight is not None and _cap.on and _cap.mine():
+        return _recorded_linear(spec, res, inputs, beta, alpha, weight)
     packing = _packing[0] and _saved_hooks.stack  # packed values keep the operands as they are
     ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
     tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
     return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha),
                   spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb))
+
+
+# jitgrad.compile and linear's x @ W.t(): the backward reads W.t() as its contiguous base,
+# the weight itself (tb). The instruction is reported reading the weight too, which its
+# forward kernel's gemm reads transposed: the replay then copies no transpose of it (on a
+# 784 x 512 weight a transposed copy costs about what the forward's product does).
+def _recorded_linear(spec, res, inputs, beta, alpha, weight):
+    """_mm_into's recording of linear while jitgrad.compile records: the row as _mm_into
+    makes it; the instruction reads the weight when the row saves it (tb)."""
+    ad, bd = inputs[-2]._data, inputs[-1]._data
+    packing = _packing[0] and _saved_hooks.stack
+    ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
+    tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
+    saved = (ad.T if ta else ad, bd.T if tb else bd)
+    ints = spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb)
+    _cap.on = False  # reported below, not by record()
+    try:
+        res = record(spec, res, inputs, saved, (beta, alpha), ints)
+    finally:
+        _cap.on = True
+    if tb:
+        _cap.rec.struct(spec, res, inputs[:-1] + (weight,), (saved[0], weight._data), (beta, alpha), ints)
+    else:
+        _cap.rec.struct(spec, res, inputs, saved, (beta, alpha), ints)
+    return res
+
+
+def _traced_mm(spec, res, inputs, beta, alpha, weight):
+    """An addmm not recorded for grad, to jitgrad.compile: no backward reads its operands,
+    so they are saved as they are (untransposed), but for linear's contiguous weight."""
+    ad, bd = inputs[-2]._data, inputs[-1]._data
+    n, k, m = ad.shape[0], ad.shape[1], bd.shape[1]
+    if weight is not None and res._data.dtype.kind == "f" and weight._data.flags.c_contiguous:
+        traced(spec, res, inputs[:-1] + (weight,), (ad, weight._data), (beta, alpha),
+               spec.pack_ints(n=n, k=k, m=m, ta=0, tb=1))
+    else:
+        traced_as(spec, res, inputs, (ad, bd), (beta, alpha), spec.pack_ints(n=n, k=k, m=m, ta=0, tb=0),
+                  lambda *arrays: _addmm_again(arrays, beta, alpha))
+
+
+def _addmm_again(arrays, beta, alpha):
+    """_mm_into's product on (input,) mat1, mat2 arrays: jitgrad.compile replays an
+    integer one in Python."""
+    prod = arrays[-2] @ arrays[-1]
+    if alpha != 1.0:
+        prod *= alpha
+    if len(arrays) == 3 and beta != 0.0:
+        prod += arrays[0] * beta if beta != 1.0 else arrays[0]
+    return prod
 
 
 def linear(input, weight, bias=None):
@@ -151,11 +206,11 @@ def linear(input, weight, bias=None):
     x = input._data
     spec = LINEAR_MM if bias is None else ADDMM
     if x.ndim == 2:
-        return _mm_into(spec, bias, input, wt)
+        return _mm_into(spec, bias, input, wt, weight=weight)
     if x.ndim == 0 or x.shape[-1] != wt._data.shape[0] or (bias is None and x.ndim == 1):
         out = matmul(input, wt)  # and matmul raises torch's error for bad shapes
         return out if bias is None else out + bias
-    out = _mm_into(spec, bias, reshape(input, (-1, x.shape[-1])), wt)
+    out = _mm_into(spec, bias, reshape(input, (-1, x.shape[-1])), wt, weight=weight)
     shape = x.shape[:-1] + (wt._data.shape[1],)
     return reshape(out, shape) if bias is not None else _view_like(RESHAPE_ALIAS, out, out._data.reshape(shape))
 
@@ -208,7 +263,7 @@ def addmm_jvp(ci, tangents):
 # contiguous base (linear's W.t()); fparams: beta, alpha
 ADDMM = structural("addmm", "AddmmBackward0", args=("self", "mat1", "mat2"), saves=("mat1", "mat2"),
                    saved_as={"mat1": _mm_operand, "mat2": _mm_operand}, rule=addmm_rule, kernel=k_addmm,
-                   iparams=("n", "k", "m", "ta", "tb"), fparams=("beta", "alpha"), forward=_mm_into,
+                   fwd_kernel=f_addmm, iparams=("n", "k", "m", "ta", "tb"), fparams=("beta", "alpha"), forward=_mm_into,
                    jvp=addmm_jvp)
 # x @ W.t() without a bias: addmm's kernel, no input; torch's node is MmBackward0 (self, mat2)
 LINEAR_MM = alias("linear_mm", ADDMM, "MmBackward0", args=("self", "mat2"), saves=("self", "mat2"),
@@ -243,6 +298,8 @@ def trace(x):
         raise RuntimeError("trace: expected a matrix, but got tensor with dim " + str(d.ndim))
     res = _wrap(np.asarray(np.trace(d), dtype=d.dtype if d.dtype.kind == "f" else np.int64))
     if not _needs(x):
+        if _cap.on and _cap.mine():
+            traced_as(TRACE, res, (x,), (), (), None, lambda a: np.asarray(np.trace(a), dtype=np.int64))
         return res
     return record(TRACE, res, (x,))
 
@@ -254,5 +311,5 @@ def trace_rule(grad, ri):
     return (grad * _wrap(np.eye(rows, cols, dtype=grad._data.dtype)),)
 
 
-TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=k_trace, forward=trace,
+TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=k_trace, fwd_kernel=f_trace, forward=trace,
                    jvp=lambda ci, tangents: trace(tangents[0]))  # linear

@@ -4,57 +4,86 @@ user-facing functions (argument handling, torch's error messages) are jitgrad/nn
 and jitgrad/nn/conv.py, which call these forwards."""
 import numpy as np
 
+from jitgrad._core.capture import stop as _stop
 from jitgrad._core.messages import scalar_name, size_str, tensor_type
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import Tensor, _wrap_dim
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.conv import conv_forward, k_conv, max_pool_forward
+from jitgrad.kernels.forward_nn import f_conv, f_embedding, f_layer_norm, f_log_softmax, f_max_pool2d, f_nll, f_softmax
 from jitgrad.kernels.loss import k_nll
-from jitgrad.kernels.norm import k_layer_norm, k_log_softmax_grad, k_softmax_grad, layer_norm_forward
+from jitgrad.kernels.norm import k_layer_norm, k_log_softmax_grad, k_softmax_grad, layer_norm_forward, softmax_into
 from jitgrad.kernels.shape import k_embedding
-from jitgrad.ops._common import _needs
+from jitgrad.ops._common import _cap, _needs, traced
 from jitgrad.ops.elementwise import _as_float, _erf_array, _ew, exp, reciprocal, sqrt, to_dtype
 from jitgrad.ops.linalg import matmul, transpose
 from jitgrad.ops.reduce import mean, sum
 from jitgrad.ops.shape import INDEX, cat, expand, getitem, index_flat, index_put_flat, permute, reshape
 
 
+def _record_with(spec, res, inputs, saved, fparams=(), iparams=None, reads=(), extra=()):
+    """Record `spec` for grad. In a jitgrad.compile recording the forward instruction has
+    the row's inputs and `reads` (tensors the forward reads that get no gradient edge:
+    indices, targets), and `extra` outputs after the saved values (max_pool2d's indices)."""
+    if not (reads or extra) or not (_cap.on and _cap.mine()):
+        return record(spec, res, inputs, saved, fparams, iparams)
+    _cap.on = False  # record() would report the row's inputs only
+    try:
+        out = record(spec, res, inputs, saved, fparams, iparams)
+    finally:
+        _cap.on = True
+    return traced(spec, out, inputs + reads, saved, fparams, iparams, extra)
+
+
+def _operand_tensor(x, arr=None):
+    """x as a Tensor; Python data (a list, a numpy array: `arr` if given) becomes one, a
+    constant of a jitgrad.compile plan."""
+    if isinstance(x, Tensor):
+        return x
+    t = _wrap(np.asarray(x) if arr is None else arr)
+    if _cap.on and _cap.mine():
+        _cap.rec.constant_tensor(t)
+    return t
+
+
+def _index_tensor(x, arr=None):
+    """_operand_tensor for indices: a Tensor of int64 or int32 (what the forward kernels read)."""
+    t = _operand_tensor(x, arr)
+    if _cap.on and t._data.dtype not in (np.int64, np.int32):
+        _stop(f"indices of dtype {t._data.dtype}")
+    return t
+
+
 # --- softmax / log_softmax ------------------------------------------------------------------
-def _softmax_np(d, dim):
-    e = np.exp(d - d.max(axis=dim, keepdims=True))
-    return e / e.sum(axis=dim, keepdims=True)
-
-
 def _groups(shape, dim):
     return [int(np.prod(shape[:dim], dtype=np.int64)), shape[dim], int(np.prod(shape[dim + 1:], dtype=np.int64))]
 
 
-def _normalise(spec, x, dim, dtype, forward):
-    """softmax / log_softmax along `dim`: forward(d, dim) computes the values."""
+def _normalise(spec, x, dim, dtype, log):
+    """softmax / log_softmax along `dim`, with the loops jitgrad.compile's replay runs
+    (kernels/norm.py: bitwise the same, and one compiled call instead of five numpy ones)."""
     if dtype is not None:
         x = to_dtype(x, dtype)
     x = _as_float(x)
     d = x._data
     dim = _wrap_dim(dim, d.ndim)
-    out = forward(d, dim) if d.ndim else forward(d.reshape(1), 0).reshape(())
+    groups = _groups(d.shape or (1,), dim)
+    out = np.empty(d.shape, d.dtype)
+    if d.size:
+        softmax_into(np.ascontiguousarray(d).reshape(-1), *groups, out.reshape(-1), log)
     res = _wrap(out)
     if not _needs(x):
-        return res
-    return record(spec, res, (x,), (out,), (), spec.pack_ints(*_groups(d.shape or (1,), dim), dim))
-
-
-def _log_softmax_np(d, dim):
-    s = d - d.max(axis=dim, keepdims=True)
-    return s - np.log(np.exp(s).sum(axis=dim, keepdims=True))
+        return traced(spec, res, (x,), (out,), (), spec.pack_ints(*groups, dim)) if _cap.on else res
+    return record(spec, res, (x,), (out,), (), spec.pack_ints(*groups, dim))
 
 
 def softmax(x, dim, dtype=None):
-    return _normalise(SOFTMAX, x, dim, dtype, _softmax_np)
+    return _normalise(SOFTMAX, x, dim, dtype, False)
 
 
 def log_softmax(x, dim, dtype=None):
-    return _normalise(LOG_SOFTMAX, x, dim, dtype, _log_softmax_np)
+    return _normalise(LOG_SOFTMAX, x, dim, dtype, True)
 
 
 def softmax_rule(grad, ri):
@@ -86,10 +115,10 @@ def log_softmax_jvp(ci, tangents):
 
 # iparams: the input as (outer, n, inner) around `dim`, and dim
 SOFTMAX = structural("softmax", "SoftmaxBackward0", saves=("result",), rule=softmax_rule, kernel=k_softmax_grad,
-                     iparams=("outer", "n", "inner", "dim"), forward=softmax, jvp=softmax_jvp)
+                     iparams=("outer", "n", "inner", "dim"), forward=softmax, jvp=softmax_jvp, fwd_kernel=f_softmax)
 LOG_SOFTMAX = structural("log_softmax", "LogSoftmaxBackward0", saves=("result",), rule=log_softmax_rule,
                          kernel=k_log_softmax_grad, iparams=("outer", "n", "inner", "dim"), forward=log_softmax,
-                         jvp=log_softmax_jvp)
+                         jvp=log_softmax_jvp, fwd_kernel=f_log_softmax)
 
 
 # --- GELU ------------------------------------------------------------------------------------
@@ -158,12 +187,15 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
                                          bias is not None, float(eps))
     res = _wrap(out.reshape(x.shape))
     inputs = (input, _ABSENT if weight is None else weight, _ABSENT if bias is None else bias)
-    if not _needs(*inputs):
+    needs = _needs(*inputs)
+    if not (needs or _cap.on):
         return res
     # x itself is saved (not a reshaped copy), so saved_tensors_hooks and _saved_self see the input
     saved = (x, mean, rstd) if weight is None else (x, mean, rstd, weight._data)
-    return record(LAYER_NORM, res, inputs, saved, (float(eps),),
-                  LAYER_NORM.pack_ints(k=k, has_w=weight is not None, has_b=bias is not None))
+    ints = LAYER_NORM.pack_ints(k=k, has_w=weight is not None, has_b=bias is not None)
+    if not needs:
+        return traced(LAYER_NORM, res, inputs, saved, (float(eps),), ints)
+    return record(LAYER_NORM, res, inputs, saved, (float(eps),), ints)
 
 
 _ABSENT = _wrap(np.zeros(0))  # an input slot without a tensor: the node's next_functions entry is None
@@ -251,7 +283,7 @@ LAYER_NORM = structural("layer_norm", "NativeLayerNormBackward0", args=("input",
                         saves=("input", "result1", "result2", "weight"),
                         saved_as={"result1": _stat, "result2": _stat, "weight": _ln_weight},
                         rule=layer_norm_rule, kernel=k_layer_norm, iparams=("k", "has_w", "has_b"),
-                        fparams=("_eps",), forward=layer_norm, jvp=layer_norm_jvp)
+                        fparams=("_eps",), forward=layer_norm, jvp=layer_norm_jvp, fwd_kernel=f_layer_norm)
 
 
 # --- Embedding -------------------------------------------------------------------------------
@@ -292,17 +324,25 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     padding_idx = _padding_index(padding_idx, num)
     flat = idx.reshape(-1).astype(np.int64, copy=False)
     if max_norm is not None:
+        _stop("embedding(max_norm=...) renormalises the weight in place")
         _embedding_renorm_(weight, flat, float(max_norm), float(norm_type))
     w = weight._data
     res = _wrap(w[flat].reshape(idx.shape + (dim,)))
-    if not _needs(weight):
+    needs = _needs(weight)
+    if not (needs or _cap.on):
         return res
     coef = np.ones(flat.size, w.dtype)
     if scale_grad_by_freq:
         coef /= np.bincount(flat, minlength=num)[flat]
     if padding_idx is not None:
         coef[flat == padding_idx] = 0
-    return record(EMBEDDING, res, (weight,), (np.ascontiguousarray(flat), coef), (), EMBEDDING.pack_ints(dim=dim))
+    saved = (np.ascontiguousarray(flat), coef)
+    ints = EMBEDDING.pack_ints(dim=dim, padding_idx=-1 if padding_idx is None else padding_idx,
+                               freq=bool(scale_grad_by_freq))
+    reads = (_operand_tensor(input, idx),)
+    if not needs:
+        return traced(EMBEDDING, res, (weight,) + reads, saved, (), ints)
+    return _record_with(EMBEDDING, res, (weight,), saved, (), ints, reads)
 
 
 def _embedding_renorm_(weight, flat, max_norm, norm_type):
@@ -326,7 +366,7 @@ def embedding_rule(grad, ri):
     As in torch, the counts are not part of the derivative of this backward (torch's
     embedding_dense_double_backward masks the padding row only), so they are applied as
     a constant offset rather than as a recorded multiply."""
-    (dim,) = ri.iparams()
+    dim = ri.iparams().dim
     idx = np.asarray(ri.saved(0, None)).reshape(-1)
     n = idx.size
     coef = np.asarray(ri.saved(1, (n,))).reshape(n)
@@ -360,11 +400,12 @@ def embedding_jvp(ci, tangents):
 
 
 # saved: the indices (flat, int64) and per index its gradient's coefficient (0 at padding_idx,
-# 1/count with scale_grad_by_freq), which torch recomputes instead of saving
+# 1/count with scale_grad_by_freq), which torch recomputes instead of saving; iparams: the row
+# length, and what the coefficients are made from (padding_idx, -1 for none; scale_grad_by_freq)
 EMBEDDING = structural("embedding", "EmbeddingBackward0", args=("weight",), saves=("indices", "_coef"),
                        index_saves=("indices",), saved_as={"indices": _indices}, rule=embedding_rule,
-                       kernel=k_embedding, iparams=("dim",), forward=embedding,
-                       jvp=embedding_jvp)
+                       kernel=k_embedding, iparams=("dim", "padding_idx", "freq"), forward=embedding,
+                       jvp=embedding_jvp, fwd_kernel=f_embedding)
 
 
 # --- nll_loss --------------------------------------------------------------------------------
@@ -388,7 +429,8 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     reduction = _legacy_reduction(size_average, reduce, reduction)
     t = _targets(target)
     if input.ndim == 1:                               # one sample: (C,) input, () target
-        out = nll_loss(input.unsqueeze(0), t.reshape(1), weight, None, ignore_index, None, reduction)
+        t1 = _index_tensor(target, t).reshape(1) if _cap.on else t.reshape(1)
+        out = nll_loss(input.unsqueeze(0), t1, weight, None, ignore_index, None, reduction)
         return out.reshape(()) if reduction == "none" else out
     if input.ndim != 2:
         raise ValueError(f"Expected 2 dimensions (got {input.ndim})")
@@ -417,17 +459,27 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
         else:
             raise ValueError(f"{reduction} is not a valid value for reduction")
     res = _wrap(out)
-    if not _needs(input):
+    needs = _needs(input)
+    if not (needs or _cap.on):
         return res
+    saved = (np.ascontiguousarray(safe), coef.astype(x.dtype, copy=False))
+    ints = NLL_LOSS.pack_ints(ncls=x.shape[1], per_row=reduction == "none", mean=reduction == "mean",
+                              ignore_index=ignore_index)
+    reads = (_index_tensor(target, t),)
+    if weight is not None:
+        reads += (_operand_tensor(weight),)
+        if reads[-1]._data.dtype != x.dtype:
+            _stop(f"nll_loss with a {reads[-1]._data.dtype} weight for {x.dtype} input")
+    if not needs:
+        return traced(NLL_LOSS, res, (input,) + reads, saved, (), ints)
     # one node, as torch's NllLossBackward0: its kernel scatters -grad * coef to the targets
-    return record(NLL_LOSS, res, (input,), (np.ascontiguousarray(safe), coef.astype(x.dtype, copy=False)), (),
-                  NLL_LOSS.pack_ints(ncls=x.shape[1], per_row=reduction == "none"))
+    return _record_with(NLL_LOSS, res, (input,), saved, (), ints, reads)
 
 
 def nll_rule(grad, ri):
     """d input[n, target[n]] = -grad * weight[n] (grad is one value unless reduction='none';
     the saved weight already holds the class weight, the ignore mask and the 1/total)."""
-    ncls, per_row = ri.iparams()
+    ncls, per_row = ri.iparams()[:2]
     shape = ri.in_shape(0)
     n = shape[0]
     target = np.asarray(ri.saved(0, None)).reshape(n)
@@ -444,7 +496,7 @@ def nll_jvp(ci, tangents):
     """Linear in the input: the same loss of the tangent, -coef[n] * t[n, target[n]] (summed
     unless reduction='none'; coef holds the class weight, the ignore mask and 1/total)."""
     (t,) = tangents
-    ncls, per_row = ci.iparams()
+    ncls, per_row = ci.iparams()[:2]
     n = ci.in_shape(0)[0]
     target = ci.saved_named("target")._data.reshape(n)
     picked = index_flat(t, np.arange(n, dtype=np.int64) * ncls + target, (n,), INDEX)
@@ -453,10 +505,12 @@ def nll_jvp(ci, tangents):
 
 
 # saved: the target (ignored ones as 0) and per sample the gradient's coefficient (class
-# weight, ignore mask and 1/total), where torch saves self, weight and total_weight
+# weight, ignore mask and 1/total), where torch saves self, weight and total_weight; iparams:
+# the classes, reduction 'none' (per_row) or 'mean', and ignore_index (the forward kernel's)
 NLL_LOSS = structural("nll_loss", "NllLossBackward0", saves=("target", "_coef"), index_saves=("target",),
                       saved_as={"target": _target}, rule=nll_rule, kernel=k_nll,
-                      iparams=("ncls", "per_row"), forward=nll_loss, jvp=nll_jvp)
+                      iparams=("ncls", "per_row", "mean", "ignore_index"), forward=nll_loss, jvp=nll_jvp,
+                      fwd_kernel=f_nll)
 
 
 # --- convolution -----------------------------------------------------------------------------
@@ -479,7 +533,7 @@ def convolution(input, weight, bias, stride, pads, dilation, groups):
     res = _wrap(out.reshape(n, cout, ho, wo))
     inputs = (input, weight) if bias is None else (input, weight, bias)
     if not _needs(*inputs):
-        return res
+        return traced(CONVOLUTION, res, inputs, (x, w), (), CONVOLUTION.pack_ints(*geom.tolist())) if _cap.on else res
     return record(CONVOLUTION, res, inputs, (x, w), (), CONVOLUTION.pack_ints(*geom.tolist()))
 
 
@@ -541,7 +595,7 @@ def conv_jvp(ci, tangents):
 CONVOLUTION = structural("convolution", "ConvolutionBackward0", args=("input", "weight", "bias"),
                          saves=("input", "weight"), rule=conv_rule, kernel=k_conv,
                          iparams=("n", "c", "h", "w", "cout", "cg", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw",
-                                  "groups", "ho", "wo"), forward=convolution, jvp=conv_jvp)
+                                  "groups", "ho", "wo"), forward=convolution, jvp=conv_jvp, fwd_kernel=f_conv)
 
 
 # --- max_pool2d and the padding modes: gathers (indexing's primitive) under torch's names ----
@@ -558,10 +612,13 @@ def _max_pool2d_with_indices(input, kernel, stride, padding, dilation, out_size)
     shape = x.shape[:-2] + (ho, wo)
     indices = _wrap(arg.reshape(shape))
     res = _wrap(out.reshape(shape))
-    if not _needs(input):
+    needs = _needs(input)
+    if not (needs or _cap.on):
         return res, indices
     flat = arg + np.repeat(np.arange(planes, dtype=np.int64) * (h * w), ho * wo)
-    return record(MAX_POOL2D, res, (input,), (flat,)), indices
+    if not needs:
+        return traced(MAX_POOL2D, res, (input,), (flat,), (), pgeom.tolist(), (indices,)), indices
+    return _record_with(MAX_POOL2D, res, (input,), (flat,), (), pgeom.tolist(), extra=(indices,)), indices
 
 
 def _gather_jvp(spec):
@@ -572,8 +629,11 @@ def _gather_jvp(spec):
     return jvp
 
 
+# iparams (unused by the backward, a scatter to the saved argmax): the pooling geometry the
+# forward kernel reads, kernels/conv.py's pgeom
 MAX_POOL2D = alias("max_pool2d", INDEX, "MaxPool2DWithIndicesBackward0", forward=_max_pool2d_with_indices,
-                   jvp=_gather_jvp(INDEX))
+                   jvp=_gather_jvp(INDEX), fwd_kernel=f_max_pool2d,
+                   iparams=("planes", "h", "w", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw", "ho", "wo"))
 
 
 def _pad_source(n, lo, hi, mode):

@@ -10,11 +10,33 @@ from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor, _wrap_dim
 from jitgrad.graph.tensor import wrap as _wrap
-from jitgrad.kernels.forward import f_sum
-from jitgrad.kernels.reduce import k_amax_dims, k_max_all, k_prod_all, k_prod_dims, k_sum
+from jitgrad.kernels.reduce import (
+    f_amax,
+    f_amin,
+    f_max_dim,
+    f_min_dim,
+    f_prod,
+    f_sum,
+    k_amax_dims,
+    k_max_all,
+    k_prod_all,
+    k_prod_dims,
+    k_sum,
+)
 from jitgrad.ops._common import _cap, _needs, traced
 from jitgrad.ops.elementwise import eq, maximum, minimum, to_dtype, where
-from jitgrad.ops.shape import INDEX, _dims, _kd_shape, expand, index_flat, reshape
+from jitgrad.ops.shape import INDEX, _dims, _kd_shape, expand, reshape
+
+
+def traced_as(spec, res, inputs, saved, fparams, iparams, again):
+    """Report an op not recorded for grad to jitgrad.compile (ops/_common.traced): a float
+    result replays with spec's forward kernel; an integer or bool one, which the plan's
+    compiled kernels (one float dtype) do not compute, replays as again(*input arrays)."""
+    if res._data.dtype.kind == "f":
+        traced(spec, res, inputs, saved, fparams, iparams)
+    else:
+        _cap.rec.python(lambda *arrays: (again(*arrays),), inputs, (res,), spec.name)
+    return res
 
 
 def _reduce(spec_all, spec_dim, x, dim, keepdim, out, scale):
@@ -22,8 +44,9 @@ def _reduce(spec_all, spec_dim, x, dim, keepdim, out, scale):
     res = _wrap(out)
     spec = spec_all if dim is None else spec_dim
     if not _needs(x):
-        if _cap.on:  # jitgrad.compile traces the op without grad too
-            traced(spec, res, (x,), (), (scale,), spec.pack_ints(rest=_kd_shape(x._data.shape, dims)))
+        if _cap.on and _cap.mine():  # jitgrad.compile traces the op without grad too
+            traced_as(spec, res, (x,), (), (scale,), spec.pack_ints(rest=_kd_shape(x._data.shape, dims)),
+                      lambda d: np.asarray(d.sum(axis=dims, keepdims=keepdim), out.dtype))
         return res
     kd = _kd_shape(x._data.shape, dims)
     return record(spec, res, (x,), (), (scale,), spec.pack_ints(rest=kd))
@@ -91,6 +114,9 @@ def _extremum(spec, npfn, x, dim, keepdim):
     out = np.asarray(npfn(x._data, axis=dims, keepdims=keepdim))
     res = _wrap(out)
     if not _needs(x):
+        if _cap.on and _cap.mine():
+            traced_as(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=_kd_shape(x._data.shape, dims)),
+                      lambda d: np.asarray(npfn(d, axis=dims, keepdims=keepdim)))
         return res
     kd = _kd_shape(x._data.shape, dims)
     return record(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=kd))
@@ -141,30 +167,53 @@ def extremum_jvp(ci, tangents):
 
 
 AMAX = structural("amax", "AmaxBackward0", saves=("self", "result"), rule=extremum_rule, kernel=k_amax_dims,
-                  iparams=("*keepdim_shape",), forward=amax, jvp=extremum_jvp)
-AMIN = alias("amin", AMAX, "AminBackward0", forward=amin)
+                  fwd_kernel=f_amax, iparams=("*keepdim_shape",), forward=amax, jvp=extremum_jvp)
+AMIN = alias("amin", AMAX, "AminBackward0", forward=amin, fwd_kernel=f_amin)
 MAX_ALL = structural("max_all", "MaxBackward1", saves=("self", "result"), rule=evenly_rule, kernel=k_max_all,
-                     iparams=("*keepdim_shape",), forward=_extremum, jvp=extremum_jvp)  # torch's own rule
-MIN_ALL = alias("min_all", MAX_ALL, "MinBackward1")
+                     fwd_kernel=f_amax, iparams=("*keepdim_shape",), forward=_extremum,
+                     jvp=extremum_jvp)  # torch's own rule
+MIN_ALL = alias("min_all", MAX_ALL, "MinBackward1", fwd_kernel=f_amin)
 
 return_types_max = collections.namedtuple("max", ["values", "indices"])
 return_types_min = collections.namedtuple("min", ["values", "indices"])
 
 
 def _extremum_dim(spec, argfn, x, dim, keepdim, rtype):
+    """Values and indices along `dim`: a gather of the input at the flat index of each
+    extreme element (indexing's primitive), the indices an extra output of the op."""
     d = x._data
     dim = _wrap_dim(dim, d.ndim)
-    if d.ndim == 0:
-        return rtype(index_flat(x, np.zeros(1, np.int64), (), spec), _wrap(np.asarray(0)))
-    shape = d.shape
-    pre = int(np.prod(shape[:dim], dtype=np.int64))
-    n = shape[dim]
-    post = int(np.prod(shape[dim + 1:], dtype=np.int64))
+    shape = d.shape if d.ndim else (1,)
+    ints = spec.pack_ints(pre=math.prod(shape[:dim]), n=shape[dim], post=math.prod(shape[dim + 1:]))
+    out_shape = d.shape[:dim] + ((1,) if keepdim and d.ndim else ()) + d.shape[dim + 1:]
+    values, indices, flat = _extreme_along(argfn, d, ints, out_shape)
+    values, indices = _wrap(values), _wrap(indices)
+    if not (_cap.on and _cap.mine()):
+        return rtype(_record_dim(spec, values, x, flat, ints), indices)
+    # jitgrad.compile: report the op with its extra output (record() knows of none)
+    _cap.on = False
+    try:
+        values = _record_dim(spec, values, x, flat, ints)
+    finally:
+        _cap.on = True
+    if d.dtype.kind == "f":
+        _cap.rec.struct(spec, values, (x,), (flat,), (), ints, extra=(indices,))
+    else:
+        _cap.rec.python(lambda a: _extreme_along(argfn, a, ints, out_shape)[:2], (x,), (values, indices), spec.name)
+    return rtype(values, indices)
+
+
+def _extreme_along(argfn, d, ints, out_shape):
+    """(values, indices, flat index into d) of the extremes along the middle dim of d
+    seen as (pre, n, post)."""
+    pre, n, post = ints
     arg = argfn(d.reshape(pre, n, post), axis=1)
-    flat = (np.arange(pre)[:, None] * n + arg) * post + np.arange(post)[None, :]
-    out_shape = shape[:dim] + ((1,) if keepdim else ()) + shape[dim + 1:]
-    values = index_flat(x, flat.reshape(-1).astype(np.int64), out_shape, spec)
-    return rtype(values, _wrap(arg.reshape(out_shape).astype(np.int64)))
+    flat = ((np.arange(pre)[:, None] * n + arg) * post + np.arange(post)[None, :]).reshape(-1).astype(np.int64)
+    return d.reshape(-1)[flat].reshape(out_shape), arg.reshape(out_shape).astype(np.int64), flat
+
+
+def _record_dim(spec, values, x, flat, ints):
+    return record(spec, values, (x,), (flat,), (), ints) if _needs(x) else values
 
 
 def max(x, dim=None, keepdim=False):  # noqa: A001
@@ -185,14 +234,21 @@ def min(x, dim=None, keepdim=False):  # noqa: A001
 
 def argmax(x, dim=None, keepdim=False):
     if dim is None:
-        return _wrap(np.asarray(np.argmax(x._data), dtype=np.int64))
+        return _arg_all(np.argmax, x)
     return max(x, dim, keepdim).indices
 
 
 def argmin(x, dim=None, keepdim=False):
     if dim is None:
-        return _wrap(np.asarray(np.argmin(x._data), dtype=np.int64))
+        return _arg_all(np.argmin, x)
     return min(x, dim, keepdim).indices
+
+
+def _arg_all(argfn, x):
+    res = _wrap(np.asarray(argfn(x._data), dtype=np.int64))
+    if _cap.on and _cap.mine():  # not differentiable, and an int64 result: jitgrad.compile replays it in Python
+        _cap.rec.python(lambda d: (np.asarray(argfn(d), dtype=np.int64),), (x,), (res,), argfn.__name__)
+    return res
 
 
 def prod(x, dim=None, keepdim=False, dtype=None):
@@ -201,17 +257,21 @@ def prod(x, dim=None, keepdim=False, dtype=None):
     dims = _dims(x, dim)
     out = np.asarray(x._data.prod(axis=dims, keepdims=keepdim))
     res = _wrap(out)
+    spec = PROD_ALL if dim is None else PROD
     if not _needs(x):
+        if _cap.on and _cap.mine():
+            traced_as(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=_kd_shape(x._data.shape, dims)),
+                      lambda d: np.asarray(d.prod(axis=dims, keepdims=keepdim)))
         return res
     kd = _kd_shape(x._data.shape, dims)
-    spec = PROD_ALL if dim is None else PROD
     return record(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=kd))
 
 
 
-# max / min along a dim: a gather of the extreme elements (indexing's primitive)
-MAX_DIM = alias("max_dim", INDEX, "MaxBackward0", forward=max)
-MIN_DIM = alias("min_dim", INDEX, "MinBackward0", forward=min)
+# max / min along a dim: a gather of the extreme elements (indexing's primitive, whose
+# backward reads no int params); iparams: the sizes before the dim, of it, after it
+MAX_DIM = alias("max_dim", INDEX, "MaxBackward0", forward=max, iparams=("pre", "n", "post"), fwd_kernel=f_max_dim)
+MIN_DIM = alias("min_dim", INDEX, "MinBackward0", forward=min, iparams=("pre", "n", "post"), fwd_kernel=f_min_dim)
 
 
 def prod_all_rule(grad, ri):
@@ -260,9 +320,9 @@ def prod_jvp(ci, tangents):
 
 
 PROD = structural("prod", "ProdBackward1", saves=("self", "result"), rule=prod_rule, kernel=k_prod_dims,
-                  iparams=("*keepdim_shape",), forward=prod, jvp=prod_jvp)
+                  fwd_kernel=f_prod, iparams=("*keepdim_shape",), forward=prod, jvp=prod_jvp)
 PROD_ALL = structural("prod_all", "ProdBackward0", saves=("self", "result"), rule=prod_all_rule,
-                      kernel=k_prod_all, iparams=("*keepdim_shape",), forward=prod, jvp=prod_jvp)
+                      kernel=k_prod_all, fwd_kernel=f_prod, iparams=("*keepdim_shape",), forward=prod, jvp=prod_jvp)
 
 
 def sum_to(t, shape):
