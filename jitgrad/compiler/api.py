@@ -164,11 +164,16 @@ class CompiledFunction:
         rec.finish()
         out_flat, out_spec = tree_flatten(result)
         outputs = []
+        outside = [v.tensor._data for v in rec.values if v.kind == "ext" and v.tensor is not None]
         for x in out_flat:
             if isinstance(x, Tensor):
                 k = rec.vid.get(id(x))
                 if k is None:
                     rec.stop("returns a tensor the step did not make with traced ops")
+                    break
+                if any(np.may_share_memory(x._data, d) for d in outside):
+                    # eager's is a view: it shows what the step (an optimizer) did to that tensor
+                    rec.stop("returns a view of a tensor from outside the step (a parameter)")
                     break
                 outputs.append(("value", k))
             else:
