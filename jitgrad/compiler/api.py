@@ -25,7 +25,7 @@ from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
 from jitgrad.compiler import replay
 from jitgrad.compiler.plan import Plan, Unsupported
-from jitgrad.compiler.recorder import ARG, EXT, GraphBreak, Recorder
+from jitgrad.compiler.recorder import GraphBreak, Recorder
 from jitgrad.func._pytree import LeafSpec, tree_flatten, tree_unflatten
 from jitgrad.graph import tape as _tape
 from jitgrad.graph.tensor import Tensor
@@ -164,16 +164,17 @@ class CompiledFunction:
         rec.finish()
         out_flat, out_spec = tree_flatten(result)
         outputs = []
-        given = [v.tensor._data for v in rec.values if v.kind in (ARG, EXT) and v.tensor is not None]
+        outside = [v.tensor._data for v in rec.values if v.kind in ("arg", "ext") and v.tensor is not None]
         for x in out_flat:
             if isinstance(x, Tensor):
                 k = rec.vid.get(id(x))
                 if k is None:
                     rec.stop("returns a tensor the step did not make with traced ops")
                     break
-                if any(np.may_share_memory(x._data, d) for d in given):
-                    # eager's is (a view of) it, which later writes show; a replay's is a copy
-                    rec.stop("returns an argument or a parameter, or a view of one")
+                if any(np.may_share_memory(x._data, d) for d in outside):
+                    # eager's is a view: it shows what the step (an optimizer) or the caller
+                    # later does to that tensor; a replay's would be a copy
+                    rec.stop("returns a view of an argument or of a tensor from outside the step (a parameter)")
                     break
                 outputs.append(("value", k))
             else:

@@ -206,15 +206,14 @@ def _backward(sched, plan, bp, tensors):
     # views of this call's own copy of it, which nothing rewrites
     out = bp.out if bp.fixed else bp.out.copy()
     has = (st[bp.sinks] & HAS).tolist()
-    for (row, p, arg, keep), view, (lo, hi, shape), h in zip(bp.leaves, bp.views, bp.spans, has):
+    fixed = out is bp.out
+    for (row, p, arg, keep), (lo, hi, shape), view, h in zip(bp.leaves, bp.spans, bp.views, has):
         if not h:
             continue
         if p is None:
             p = tensors[arg]
-        if out is not bp.out:
-            g = out[lo:hi].reshape(shape)
-        else:  # the view _release_grads knows by identity
-            g = view if arg is None else view.copy()
+        # (the plan's own view object: _release_grads and the optimizer step know it by identity)
+        g = (view if arg is None else view.copy()) if fixed else out[lo:hi].reshape(shape)
         if p._grad is None:  # AccumulateGrad's first gradient
             p._grad = wrap(g)
         else:

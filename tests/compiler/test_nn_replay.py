@@ -322,7 +322,7 @@ def test_bce_with_logits(dtype, rng):
         return train(state, jitgrad.nn.BCEWithLogitsLoss()(state[0](x), y))
     calls = [(x, jitgrad.tensor(rng.integers(0, 2, (6, 5)), dtype=getattr(jitgrad, dtype)))
              for (x,) in data(rng, (6, 5), dtype)]
-    compare(seeded(lambda: with_sgd(Scale((6, 5), dtype))), step, calls, dtype, pending=("comparisons",))
+    compare(seeded(lambda: with_sgd(Scale((6, 5), dtype))), step, calls, dtype)
 
 
 # --- convolution and pooling ----------------------------------------------------------------
@@ -529,7 +529,7 @@ def test_linear_relu_mse_step(dtype, rng):
     def step(state, x, y):
         return train(state, F.mse_loss(state[0](x), y))
     calls = [(x, y) for (x,), (y,) in zip(data(rng, (16, 5), dtype), data(rng, (16, 1), dtype))]
-    compare(seeded(make), step, calls, dtype, pending=LINEAR)
+    compare(seeded(make), step, calls, dtype)
 
 
 @DTYPES
@@ -545,7 +545,7 @@ def test_transformer_like_block(dtype, rng):
     def step(state, idx, t):
         return train(state, F.cross_entropy(state[0](idx), t, label_smoothing=0.05))
     calls = [(jitgrad.tensor(rng.integers(0, 11, 8)), jitgrad.tensor(rng.integers(0, 11, 8))) for _ in range(4)]
-    compare(seeded(make), step, calls, dtype, pending=LINEAR, seeded=True)
+    compare(seeded(make), step, calls, dtype, seeded=True)
 
 
 def test_digits_cnn_step(rng):
@@ -562,7 +562,7 @@ def test_digits_cnn_step(rng):
         return train(state, jitgrad.nn.CrossEntropyLoss()(state[0](x), y))
     calls = [(jitgrad.tensor(rng.uniform(0, 16, (8, 1, 8, 8)).astype(np.float32)),
               jitgrad.tensor(rng.integers(0, 10, 8))) for _ in range(4)]
-    compare(make, step, calls, "float32", pending=LINEAR)
+    compare(make, step, calls, "float32")
 
 
 class _NoLinear(jitgrad.nn.Module):
