@@ -24,12 +24,14 @@ from jitgrad.graph.tape import (
     EW,
     MAX_ROWS,
     SPLIT_BYTES,
+    SW,
     current_tape,
     pack_edge,
     pack_edge2,
     pack_row,
     tape_for,
 )
+from jitgrad.graph.tape import _local as _tape_local
 from jitgrad.graph.tensor import wrap
 
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
@@ -108,61 +110,116 @@ def _save_all(tape, saved, dt, unneeded=(), index=()):
     return kp
 
 
-def record_ew(spec, result, a, b, saved, fparams, packed=None, unneeded=()):
-    """Elementwise op on Tensor a and b: a Tensor, a Python float standing for a
-    constant, or None (unary). The hot path of every scalar graph, hence written out.
-    packed: the tensors to pack instead of saving (saved_tensors_hooks)."""
-    tape = tape_for(a, b)
+def record_ew(spec, result, a, b, p0, p1, aux):
+    """Record elementwise `spec` on Tensor a and b (a Tensor, a Python float standing for a
+    constant, or None: unary), with float params p0, p1 and where's condition `aux`; the
+    saved values are taken from them as spec.save_src says. The hot path of every scalar
+    graph, hence written out: tape_for, _edge_row and _link are inlined for the cases
+    that occur per op (the current tape, an input from it or a leaf)."""
+    ref = _tape_local.ref
+    tape = None if ref is None else ref()
+    if tape is None or tape.closed or tape.keep_bytes > SPLIT_BYTES:
+        tape = tape_for(a, b)
     d = result._data
     dt = _DT.get(d.dtype, DT_OTHER)
     shp = 0 if d.ndim == 0 else tape.shape(d.shape)
     ad = a._data
     if a._requires_grad:
         src = a._tape
-        ra = a._row if src is tape else _edge_row(tape, a)
+        if src is tape:
+            ra, nra = a._row, a._output_nr
+        else:
+            ra, nra = _edge_row(tape, a), (0 if src is None else a._output_nr)
         if ad.dtype != d.dtype:
             dt = DT_OTHER  # the compiled path keeps one dtype per graph; mixed ones run in Python
-        nra = a._output_nr if src is not None else 0
     else:
         ra, nra = -1, 0
-    ea = (ra, nra, shp if ad.shape == d.shape else tape.shape(ad.shape))
+    sa = shp if ad.shape == d.shape else tape.shape(ad.shape)
+    bd = None
     if b is None:
-        nin, eb = 1, ()
+        nin = 1
     elif type(b) is float:
-        nin, eb = 2, (-1, 0, 0)
+        nin, rb, nrb, sb = 2, -1, 0, 0
     else:
         nin = 2
         bd = b._data
         if b._requires_grad:
             src = b._tape
-            rb = b._row if src is tape else _edge_row(tape, b)
-            eb = (rb, b._output_nr if src is not None else 0, shp if bd.shape == d.shape else tape.shape(bd.shape))
+            if src is tape:
+                rb, nrb = b._row, b._output_nr
+            else:
+                rb, nrb = _edge_row(tape, b), (0 if src is None else b._output_nr)
             if bd.dtype != d.dtype:
                 dt = DT_OTHER
         else:
-            eb = (-1, 0, shp if bd.shape == d.shape else tape.shape(bd.shape))
+            rb, nrb = -1, 0
+        sb = shp if bd.shape == d.shape else tape.shape(bd.shape)
+    # saved_tensors_hooks: the tensors to pack instead of saving (packed once linked, below)
+    packed = _ew_packed(spec, result, a, b, aux) if _packing[0] and _saved_hooks.stack else None
     if d.size == 1 and dt != DT_OTHER:
         # one-element row: its saved values go straight into the value column and kp
         # indexes that column (no slot entries); see tape.saved_value
         col = tape.v64 if dt == DT_F64 else tape.v32
         kp = len(col)
-        for x in saved:
-            col.append(x if type(x) is float else x.item())
+        for src in () if packed is not None else spec.save_src:  # input 0 / 1, the result (-1), where's mask (-2)
+            x = ad if src == 0 else (b if bd is None else bd) if src == 1 else d if src == -1 else aux._data
+            # a float or a 0-d value converts as it is appended; .item() is ~10x dearer
+            col.append(x if type(x) is float or x.ndim == 0 else x.item())
+    elif packed is not None:
+        kp = len(tape.slots) // SW
     else:
-        kp = _save_all(tape, saved, dt, unneeded)
+        kp = _save_ew(tape, spec, result, a, b, aux, dt)
     fp = len(tape.fp)
-    if fparams:
-        tape.fp.extend(fparams)
+    if spec.nparams:
+        tape.fp.extend((p0, p1)[:spec.nparams])
     row = tape.nrows
     tape.hdr.frombytes(pack_row(spec.op, dt, nin, len(tape.edges) // EW, d.size, shp, fp, kp, 0))
-    tape.edges.frombytes(pack_edge2(*ea, *eb) if eb else pack_edge(*ea))
+    tape.edges.frombytes(pack_edge(ra, nra, sa) if nin == 1 else pack_edge2(ra, nra, sa, rb, nrb, sb))
     tape.nrows = row + 1
     if row + 1 >= MAX_ROWS:
         tape.closed = True
-    _link(tape, row, result)
+    if _anomaly[0]:
+        _trace(tape, row)
+    result._requires_grad = True
+    result._tape = tape
+    result._row = row
+    result._output_nr = 0
     if packed is not None:  # after linking: a packed output carries its grad_fn, as in PyTorch
         _pack_row(tape, row, packed)
     return result
+
+
+def _ew_saved(spec, result, a, b, aux):
+    """The values elementwise `spec` saves, as arrays (b, when a float, as itself)."""
+    out = []
+    for src in spec.save_src:
+        if src == 0:
+            out.append(a._data)
+        elif src == 1:
+            out.append(b if type(b) is float else b._data)
+        elif src == -1:
+            out.append(result._data)
+        else:
+            out.append(aux._data.astype(result._data.dtype))
+    return out
+
+
+def _save_ew(tape, spec, result, a, b, aux, dt):
+    unneeded = ()
+    if b is not None and result._data.size != 1:  # one-element values are copied, never version-checked
+        wants = (a._requires_grad, type(b) is not float and b._requires_grad)
+        if not (wants[0] and wants[1]):
+            # one input needs no gradient: values only its formula reads are saved but unneeded
+            unneeded = tuple(i for i, users in enumerate(spec.save_users) if not any(wants[j] for j in users))
+    return _save_all(tape, _ew_saved(spec, result, a, b, aux), dt, unneeded)
+
+
+def _ew_packed(spec, result, a, b, aux):
+    """Under saved_tensors_hooks: the tensors to pack for the row, or None when some saved
+    value is not a tensor (a float operand), which is then saved as usual."""
+    packed = [a if s == 0 else b if s == 1 else result if s == -1 else aux
+              for s in spec.save_src if not (s == 1 and type(b) is float)]
+    return packed if len(packed) == len(spec.saves) else None
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
