@@ -45,8 +45,10 @@ _new = object.__new__
 
 
 def _leaf_row(tape, t):
-    ref = t._acc
-    acc = ref() if ref is not None else None
+    # t._acc and acc._tape, read without their properties: this runs per leaf and graph
+    x = t._x
+    ref = None if x is None else x.acc
+    acc = None if ref is None else ref()
     if acc is None:
         acc = _new(AccumulateGrad)
         acc.variable = t
@@ -54,7 +56,8 @@ def _leaf_row(tape, t):
         acc._row = -1
         acc._next = ()
         t._acc = weakref.ref(acc)
-    if acc._tape is not tape:
+    ref = acc._tape_ref
+    if ref is None or ref() is not tape:
         d = t._data
         acc._row = tape.add_row(OP_ACC, _DT.get(d.dtype, DT_OTHER), 0, d.size, tape.shape(d.shape), 0, 0, 0)
         acc._tape_ref = weakref.ref(tape)
@@ -165,7 +168,7 @@ def record_ew(spec, result, a, b, p0, p1, aux):
             x = ad if src == 0 else (b if bd is None else bd) if src == 1 else d if src == -1 else aux._data
             # a float or a 0-d value converts as it is appended; .item() is ~10x dearer
             col.append(x if type(x) is float or x.ndim == 0 else x.item())
-    elif packed is not None:
+    elif packed is not None or not spec.save_src:
         kp = len(tape.slots) // SW
     else:
         kp = _save_ew(tape, spec, result, a, b, aux, dt)
@@ -189,29 +192,23 @@ def record_ew(spec, result, a, b, p0, p1, aux):
     return result
 
 
-def _ew_saved(spec, result, a, b, aux):
-    """The values elementwise `spec` saves, as arrays (b, when a float, as itself)."""
-    out = []
-    for src in spec.save_src:
-        if src == 0:
-            out.append(a._data)
-        elif src == 1:
-            out.append(b if type(b) is float else b._data)
-        elif src == -1:
-            out.append(result._data)
-        else:
-            out.append(aux._data.astype(result._data.dtype))
-    return out
-
-
 def _save_ew(tape, spec, result, a, b, aux, dt):
-    unneeded = ()
-    if b is not None and result._data.size != 1:  # one-element values are copied, never version-checked
-        wants = (a._requires_grad, type(b) is not float and b._requires_grad)
-        if not (wants[0] and wants[1]):
-            # one input needs no gradient: values only its formula reads are saved but unneeded
-            unneeded = tuple(i for i, users in enumerate(spec.save_users) if not any(wants[j] for j in users))
-    return _save_all(tape, _ew_saved(spec, result, a, b, aux), dt, unneeded)
+    """Save elementwise `spec`'s values (see record_ew) in slots; returns the first."""
+    kp = len(tape.slots) // SW
+    want = _NP.get(dt)
+    d = result._data
+    ga = a._requires_grad
+    gb = b is not None and type(b) is not float and b._requires_grad
+    for src, users in zip(spec.save_src, spec.save_users):
+        if src == 1 and type(b) is float:
+            tape.save_scalar(b, dt)
+            continue
+        x = a._data if src == 0 else b._data if src == 1 else d if src == -1 else aux._data.astype(d.dtype)
+        # read only by the formula of an input that needs no gradient: saved, not version-checked
+        check = (ga and 0 in users) or (gb and 1 in users) or d.size == 1
+        # the result is a new array, at version 0 (unless the op's forward returned its input)
+        tape.save(x, check, want, src == -1 and d.base is None and d is not a._data and (b is None or d is not b._data))
+    return kp
 
 
 def _ew_packed(spec, result, a, b, aux):
@@ -279,27 +276,34 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     saved:   data the kernel and the rule read, in the order of spec.saves
     fparams, iparams: the op's float and int parameters (see each kernel for its layout)
     """
-    tape = current_tape()
+    ref = _tape_local.ref
+    tape = None if ref is None else ref()
+    if tape is None or tape.closed:
+        tape = current_tape()
     if tape.keep_bytes > SPLIT_BYTES and all(t._tape is not tape for t in inputs):
         tape = tape_for(inputs[0])
     d = result._data
-    dt = _DT.get(d.dtype, DT_OTHER)
+    dtype = d.dtype
+    dt = _DT.get(dtype, DT_OTHER)
+    shape = tape.shape
     edges = []
     for t in inputs:
+        td = t._data
         if t._requires_grad:
-            edges.append(_edge_row(tape, t))
-            edges.append(t._output_nr if t._tape is not None else 0)
-            if t._data.dtype != d.dtype:
+            src = t._tape
+            if src is tape:
+                edges += (t._row, t._output_nr, shape(td.shape))
+            else:
+                edges += (_edge_row(tape, t), 0 if src is None else t._output_nr, shape(td.shape))
+            if td.dtype != dtype:
                 dt = DT_OTHER
         else:
-            edges.append(-1)
-            edges.append(0)
-        edges.append(tape.shape(t._data.shape))
-    kp = _save_all(tape, saved, dt, (), spec.index_saves)
+            edges += (-1, 0, shape(td.shape))
+    kp = _save_all(tape, saved, dt, (), spec.index_saves) if saved else len(tape.slots) // SW
     fp = len(tape.fp)
     if fparams:
         tape.fp.extend(fparams)
     ip = tape.ints(iparams) if iparams else 0
-    row = tape.add_row(spec.op, dt, len(inputs), d.size, tape.shape(d.shape), fp, kp, ip)
+    row = tape.add_row(spec.op, dt, len(inputs), d.size, shape(d.shape), fp, kp, ip)
     tape.edges.extend(edges)
     return _link(tape, row, result)

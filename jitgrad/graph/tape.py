@@ -83,13 +83,19 @@ pack_row = struct.Struct(f"{HW}q").pack
 pack_edge = struct.Struct(f"{EW}q").pack
 pack_edge2 = struct.Struct(f"{2 * EW}q").pack
 pack_slot = struct.Struct(f"{SW}q").pack
+_F64 = np.dtype(np.float64)
+_F32 = np.dtype(np.float32)
+
+
+_addressof = ctypes.addressof
+_from_buffer = ctypes.c_char.from_buffer
 
 
 def _address(arr):
     """Address of a contiguous array's data: 3x cheaper than arr.ctypes.data, which builds
     a helper object per call; read-only arrays need that slower path."""
     try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(arr))
+        return _addressof(_from_buffer(arr))
     except (TypeError, ValueError):
         return arr.ctypes.data
 
@@ -163,11 +169,12 @@ class Tape:
         self.xs.extend(values)
         return p
 
-    def save(self, arr, check=True, want=None):
+    def save(self, arr, check=True, want=None, fresh=False):
         """Save an ndarray for the kernels; returns its slot. One-element values are copied
         inline (cheaper than holding them), larger ones are held and read by address.
         check=False: no gradient that will be computed reads it, so an in-place write to
         it later is no error (PyTorch would not have saved it).
+        fresh: arr is an array the op just made, so at version 0 (no stamp needed).
         want: the dtype the kernel reads this value at (None: only the Python engine reads
         it). The compiled code reads by address, so a value of any other dtype or layout is
         converted here; the copy is version-stamped by the storage it came from."""
@@ -176,28 +183,36 @@ class Tape:
         if want is not None and arr.dtype != want:
             arr = arr.astype(want)
         n = arr.size
-        if n == 1 and arr.dtype == np.float64:
-            self.slots.frombytes(pack_slot(-len(self.v64) - 1, 1, 0))
-            self.v64.append(arr.item())
-        elif n == 1 and arr.dtype == np.float32:
-            self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1, 1))
-            self.v32.append(arr.item())
-        else:
-            if not isinstance(arr, np.ndarray):
-                arr = np.asarray(arr)
-            if not arr.flags.c_contiguous:
-                arr = np.ascontiguousarray(arr)
-            self.slots.frombytes(pack_slot(_address(arr), n, len(self.keep)))
-            # the row these saves belong to is the next one; until some in-place write has
-            # happened in this process every storage is at version 0, so no stamp is needed,
-            # except on a copy, whose own storage no in-place write will ever reach
-            if check:
-                stamp = versions.stamp(src) if versions.generation[0] or arr is not src else None
-                self.kept.append((k, self.nrows, stamp))
-            self.keep.append(arr)
-            self.keep_bytes += arr.nbytes
-            if self.keep_bytes >= MAX_KEEP_BYTES:
-                self.closed = True  # takes effect for the next op; this row still lands here
+        if n == 1:
+            dt = arr.dtype
+            if dt == _F64:
+                self.slots.frombytes(pack_slot(-len(self.v64) - 1, 1, 0))
+                self.v64.append(arr.item())
+                return k
+            if dt == _F32:
+                self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1, 1))
+                self.v32.append(arr.item())
+                return k
+        if type(arr) is not np.ndarray and not isinstance(arr, np.ndarray):
+            arr = np.asarray(arr)
+        if not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)
+        keep = self.keep
+        try:  # _address(arr), inlined
+            addr = _addressof(_from_buffer(arr))
+        except (TypeError, ValueError):
+            addr = arr.ctypes.data
+        self.slots.frombytes(pack_slot(addr, n, len(keep)))
+        # the row these saves belong to is the next one; until some in-place write has
+        # happened in this process every storage is at version 0, so no stamp is needed,
+        # except on a copy, whose own storage no in-place write will ever reach
+        if check:
+            stamp = None if arr is src and (fresh or not versions.generation[0]) else versions.stamp(src)
+            self.kept.append((k, self.nrows, stamp))
+        keep.append(arr)
+        self.keep_bytes += arr.nbytes
+        if self.keep_bytes >= MAX_KEEP_BYTES:
+            self.closed = True  # takes effect for the next op; this row still lands here
         return k
 
     def save_scalar(self, value, dtcode):

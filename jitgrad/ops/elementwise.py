@@ -310,7 +310,7 @@ erf = defop("erf", "ErfBackward0", _erf_array,
 sigmoid = defop("sigmoid", "SigmoidBackward0", lambda x: _sigmoid(x).astype(x.dtype, copy=False),
                 "grad * (1.0 - result) * result", saves=("result",), fwd="1.0 / (1.0 + exp(-self))")
 # threshold_backward: a NaN result passes the gradient; sign() is torch's (0 at NaN)
-relu = defop("relu", "ReluBackward0", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
+relu = defop("relu", "ReluBackward0", lambda x: np.maximum(x, 0.0).astype(x.dtype, copy=False),  # 0.0: no int promotion
              "where(result <= 0.0, 0.0, grad)", saves=("result",), fwd="relu(self)")
 abs = defop("abs", "AbsBackward0", np.abs, "grad * sign(self)", saves=("self",), int_ok=True, fwd="abs(self)")  # noqa: A001
 clone = defop("clone", "CloneBackward0", np.copy, "grad", fwd="self")

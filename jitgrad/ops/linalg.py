@@ -15,9 +15,8 @@ from jitgrad.ops.shape import RESHAPE_ALIAS, _view_like, reshape, t, transpose, 
 
 
 def matmul(a, b):
-    for pos, x in ((1, a), (2, b)):
-        if not isinstance(x, Tensor):
-            raise _operand_error("matmul", x, pos)
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+        raise _operand_error("matmul", *((a, 1) if not isinstance(a, Tensor) else (b, 2)))
     ad, bd = a._data, b._data
     if ad.ndim == 0 or bd.ndim == 0:
         raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {ad.ndim}D and {bd.ndim}D")
@@ -122,8 +121,8 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
     if input is None and ad.dtype != bd.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {ad.dtype.name} != {bd.dtype.name}"
                            .replace("float64", "double").replace("float32", "float"))
-    if input is not None:  # torch checks the input against mat2 first, then mat1
-        for name, x in (("self", input._data), ("mat1", ad)):
+    if input is not None and not (input._data.dtype == ad.dtype == bd.dtype):
+        for name, x in (("self", input._data), ("mat1", ad)):  # torch checks the input against mat2 first
             if x.dtype != bd.dtype:
                 got = " and ".join(scalar_name(d) for d in (x.dtype, bd.dtype))
                 raise RuntimeError(f"{name} and mat2 must have the same dtype, but got {got}")
@@ -139,8 +138,10 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
     packing = _packing[0] and _saved_hooks.stack  # packed values keep the operands as they are
     ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
     tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
-    return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha),
-                  spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb))
+    n, k = ad.shape
+    # ADDMM's int params, in their declared order (n, k, m, ta, tb): spec.pack_ints would
+    # check the names at a cost comparable to the product's
+    return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha), [n, k, bd.shape[1], ta, tb])
 
 
 def linear(input, weight, bias=None):
