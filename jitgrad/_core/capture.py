@@ -17,11 +17,19 @@ The hooks are:
   rec.constant(t)                                a tensor made from Python values in the step
   rec.stop(reason)                               something that cannot be replayed (a graph break)
 """
+import threading
 
 
 class _State:
     on = False
     rec = None
+
+    def mine(self):
+        """Whether the calling thread is the one recording: other threads' ops go on as
+        usual, untraced (the switch is process-wide; one attribute read per op is the cost
+        of having it at all)."""
+        rec = self.rec
+        return rec is not None and rec.thread == threading.get_ident()
 
 
 state = _State()
@@ -29,5 +37,5 @@ state = _State()
 
 def stop(reason):
     """Report a graph break (no-op outside a recording)."""
-    if state.on:
+    if state.on and state.mine():
         state.rec.stop(reason)

@@ -74,3 +74,10 @@ V_ADDR, V_NUMEL, V_SHP, V_DT = range(VW)
 VD_F64, VD_F32, VD_I64, VD_BOOL, VD_I32 = range(5)
 VD_OF = {np.dtype(np.float64): VD_F64, np.dtype(np.float32): VD_F32, np.dtype(np.int64): VD_I64,
          np.dtype(np.bool_): VD_BOOL, np.dtype(np.int32): VD_I32}
+
+# engine/replayer.train_step_packed's int header: scalars, then (offset, length) of each array
+# packed in ints (prog fin vals xs hdr edges bxs slots vdst vsrc seed_rows seed_offs sinks
+# ptrs sizes), floats (fp bfp) and data (v seed out sc)
+PK_LO, PK_HI, PK_BHI, PK_DT, PK_KIND, PK_FLAG1, PK_FLAG2, PK_NPTR, PK_PTRW, PK_NSC, PK_SCW = range(11)
+PK_ARRAYS = 11
+PK_COUNT = 21

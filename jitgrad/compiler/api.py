@@ -14,6 +14,7 @@ pass a number that changes as an argument (a new value gives a new signature) or
 tensor.
 """
 import functools
+import gc
 import warnings
 
 from jitgrad._core import modes
@@ -22,9 +23,9 @@ from jitgrad._core.forward import state as _fw
 from jitgrad.compiler import replay
 from jitgrad.compiler.plan import Plan, Unsupported
 from jitgrad.compiler.recorder import Recorder
-from jitgrad.func._pytree import tree_flatten, tree_unflatten
+from jitgrad.func._pytree import LeafSpec, tree_flatten, tree_unflatten
 from jitgrad.graph import tape as _tape
-from jitgrad.graph.tensor import Tensor, wrap
+from jitgrad.graph.tensor import Tensor
 from jitgrad.nn.module import Module
 
 
@@ -49,11 +50,13 @@ class _Eager:
 
 
 class _Entry:
-    __slots__ = ("plan", "outputs", "out_spec", "n_tensors")
+    __slots__ = ("plan", "outputs", "vids", "out_spec", "n_tensors", "single")
 
     def __init__(self, plan, outputs, out_spec, n_tensors):
         self.plan = plan
-        self.outputs = outputs      # per leaf of the result: ("value", array) or ("const", x)
+        self.outputs = outputs      # per leaf of the result: ("value", value id) or ("const", x)
+        self.vids = list(dict.fromkeys(k for kind, k in outputs if kind == "value"))
+        self.single = isinstance(out_spec, LeafSpec) and len(self.vids) == 1
         self.out_spec = out_spec
         self.n_tensors = n_tensors
 
@@ -86,8 +89,13 @@ class CompiledFunction:
             # inside another recording (it traces this call's ops itself), in forward mode or
             # anomaly mode (neither is replayed): eager
             return self.fn(*args, **kwargs)
-        flat, _ = tree_flatten((args, kwargs))
-        key = (modes.is_grad_enabled(), _signature(flat))
+        if not kwargs and all(type(a) is Tensor for a in args):  # the common call: tensors only
+            flat = args
+            key = (modes.is_grad_enabled(), len(args),
+                   tuple((a._data.shape, a._data.dtype, a._requires_grad) for a in args))
+        else:
+            flat, spec = tree_flatten((args, kwargs))
+            key = (modes.is_grad_enabled(), spec, _signature(flat))
         entry = self.cache.get(key)
         if entry is None:
             if len(self.cache) >= config.cache_size_limit:
@@ -103,9 +111,12 @@ class CompiledFunction:
         if not replay.check(entry.plan):
             del self.cache[key]
             return self._record(key, flat, args, kwargs)
-        tensors = [x for x in flat if isinstance(x, Tensor)]
-        replay.run(entry.plan, tensors)
-        leaves = [wrap(x.copy()) if kind == "value" else x for kind, x in entry.outputs]
+        plan = entry.plan
+        replay.run(plan, flat if flat is args else [x for x in flat if isinstance(x, Tensor)])
+        made = replay.outputs(plan, entry.vids)
+        if entry.single:
+            return made[entry.vids[0]]
+        leaves = [made[x] if kind == "value" else x for kind, x in entry.outputs]
         return tree_unflatten(leaves, entry.out_spec)
 
     def _record(self, key, flat, args, kwargs):
@@ -114,6 +125,17 @@ class CompiledFunction:
         rec.fullgraph = self.fullgraph
         _tape.close_current_tape()  # the step's graph starts on a tape of its own
         floor = next(_tape._tape_ids)  # every tape the step makes has a larger id
+        # the recording makes several objects per op and keeps them: the cyclic GC, run
+        # every 700 allocations over an ever larger heap, would cost more than recording
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            return self._record_and_plan(rec, floor, key, args, kwargs, len(tensors))
+        finally:
+            if gc_was:
+                gc.enable()
+
+    def _record_and_plan(self, rec, floor, key, args, kwargs, n_tensors):
         _cap.rec = rec
         _cap.on = True
         try:
@@ -136,7 +158,7 @@ class CompiledFunction:
         plan = None
         if not rec.breaks:
             try:
-                plan = Plan(rec, floor)
+                plan = Plan(rec, floor, [k for kind, k in outputs if kind == "value"])
             except Unsupported as e:
                 rec.breaks.append((str(e), "plan"))
         if rec.breaks:
@@ -145,8 +167,8 @@ class CompiledFunction:
                 raise GraphBreak(f"jitgrad.compile(fullgraph=True): {reason} at {where}")
             self.cache[key] = _Eager(rec.breaks)
             return result
-        outputs = [("value", plan.arrays[k]) if kind == "value" else (kind, k) for kind, k in outputs]
-        self.cache[key] = _Entry(plan, outputs, out_spec, len(tensors))
+
+        self.cache[key] = _Entry(plan, outputs, out_spec, n_tensors)
         return result
 
 

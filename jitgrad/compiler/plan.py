@@ -18,6 +18,8 @@ What a plan holds (the layout is _core/layout.py's FW / VW):
 Building a plan compiles nothing: the interpreter and the sweep are compiled once for
 every plan (kernels are generic over the plan; a plan is data).
 """
+import math
+
 import numpy as np
 
 from jitgrad._core.layout import (
@@ -30,6 +32,8 @@ from jitgrad._core.layout import (
     H_OP,
     H_SHP,
     HW,
+    PK_ARRAYS,
+    PK_COUNT,
     PY_OP,
     RECV,
     S_NUMEL,
@@ -41,10 +45,12 @@ from jitgrad._core.layout import (
 from jitgrad.compiler.recorder import ARG, CONST, EXT
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tape import _address
+from jitgrad.optim import _replay as _optim_replay
+from jitgrad.optim.optimizer import Optimizer
 
 ALIGN = 64
 
-FWD, BACKWARD, CALL, SETGRAD = range(4)
+FWD, BACKWARD, CALL, SETGRAD, STEP, FUSED = range(6)
 
 
 class Unsupported(Exception):
@@ -54,52 +60,81 @@ class Unsupported(Exception):
 
 class BackwardPlan:
     __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "st0", "freed", "seed_rows",
-                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "shapes")
+                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "out", "views", "ext_slots",
+                 "arena_slots")
+
+
+class GraphPlan:
+    __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "ext_slots", "arena_slots", "base0",
+                 "leaves", "outputs", "ext")
 
 
 class Plan:
-    def __init__(self, rec, tape_floor):
+    def __init__(self, rec, tape_floor, outputs=()):
         values = rec.values
         self.dtype = _plan_dtype(rec)
         self.like = np.empty(0, self.dtype)
         self.xs = [0]
         self._shape_ptr = {(): 0}
         # -- values: one arena for everything made in the step ---------------------------
+        # (64-byte aligned slices for arrays, item-aligned for one-element values: a scalar
+        # graph's values sit packed, as in the tape's inline columns)
         offs, total = [], 0
         for v in values:
+            if v.kind == EXT:
+                offs.append(0)
+                continue
+            nbytes = max(1, math.prod(v.shape)) * v.dtype.itemsize
+            align = ALIGN if nbytes >= ALIGN else 8
+            total = -(-total // align) * align
             offs.append(total)
-            if v.kind != EXT:
-                total += -(-max(1, int(np.prod(v.shape, dtype=np.int64))) * v.dtype.itemsize // ALIGN) * ALIGN
+            total += nbytes
         self.arena = np.zeros(max(total, ALIGN) + ALIGN, np.uint8)
         base = self.arena.ctypes.data
         shift = (-base) % ALIGN
-        self.vals = np.zeros(len(values) * VW, np.int64)
-        self.arrays = []      # per value: an ndarray over its data (EXT: the tensor's own array)
+        # (shape, dtype) per value: the plan keeps none of the recording's tensors alive
+        self._shift, self._offs = shift, offs
+        self._values = [(v.shape, v.dtype, v.kind == EXT) for v in values]
+        vals = []
         self.args = []        # (arg index, array in the arena) copied in at each call
         self.ext = []         # (tensor, its array, requires_grad): guards
+        self._arrays = {}     # value id -> ndarray over its data, made when asked (array())
+        self._consts, self._arg_vids = [], []  # what a new arena (rebase) is filled with / bound to
+        scalars = {}          # dtype -> ([element offsets], [values]) of one-element constants, written at once
         for k, v in enumerate(values):
-            n = int(np.prod(v.shape, dtype=np.int64))
-            if v.dtype not in VD_OF:
+            shape = v.shape
+            n = math.prod(shape)
+            dt = VD_OF.get(v.dtype)
+            if dt is None:
                 raise Unsupported(f"a tensor of dtype {v.dtype}")
-            self.vals[k * VW:(k + 1) * VW] = (0, n, self._shape(v.shape), VD_OF[v.dtype])
+            if v.kind == CONST and n == 1:
+                vals.extend((base + shift + offs[k], 1, self._shape(shape) if shape else 0, dt))
+                at, xs = scalars.setdefault(v.dtype, ([], []))
+                at.append(offs[k] // v.dtype.itemsize)
+                xs.append(v.src)
+                continue
             if v.kind == EXT:
                 d = v.tensor._data
                 if not isinstance(d, np.ndarray) or not d.flags.c_contiguous:
                     d = v.tensor._array()
                     if not d.flags.c_contiguous:
                         raise Unsupported("a parameter or captured tensor that is not contiguous")
-                self.vals[k * VW] = _address(d) if d.size else 0
+                vals.extend((_address(d) if d.size else 0, n, self._shape(v.shape), dt))
                 self.ext.append((v.tensor, d, v.tensor._requires_grad))
-                self.arrays.append(d)
+                self._arrays[k] = d
                 continue
-            start = shift + offs[k]
-            arr = self.arena[start:start + n * v.dtype.itemsize].view(v.dtype).reshape(v.shape)
-            self.vals[k * VW] = base + start
-            self.arrays.append(arr)
+            vals.extend((base + shift + offs[k], n, self._shape(v.shape), dt))
             if v.kind == CONST:
-                arr[...] = v.src
+                self.array(k, v)[...] = v.src
+                self._consts.append((k, v.src))
             elif v.kind == ARG:
-                self.args.append((v.src, arr))
+                self.args.append((v.src, self.array(k, v)))
+                self._arg_vids.append((v.src, k))
+        self.vals = np.array(vals, np.int64)
+        self._scalars = [(dtype, np.array(at, np.int64), np.array(xs, dtype).reshape(-1))
+                         for dtype, (at, xs) in scalars.items()]
+        self._write_scalars()
+        self._in_arena = np.array([k * VW for k, v in enumerate(values) if v.kind != EXT], np.int64)
         # -- the forward program --------------------------------------------------------------
         prog, fin, fp = [], [], []
         self.py = {}
@@ -113,7 +148,7 @@ class Plan:
             else:
                 outs = ins.outs
                 op = PY_OP
-                self.py[i] = (ins.pyfn, [self.arrays[k] for k in ins.ins], [self.arrays[k] for k in outs])
+                self.py[i] = (ins.pyfn, list(ins.ins), list(outs))
             ip = 0
             if ins.iparams:
                 ip = len(self.xs)
@@ -131,6 +166,7 @@ class Plan:
         self.names = [ins.name for ins in rec.instrs]
         # -- segments ---------------------------------------------------------------------------
         self.segments = []
+        self.grad_views = []  # (parameter, the view of a backward's output array its .grad may be)
         at = 0
         for kind, pos, payload in rec.events:
             if pos > at:
@@ -138,14 +174,131 @@ class Plan:
                 at = pos
             if kind == "backward":
                 self.segments.append((BACKWARD, self._backward(rec, payload, tape_floor)))
+            elif kind == "call" and payload[0] is Optimizer.step:
+                opt = payload[1][0]  # one compiled call per group when the gradients are where the plan put them
+                fast = _optim_replay.make(opt, {id(p): view for p, view in self.grad_views})
+                self.segments.append((STEP, opt, fast))
             elif kind == "call":
                 self.segments.append((CALL, payload[0], payload[1]))
             else:
                 t, k = payload
-                self.segments.append((SETGRAD, t, None if k is None else self.arrays[k]))
+                self.segments.append((SETGRAD, t, None if k is None else self.array(k)))
         if len(rec.instrs) > at:
             self.segments.append((FWD, at, len(rec.instrs)))
         self.modules = list(rec.modules.values())
+        self.graph = self._graph(rec, outputs, tape_floor)
+        self.segments = self._fuse(self.segments)
+
+    def _fuse(self, segments):
+        """forward, backward, optimizer step (one group): one compiled call (replay.py runs
+        the three apart when a call does not meet its conditions)."""
+        out = []
+        i = 0
+        while i < len(segments):
+            three = segments[i:i + 3]
+            if (len(three) == 3 and [s[0] for s in three] == [FWD, BACKWARD, STEP] and three[2][2] is not None
+                    and len(three[2][2].groups) == 1 and sum(s[0] == STEP for s in segments) == 1
+                    and not any(k in self.py for k in range(three[0][1], three[0][2]))):
+                packed, step = self._pack(*three)
+                out.append((FUSED, [three[0], three[1], step], packed))
+                i += 3
+            else:
+                out.append(segments[i])
+                i += 1
+        return out
+
+    def _graph(self, rec, outputs, tape_floor):
+        """When the step returns tensors that require grad and did not backward through
+        them itself (a compiled module's forward), each replay hands back a graph: a tape
+        like the recorded one over that call's arena (replay.give_graph)."""
+        # an output whose graph the step's own backward() went through comes back detached
+        # (eager's would have a freed graph)
+        swept = {payload[3] for kind, _, payload in rec.events if kind == "backward"}
+        live = [k for k in outputs if rec.values[k].tensor is not None and rec.values[k].tensor._requires_grad
+                and rec.values[k].tensor._tape is not None and rec.values[k].tensor._tape not in swept]
+        if not live:
+            return None
+        if swept:
+            raise Unsupported("a step that calls backward() and returns other tensors that require grad")
+        tapes = {rec.values[k].tensor._tape for k in live}
+        if len(tapes) != 1:
+            raise Unsupported("outputs recorded on several graphs")
+        tape = tapes.pop()
+        gp = GraphPlan()
+        self._lower(rec, tape, tape_floor, gp)
+        gp.base0 = self.arena.ctypes.data
+        gp.leaves = dict(tape.leaves)
+        gp.outputs = {k: (rec.values[k].tensor._row, rec.values[k].tensor._output_nr) for k in live}
+        gp.ext = [(slot, self.array(vid), row) for slot, vid, row in gp.ext_slots]
+        return gp
+
+    def _write_scalars(self):
+        shift = self._shift
+        for dtype, at, xs in self._scalars:
+            flat = self.arena[shift:shift + (len(self.arena) - shift) // dtype.itemsize * dtype.itemsize].view(dtype)
+            flat[at] = xs
+
+    def rebase(self):
+        """Move to a new arena (the old one now belongs to a graph handed to the caller):
+        addresses shift, constants are written again, views are made afresh."""
+        old = self.arena
+        raw = np.empty(old.size + ALIGN, np.uint8)
+        off = (old.ctypes.data - raw.ctypes.data) % ALIGN   # the same alignment as the old one
+        new = raw[off:off + old.size]
+        self.vals[self._in_arena] += new.ctypes.data - old.ctypes.data
+        self.arena = new
+        self._arrays = {k: a for k, a in self._arrays.items() if self._values[k][2]}
+        self._write_scalars()
+        for k, src in self._consts:
+            self.array(k)[...] = src
+        self.args = [(src, self.array(k)) for src, k in self._arg_vids]
+
+    def array(self, k, v=None):
+        """Value k's data as an ndarray of its shape (a view into the arena)."""
+        arr = self._arrays.get(k)
+        if arr is None:
+            shape, dtype = (v.shape, v.dtype) if v is not None else self._values[k][:2]
+            start = self._shift + self._offs[k]
+            arr = self.arena[start:start + math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+            self._arrays[k] = arr
+        return arr
+
+    def _pack(self, fwd, bwd, step):
+        """The arrays of a fused forward + backward + step, packed for one compiled call
+        (engine/replayer.train_step_packed: each argument of a call from Python costs
+        ~0.5 us). The backward's inline values, seed and gradient buffer move into the
+        packed float array; the optimizer's table is made again over the moved buffer."""
+        bp, opt, fast = bwd[1], step[1], step[2]
+        width = 5 if fast.kind == _optim_replay.SGD_KIND else 8
+        nrows = len(fast.groups[0].params)
+        parts = [bp.v, bp.seed, bp.out, np.zeros(nrows * width, self.dtype)]
+        data, doffs = _concat(parts, self.dtype)
+        bp.v, bp.seed, bp.out = (data[o:o + n] for o, n in doffs[:3])
+        sc = data[doffs[3][0]:doffs[3][0] + nrows * width].reshape(nrows, width)
+        where = {id(v): k for k, (_, v) in enumerate(self.grad_views)}
+        old = bp.views
+        ends = np.cumsum([0] + [v.size for v in old])
+        bp.views = [bp.out[ends[i]:ends[i + 1]].reshape(v.shape) for i, v in enumerate(old)]
+        for v_old, v_new, (_, p, _) in zip(old, bp.views, bp.leaves):
+            self.grad_views[where[id(v_old)]] = (p, v_new)
+        fast = _optim_replay.make(opt, {id(p): v for p, v in self.grad_views})
+        if fast is None or len(fast.groups) != 1:
+            raise Unsupported("the optimizer's table could not be made again")
+        step = (step[0], opt, fast)
+        g = fast.groups[0]
+        ints = [self.prog, self.fin, self.vals, self.xs, bp.hdr, bp.edges, bp.xs, bp.slots, bp.vdst, bp.vsrc,
+                bp.seed_rows, bp.seed_offs, bp.sinks, g.ptrs.reshape(-1), g.sizes]
+        head = np.zeros(PK_ARRAYS + 2 * PK_COUNT, np.int64)
+        packed_ints, ioffs = _concat(ints, np.int64, start=head.size)
+        floats, foffs = _concat([self.fp, bp.fp], np.float64)
+        flag1, flag2 = fast.flags(g)
+        head[:PK_ARRAYS] = (fwd[1], fwd[2], bp.hi, bp.dt, fast.kind, flag1, flag2, g.ptrs.shape[0],
+                            g.ptrs.shape[1], nrows, width)
+        for k, (o, n) in enumerate(ioffs + foffs + doffs):
+            head[PK_ARRAYS + 2 * k:PK_ARRAYS + 2 * k + 2] = (o, n)
+        packed_ints[:head.size] = head
+        states = np.concatenate([bp.st0, bp.st0])
+        return (packed_ints, floats, data, states, bp.freed, sc, (flag1, flag2)), step
 
     def _shape(self, shape):
         shape = tuple(int(s) for s in shape)
@@ -159,6 +312,42 @@ class Plan:
 
     def _backward(self, rec, payload, tape_floor):
         root, gv, _retain, tape, leaves = payload
+        bp = BackwardPlan()
+        self._lower(rec, tape, tape_floor, bp)
+        hdr = bp.hdr
+        n = tape.nrows
+        bp.st0 = np.full(n, RECV | EXEC, np.uint8)
+        bp.freed = np.zeros(n, np.int8)
+        rv = rec.values[root]
+        root_row = rv.tensor._row
+        bp.seed_rows = np.array([root_row], np.int64)
+        numel = int(hdr[root_row * HW + H_NUMEL])
+        bp.seed_offs = np.array([0, numel], np.int64)
+        bp.seed = np.ones(numel, self.dtype)
+        bp.seed_vid = gv
+        if gv is not None and (rec.values[gv].dtype != self.dtype
+                               or math.prod(rec.values[gv].shape) != numel):
+            raise Unsupported("backward(gradient) of another dtype or size")
+        bp.hi = root_row
+        bp.dt = DT_OF.get(self.dtype)
+        bp.leaves = [(row, p, None if k is None else self.array(k)) for row, p, k in leaves]
+        bp.sinks = np.array([row for row, _, _ in leaves], np.int64)
+        # the leaves' gradients land in one array of the plan's, at the same place every call
+        # (so a compiled optimizer step can read them by address); views of it become .grad
+        sizes = [int(hdr[row * HW + H_NUMEL]) for row, _, _ in leaves]
+        bp.out = np.zeros(sum(sizes), self.dtype)
+        ends = np.cumsum([0] + sizes)
+        bp.views = [bp.out[ends[i]:ends[i + 1]].reshape(tape.shape_at(hdr[row * HW + H_SHP]))
+                    for i, (row, _, _) in enumerate(leaves)]
+        self.grad_views.extend((p, view) for (_, p, _), view in zip(leaves, bp.views))
+        return bp
+
+    def _lower(self, rec, tape, tape_floor, into):
+        """The columns of `tape` (recorded in the step) for the compiled sweep, each saved
+        value pointed at its value in the arena: into.hdr, edges, xs, fp, slots, v, the
+        inline copies to make before a sweep (vdst, vsrc), and the slots holding arena
+        addresses (arena_slots, positions in slots) or outside tensors' (ext_slots:
+        (slot, value id)). Raises Unsupported for a tape the compiled sweep cannot run alone."""
         if tape.id < tape_floor:
             raise Unsupported("backward() through a graph recorded before the step")
         if tape.ext or tape.retained or tape.packed or tape.needs_python() or tape.metadata or tape.stale:
@@ -168,12 +357,10 @@ class Plan:
         n = tape.nrows
         hdr = np.frombuffer(bytearray(tape.hdr), np.int64)[:n * HW].copy()
         claimed = np.zeros(n, bool)
-        bp = BackwardPlan()
-        bp.slots = np.frombuffer(bytearray(tape.slots), np.int64).copy() if len(tape.slots) else \
-            np.zeros(SW, np.int64)
+        slots = np.frombuffer(bytearray(tape.slots), np.int64).copy() if len(tape.slots) else np.zeros(SW, np.int64)
         vcol = tape.v64 if code == 0 else tape.v32
-        bp.v = np.frombuffer(bytearray(vcol), self.dtype).copy() if len(vcol) else np.zeros(1, self.dtype)
-        vdst, vsrc = [], []
+        v = np.frombuffer(bytearray(vcol), self.dtype).copy() if len(vcol) else np.zeros(1, self.dtype)
+        vdst, vsrc, ext_slots, arena_slots = [], [], [], []
         for ins in rec.instrs:
             if ins.row is None or ins.row[0] is not tape:
                 continue
@@ -190,20 +377,24 @@ class Plan:
                 continue
             for k, vid in enumerate(saves):
                 slot = kp + k
-                ref = bp.slots[slot * SW + S_REF]
+                ref = slots[slot * SW + S_REF]
                 want = np.dtype(np.int64) if spec.index_saves[k] else self.dtype
                 val = rec.values[vid]
-                n_el = int(np.prod(val.shape, dtype=np.int64))
+                n_el = math.prod(val.shape)
                 if ref < 0:  # an inline one-element copy
                     if n_el != 1 or val.dtype != self.dtype:
                         raise Unsupported(f"{spec.name}: saved value {k} does not fit its slot")
                     vdst.append(-ref - 1)
                     vsrc.append(vid)
                     continue
-                if val.dtype != want or n_el != bp.slots[slot * SW + S_NUMEL]:
+                if val.dtype != want or n_el != slots[slot * SW + S_NUMEL]:
                     raise Unsupported(f"{spec.name}: saved value {k} is {val.dtype} of {n_el} elements, the "
-                                      f"kernel reads {want} of {bp.slots[slot * SW + S_NUMEL]}")
-                bp.slots[slot * SW + S_REF] = self.vals[vid * VW]
+                                      f"kernel reads {want} of {slots[slot * SW + S_NUMEL]}")
+                slots[slot * SW + S_REF] = self.vals[vid * VW]
+                if val.kind == EXT:
+                    ext_slots.append((slot, vid, row))
+                else:
+                    arena_slots.append(slot * SW + S_REF)
         for row in range(n):
             op = hdr[row * HW + H_OP]
             if SPECS[op].kind == "sink":
@@ -212,30 +403,27 @@ class Plan:
                 raise Unsupported(f"{SPECS[op].node_name} was recorded by an op jitgrad.compile does not trace")
             if hdr[row * HW + H_DT] != code:
                 raise Unsupported(f"{SPECS[op].node_name} mixes dtypes (the compiled backward runs one per graph)")
-        bp.hdr = hdr
-        bp.edges = np.frombuffer(bytearray(tape.edges), np.int64).copy() if len(tape.edges) else np.zeros(3, np.int64)
-        bp.xs = np.frombuffer(bytearray(tape.xs), np.int64).copy()
-        bp.fp = np.frombuffer(bytearray(tape.fp), np.float64).copy() if len(tape.fp) else np.zeros(1)
-        bp.vdst = np.array(vdst, np.int64)
-        bp.vsrc = np.array(vsrc, np.int64)
-        bp.st0 = np.full(n, RECV | EXEC, np.uint8)
-        bp.freed = np.zeros(n, np.int8)
-        rv = rec.values[root]
-        root_row = rv.tensor._row
-        bp.seed_rows = np.array([root_row], np.int64)
-        numel = int(hdr[root_row * HW + H_NUMEL])
-        bp.seed_offs = np.array([0, numel], np.int64)
-        bp.seed = np.ones(numel, self.dtype)
-        bp.seed_vid = gv
-        if gv is not None and (rec.values[gv].dtype != self.dtype
-                               or int(np.prod(rec.values[gv].shape, dtype=np.int64)) != numel):
-            raise Unsupported("backward(gradient) of another dtype or size")
-        bp.hi = root_row
-        bp.dt = code
-        bp.leaves = [(row, p, None if k is None else self.arrays[k]) for row, p, k in leaves]
-        bp.sinks = np.array([row for row, _, _ in leaves], np.int64)
-        bp.shapes = [tape.shape_at(hdr[row * HW + H_SHP]) for row, _, _ in leaves]
-        return bp
+        into.hdr = hdr
+        into.edges = np.frombuffer(bytearray(tape.edges), np.int64).copy() if len(tape.edges) else \
+            np.zeros(3, np.int64)
+        into.xs = np.frombuffer(bytearray(tape.xs), np.int64).copy()
+        into.fp = np.frombuffer(bytearray(tape.fp), np.float64).copy() if len(tape.fp) else np.zeros(1)
+        into.slots, into.v = slots, v
+        into.vdst = np.array(vdst, np.int64)
+        into.vsrc = np.array(vsrc, np.int64)
+        into.ext_slots = ext_slots
+        into.arena_slots = np.array(arena_slots, np.int64)
+
+def _concat(arrays, dtype, start=0):
+    """One array holding `arrays` one after another from `start`, and each one's (offset, length)."""
+    offs, at = [], start
+    for a in arrays:
+        offs.append((at, a.size))
+        at += a.size
+    out = np.zeros(max(at, 1), dtype)
+    for a, (o, n) in zip(arrays, offs):
+        out[o:o + n] = a.reshape(-1)
+    return out, offs
 
 
 def _plan_dtype(rec):

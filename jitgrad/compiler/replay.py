@@ -7,12 +7,16 @@ plan's tape copy (engine/scheduler.backward), whose leaf gradients are accumulat
 the parameters' .grad as eager's AccumulateGrad does; an optimizer's step() or
 zero_grad() is that same call. Nothing here loops over the ops of the step.
 """
+import weakref
+
 import numpy as np
 
-from jitgrad._core.layout import HAS, SWEPT
-from jitgrad.compiler.plan import BACKWARD, CALL, FWD
+from jitgrad._core import versions
+from jitgrad._core.layout import HAS, HW, S_KEEP, SW, SWEPT
+from jitgrad.compiler.plan import BACKWARD, CALL, FUSED, FWD, STEP
 from jitgrad.engine.compiled import scheduler
 from jitgrad.engine.executor import accumulate_grad
+from jitgrad.graph.tape import Tape
 from jitgrad.graph.tensor import wrap
 
 
@@ -36,9 +40,18 @@ def run(plan, tensors):
     sched = scheduler()
     for k, arr in plan.args:
         np.copyto(arr, tensors[k]._data)
-    for seg in plan.segments:
+    _run(sched, plan, plan.segments)
+    if plan.grad_views:
+        _release_grads(plan)
+
+
+def _run(sched, plan, segments):
+    for seg in segments:
         kind = seg[0]
-        if kind == FWD:
+        if kind == FUSED:
+            if not _fused(sched, plan, seg[1], seg[2]):
+                _run(sched, plan, seg[1])
+        elif kind == FWD:
             lo, hi = seg[1], seg[2]
             while lo < hi:
                 i = sched.forward(plan.prog, plan.fin, plan.vals, plan.xs, plan.fp, plan.like, lo, hi)
@@ -48,6 +61,9 @@ def run(plan, tensors):
                 lo = i + 1
         elif kind == BACKWARD:
             _backward(sched, plan, seg[1])
+        elif kind == STEP:
+            if seg[2] is None or not seg[2]():
+                seg[1].step()
         elif kind == CALL:
             seg[1](*seg[2])
         else:  # SETGRAD
@@ -55,28 +71,116 @@ def run(plan, tensors):
             t._grad = None if arr is None else wrap(arr.copy())
 
 
+def _fused(sched, plan, three, packed):
+    """forward, backward and the optimizer's step in one compiled call (engine/replayer.
+    train_step_packed), when every parameter's .grad is None before it (as a zero_grad()
+    ending the last step leaves it) and the optimizer's tables hold; False: run them apart."""
+    bp, fast = three[1][1], three[2][2]
+    for _, p, _ in bp.leaves:
+        if p._grad is not None:
+            return False
+    if not fast.ready(False) or fast.flags(fast.groups[0]) != packed[6]:
+        return False
+    ints, floats, data, states, freed, sc, _ = packed
+    sc[...] = fast.scalars(fast.groups[0])
+    if bp.seed_vid is not None:
+        bp.seed[...] = plan.array(bp.seed_vid).reshape(-1)
+    status = sched.train_step_packed(ints, floats, data, states, freed)
+    st = states[states.size // 2:]
+    if status != SWEPT:
+        raise RuntimeError(f"jitgrad.compile: the replayed backward stopped (status {status})")
+    for (row, p, keep), view in zip(bp.leaves, bp.views):
+        if st[row] & HAS:
+            p._grad = wrap(view)
+            if keep is not None:
+                np.copyto(keep, view)
+    fast.bump()
+    return True
+
+
 def _run_python(plan, i):
     entry = plan.py.get(i)
     if entry is None:  # a structural op whose kernel returned False: a bug in the plan's build
         raise RuntimeError(f"jitgrad.compile: instruction {i} ({plan.names[i]}) has no forward kernel")
     fn, ins, outs = entry
-    results = fn(*ins)
-    for out, r in zip(outs, results):
-        np.copyto(out, r)
+    results = fn(*[plan.array(k) for k in ins])
+    for k, r in zip(outs, results):
+        np.copyto(plan.array(k), r)
+
+
+def outputs(plan, vids):
+    """The call's returned tensors, value id -> Tensor: fresh copies (the arena is rewritten
+    by the next call), and for a plan in graph mode linked to this call's graph."""
+    made = {k: wrap(plan.array(k).copy()) for k in vids}
+    if plan.graph is not None:
+        _give_graph(plan, made)
+    return made
+
+
+def _give_graph(plan, made):
+    """A graph mode plan's call: a tape over this call's arena, like the recorded one, whose
+    rows the returned tensors point at; then a new arena for the next call. A later
+    backward runs through it as through any tape."""
+    gp = plan.graph
+    tape = Tape()
+    n = gp.hdr.size // HW
+    slots = gp.slots.copy()
+    slots[gp.arena_slots] += plan.arena.ctypes.data - gp.base0
+    v = gp.v.copy()
+    if gp.vdst.size:
+        scheduler().copy_saved(gp.vdst, gp.vsrc, plan.vals, v)
+    tape.keep = [plan.arena]
+    for slot, arr, row in gp.ext:  # a parameter changed in place before backward is caught, as in eager
+        slots[slot * SW + S_KEEP] = len(tape.keep)
+        tape.keep.append(arr)
+        tape.kept.append((slot, row, versions.stamp(arr)))
+    for col, arr in ((tape.hdr, gp.hdr), (tape.edges, gp.edges), (tape.fp, gp.fp), (tape.slots, slots),
+                     (tape.v64 if v.dtype == np.float64 else tape.v32, v)):
+        col.frombytes(arr.tobytes())
+    del tape.xs[:]
+    tape.xs.frombytes(gp.xs.tobytes())
+    tape.nrows = n
+    tape.keep_bytes = plan.arena.nbytes
+    tape.closed = True   # later ops start their own tape, with edges into this one
+    for row, acc in gp.leaves.items():
+        acc._row = row
+        acc._tape_ref = weakref.ref(tape)
+        tape.leaves[row] = acc
+    for k, (row, nr) in gp.outputs.items():
+        t = made[k]
+        t._requires_grad = True
+        t._tape, t._row, t._output_nr = tape, row, nr
+    plan.rebase()
 
 
 def _backward(sched, plan, bp):
     if bp.vdst.size:
         sched.copy_saved(bp.vdst, bp.vsrc, plan.vals, bp.v)
+    for (_, p, _), view in zip(bp.leaves, bp.views):
+        g = p._grad
+        if g is not None and g._data is view:  # a second backward in the step rewrites the buffer
+            p._grad = wrap(view.copy())
     st = bp.st0.copy()
-    seed = bp.seed if bp.seed_vid is None else plan.arrays[bp.seed_vid].reshape(-1)
-    status, row, out, offs = sched.backward(bp.hdr, bp.edges, bp.xs, bp.fp, bp.slots, bp.v, st, bp.freed.copy(),
-                                            bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt)
+    seed = bp.seed if bp.seed_vid is None else plan.array(bp.seed_vid).reshape(-1)
+    status, row = sched.backward_into(bp.hdr, bp.edges, bp.xs, bp.fp, bp.slots, bp.v, st, bp.freed,
+                                      bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt, bp.out)
     if status != SWEPT:
         raise RuntimeError(f"jitgrad.compile: the replayed backward stopped at row {row} (status {status})")
     for i, (row, p, keep) in enumerate(bp.leaves):
         if st[row] & HAS:
-            g = out[offs[i]:offs[i + 1]].reshape(bp.shapes[i])
-            accumulate_grad(p, wrap(g), False, owned=True, alone=True)
+            g = bp.views[i]
+            if p._grad is None:  # AccumulateGrad's first gradient: the plan's buffer (see _release_grads)
+                p._grad = wrap(g)
+            else:
+                accumulate_grad(p, wrap(g), False, alone=True)
             if keep is not None:  # ops later in the step read this .grad
                 np.copyto(keep, p._grad._data)
+
+
+def _release_grads(plan):
+    """A .grad still on the plan's buffer when the step returns is handed over as a copy:
+    the next replay rewrites the buffer, and eager would have made a new tensor."""
+    for p, view in plan.grad_views:
+        g = p._grad
+        if g is not None and g._data is view:
+            p._grad = wrap(view.copy())

@@ -69,6 +69,7 @@ from numba.typed import List
 from jitgrad._core.layout import *  # noqa
 from jitgrad.kernels.common import (jit, gradient, target_buffer, edge_target, shape_numel, bcast_plan, bidx,
     saved)
+from jitgrad.kernels.optim import adam_all, sgd_all
 from jitgrad.kernels.pointers import view
 
 OP_ACC = {op_acc}

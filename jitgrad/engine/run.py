@@ -278,7 +278,7 @@ def _check_grad_types(grads):
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None, inputs=None):
-    if _cap.on:  # jitgrad.compile is recording: the recorder runs this call and notes it
+    if _cap.on and _cap.mine():  # jitgrad.compile is recording: the recorder runs this call and notes it
         return _cap.rec.backward(backward, tensors, grad_tensors, retain_graph, create_graph, inputs)
     tensors = _as_tuple(tensors)
     grad_tensors = _as_tuple(grad_tensors) or (None,) * len(tensors)

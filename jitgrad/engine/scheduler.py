@@ -63,8 +63,8 @@ from jitgrad._core.layout import (
 from jitgrad.kernels.common import gradient
 
 # the functions the generated module compiles, bound to its names (engine/codegen.py)
-SCHEDULER = ("mark_need", "count_pending", "contribute", "set_grad", "grad_of", "start", "finish", "sweep",
-             "backward")
+SCHEDULER = ("mark_need", "count_pending", "contribute", "set_grad", "grad_of", "start_into", "start", "finish",
+             "sweep", "backward_into", "backward")
 
 # --- supplied by the generated module ---------------------------------------------------------
 OP_ACC = OP_EXT = OP_PYFN = OP_OUT = -1  # the sink opcodes: leaf, edge to an older tape, Python node, output k
@@ -136,6 +136,15 @@ def start(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v):
     tapes, retained and requested tensors): their buffers are slices of one output array,
     returned with each sink's offset, so nothing but two arrays crosses back to Python.
     Returns (g1, bslot, bigs, out, offsets)."""
+    total = 0
+    for i in range(sinks.size):
+        total += hdr[sinks[i] * HW + H_NUMEL]
+    return start_into(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v, np.empty(total, v.dtype))
+
+
+def start_into(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v, out):
+    """start, with the sinks' output array given (zeroed here): jitgrad.compile's replay
+    keeps one per plan, so the gradients land at the same addresses every call."""
     n = st.size
     g1 = np.zeros(n, v.dtype)          # gradient of every one-element row
     bslot = np.full(n, -1, np.int64)   # row -> its buffer in bigs, for larger rows
@@ -149,7 +158,7 @@ def start(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v):
         offs[i] = total
         total += hdr[sinks[i] * HW + H_NUMEL]
     offs[ns] = total
-    out = np.zeros(total, v.dtype)
+    out[:] = 0
     for i in range(ns):
         r = sinks[i]
         if hdr[r * HW + H_NUMEL] != 1 and bslot[r] < 0:
@@ -209,6 +218,16 @@ def backward(hdr, edges, xs, fp, slots, v, st, freed, seed_rows, seed_offs, seed
     status, row = sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt, xs[0:0])
     finish(hdr, g1, sinks, offs, out)
     return status, row, out, offs
+
+
+def backward_into(hdr, edges, xs, fp, slots, v, st, freed, seed_rows, seed_offs, seed_vals, sinks, hi, retain, dt,
+                  out):
+    """backward, with the sinks' gradients written into `out` (jitgrad.compile's replay).
+    Returns (status, row)."""
+    g1, bslot, bigs, out, offs = start_into(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v, out)
+    status, row = sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt, xs[0:0])
+    finish(hdr, g1, sinks, offs, out)
+    return status, row
 
 
 # --- the sweep ------------------------------------------------------------------------------------

@@ -233,7 +233,7 @@ def record(spec, result, inputs, saved=(), fparams=(), iparams=None, dual=True):
     """Record structural `spec` (see _record). While forward mode is live the ops layer's
     handler runs instead (ops/_forward.record): it calls back here with dual=False when
     the backward needs the row, then computes the output's tangent."""
-    if _cap.on:
+    if _cap.on and _cap.mine():
         _cap.on = False  # what recording the row runs is not traced (_core/capture.py)
         try:
             out = record(spec, result, inputs, saved, fparams, iparams, dual)

@@ -149,7 +149,7 @@ class Tensor:
 
     @property
     def grad(self):
-        if _cap.on and self._grad is not None:
+        if _cap.on and self._grad is not None and _cap.mine():
             _cap.rec.read_grad(self._grad)  # a .grad from before the step is not a value of the plan
         return self._grad
 
@@ -166,13 +166,13 @@ class Tensor:
                 raise RuntimeError(f"attempting to assign a gradient of size '{size_str(value._data.shape)}' to a "
                                    f"tensor of size '{size_str(self._data.shape)}'. Please ensure that the "
                                    "gradient and the tensor are the same size")
-        if _cap.on:
+        if _cap.on and _cap.mine():
             _cap.rec.set_grad(self, value)
         self._grad = value
 
     @grad.deleter
     def grad(self):
-        if _cap.on:
+        if _cap.on and _cap.mine():
             _cap.rec.set_grad(self, None)
         self._grad = None
 

@@ -153,7 +153,7 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none=True):
-        if _cap.on:  # jitgrad.compile is recording: replayed as this same call
+        if _cap.on and _cap.mine():  # jitgrad.compile is recording: replayed as this same call
             return _cap.rec.call(Module.zero_grad, self, set_to_none)
         for p in self.parameters():
             if p.grad is not None:
@@ -219,7 +219,7 @@ class Module:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
     def __call__(self, *args, **kwargs):
-        if _cap.on:  # jitgrad.compile: a replay is valid while this module's train/eval mode is
+        if _cap.on and _cap.mine():  # jitgrad.compile: a replay is valid while this module's train/eval mode is
             _cap.rec.module(self)
         hooks = self._forward_pre_hooks.get(0)
         for hook in list(hooks.values()) if hooks else ():

@@ -42,7 +42,7 @@ def traced(spec, res, inputs, saved=(), fparams=(), iparams=None, extra=()):
     """Report structural op `spec` to jitgrad.compile's recorder when it is not recorded
     for grad (record() reports those): pass what record() would get (the saved values
     included, which the forward kernel makes again) and any extra output tensors."""
-    if _cap.on:
+    if _cap.on and _cap.mine():
         _cap.rec.struct(spec, res, inputs, saved, fparams, iparams, extra)
     return res
 

@@ -45,7 +45,7 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None, dual=True):
     """Wrap `out` and, if needed, record elementwise `spec` on Tensor a and b (a Tensor, a
     Python float standing for a constant, or None for a unary op). In forward mode,
     ops/_forward.ew calls back here with dual=False, then computes the tangent."""
-    if _cap.on:
+    if _cap.on and dual is not _NOT_TRACED:
         return _captured_ew(spec, out, a, b, p0, p1, aux, dual)
     if dual and _fw.live:
         return _forward.ew(_ew, spec, out, a, b, p0, p1, aux)
@@ -61,9 +61,18 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None, dual=True):
     return res
 
 
+class _NotTraced:
+    """A true `dual` that also says: do not report to jitgrad.compile's recorder."""
+
+
+_NOT_TRACED = _NotTraced()
+
+
 def _captured_ew(spec, out, a, b, p0, p1, aux, dual):
     """_ew while jitgrad.compile records (_core/capture.py): the op runs as usual, with
     tracing off for whatever it calls, then reports itself."""
+    if not _cap.mine():  # another thread's op: not this recording's (and not recorded)
+        return _ew(spec, out, a, b, p0, p1, aux, _NOT_TRACED if dual else False)
     _cap.on = False
     try:
         res = _ew(spec, out, a, b, p0, p1, aux, dual)
@@ -102,7 +111,7 @@ def _binary(spec, npfn, a, b):
             if not isinstance(b, _ARRAYLIKE):  # None, str...: numpy would make nan or raise its own error
                 raise _operand_error(spec.name, b)
             b = _wrap(np.asarray(b, dtype=ad.dtype))
-            if _cap.on:  # jitgrad.compile: array data given as an operand is a constant
+            if _cap.on and _cap.mine():  # jitgrad.compile: array data given as an operand is a constant
                 _cap.rec.alias(b, b._data)
         bd = b._data
         if type(ad) in _FLOAT_SCALARS and type(bd) is type(ad):
@@ -387,9 +396,9 @@ def where(cond, a, b):
     ta = ta if ta is not None else _wrap(np.asarray(ad, dtype=out.dtype))
     tb = tb if tb is not None else _wrap(np.asarray(bd, dtype=out.dtype))
     aux = _wrap(np.broadcast_to(c, out.shape))
-    if _cap.on:  # jitgrad.compile: the mask is the condition's value, not a new tensor
+    if _cap.on and _cap.mine():  # jitgrad.compile: the mask is the condition's value, not a new tensor
         _cap.rec.alias(aux, cond)
-    if _cap.on and (ta is not a or tb is not b):  # a number operand was made a tensor here
+    if _cap.on and _cap.mine() and (ta is not a or tb is not b):  # a number operand was made a tensor here
         for made, given in ((ta, a), (tb, b)):
             if made is not given:
                 _cap.rec.alias(made, np.asarray(made._data))

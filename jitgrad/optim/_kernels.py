@@ -11,52 +11,18 @@ A step is one compiled call over all of a group's parameters (per dtype): Python
 each parameter's arrays as addresses (`Batch`), and the kernel reads them in place
 through pointers, as the backward scheduler reads saved values (kernels/pointers.py).
 """
-import math
-
 import numba
 import numpy as np
-from numba import njit
 
 from jitgrad.graph.tape import _address
-from jitgrad.kernels.pointers import view
-
-_jit = njit(cache=True, nogil=True, error_model="numpy")
-
-
-@_jit
-def _adam(d, g, m, v, vmax, sc, decoupled, amsgrad):
-    one_b1, b2, one_b2, eps, wd, step_size, bc2_sqrt, shrink = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7]
-    for i in range(d.shape[0]):
-        gi = g[i]
-        if wd != 0:
-            if decoupled:
-                d[i] = d[i] * shrink
-            else:
-                gi = gi + wd * d[i]
-        m[i] = m[i] + (gi - m[i]) * one_b1          # torch: exp_avg.lerp_(grad, 1 - beta1)
-        v[i] = v[i] * b2 + one_b2 * gi * gi
-        if amsgrad:
-            if v[i] > vmax[i]:
-                vmax[i] = v[i]
-            denom = math.sqrt(vmax[i]) / bc2_sqrt + eps
-        else:
-            denom = math.sqrt(v[i]) / bc2_sqrt + eps
-        d[i] = d[i] - step_size * (m[i] / denom)
+from jitgrad.kernels.optim import adam_all as _adam_all  # the loops: kernels/optim.py
+from jitgrad.kernels.optim import sgd_all as _sgd_all
 
 
 def available():
     """The NUMBA_DISABLE_JIT test pass takes numpy (the loop would run in Python), so that
     both forms are checked against torch in CI."""
     return not numba.config.DISABLE_JIT
-
-
-@_jit
-def _adam_all(ptrs, sizes, sc, like, decoupled, amsgrad):
-    """ptrs[p]: param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq addresses; sc[p] its scalars."""
-    for p in range(sizes.size):
-        n = sizes[p]
-        _adam(view(ptrs[p, 0], n, like), view(ptrs[p, 1], n, like), view(ptrs[p, 2], n, like),
-              view(ptrs[p, 3], n, like), view(ptrs[p, 4], n, like), sc[p], decoupled, amsgrad)
 
 
 class Batch:
@@ -129,32 +95,6 @@ def adam_add(batch, p, d, g, m, v, vmax, lr, b1, b2, eps, wd, step_size, bc2_sqr
 def adam_run(batch, decoupled, amsgrad):
     for ptrs, sizes, sc, like in batch.groups():
         _adam_all(ptrs, sizes, sc, like, decoupled, amsgrad)
-
-
-@_jit
-def _sgd(d, g, buf, sc, first, momentum, nesterov):
-    lr, wd, mom, one_damp = sc[0], sc[1], sc[2], sc[3]
-    for i in range(d.shape[0]):
-        gi = g[i]
-        if wd != 0:
-            gi = gi + wd * d[i]
-        if momentum:
-            if first:                                   # torch: buf = clone(grad)
-                buf[i] = gi
-            else:
-                buf[i] = buf[i] * mom + one_damp * gi
-            gi = gi + mom * buf[i] if nesterov else buf[i]
-        d[i] = d[i] - lr * gi
-
-
-@_jit
-def _sgd_all(ptrs, sizes, sc, like, momentum, nesterov):
-    """ptrs[p]: param, grad, momentum buffer (or param) addresses; sc[p]: lr, wd, momentum,
-    1 - dampening, and 1 where the buffer was just created (torch clones the gradient)."""
-    for p in range(sizes.size):
-        n = sizes[p]
-        _sgd(view(ptrs[p, 0], n, like), view(ptrs[p, 1], n, like), view(ptrs[p, 2], n, like), sc[p],
-             sc[p, 4] != 0, momentum, nesterov)
 
 
 def sgd_add(batch, p, d, g, buf, lr, wd, mom, damp, first):

@@ -83,7 +83,7 @@ class Adam(Optimizer):
         _kernels.adam_run(batch, self._decoupled, group["amsgrad"])  # one call for the whole group
 
     def _numpy_update(self, d, g, m, v, vmax, lr, b1, b2, eps, wd, bc1, bc2_sqrt):
-        """The same update as _kernels._adam, for arrays it cannot take and for the
+        """The same update as kernels/optim.adam, for arrays it cannot take and for the
         NUMBA_DISABLE_JIT pass (so both forms are checked against torch in CI)."""
         if wd:
             if self._decoupled:

@@ -44,7 +44,7 @@ class Optimizer:
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
-        if _cap.on:  # jitgrad.compile is recording: replayed as this same call
+        if _cap.on and _cap.mine():  # jitgrad.compile is recording: replayed as this same call
             return _cap.rec.call(Optimizer.zero_grad, self, set_to_none)
         for group in self.param_groups:
             for p in group["params"]:
@@ -58,7 +58,7 @@ class Optimizer:
         return [p for p in group["params"] if p.grad is not None]
 
     def step(self, closure=None):
-        if _cap.on:  # jitgrad.compile is recording: replayed as this same call
+        if _cap.on and _cap.mine():  # jitgrad.compile is recording: replayed as this same call
             if closure is not None:
                 _cap.rec.stop("optimizer.step(closure)")
             else:

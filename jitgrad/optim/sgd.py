@@ -63,7 +63,7 @@ class SGD(Optimizer):
 
     @staticmethod
     def _numpy_update(d, g, buf, lr, wd, mom, damp, first, nesterov):
-        """The same update as _kernels._sgd, for arrays it cannot take and for the
+        """The same update as kernels/optim.sgd, for arrays it cannot take and for the
         NUMBA_DISABLE_JIT pass (so both forms are checked against torch in CI)."""
         if wd:
             g = g + wd * d
