@@ -21,7 +21,7 @@ def base_of(arr):
 
 
 def version(arr):
-    base = base_of(arr)
+    base = arr if arr.base is None else base_of(arr)  # most arrays are not views
     e = _versions.get(id(base))
     return e[1] if e is not None and e[0]() is base else 0
 

@@ -28,11 +28,12 @@ from jitgrad.graph.tape import (
     current_tape,
     pack_edge,
     pack_edge2,
+    pack_ints,
     pack_row,
     tape_for,
 )
 from jitgrad.graph.tape import _local as _tape_local
-from jitgrad.graph.tensor import wrap
+from jitgrad.graph.tensor import _Rare, wrap
 
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
 def _pack_row(tape, row, tensors):
@@ -45,24 +46,35 @@ _new = object.__new__
 
 
 def _leaf_row(tape, t):
-    # t._acc and acc._tape, read without their properties: this runs per leaf and graph
+    """Leaf t's AccumulateGrad row in `tape`, added at its first use there. Per leaf and
+    graph: t._acc, acc._tape and tape.add_row are read and done inline."""
     x = t._x
     ref = None if x is None else x.acc
     acc = None if ref is None else ref()
-    if acc is None:
+    if acc is not None:
+        ref = acc._tape_ref
+        if ref is not None and ref() is tape:
+            return acc._row
+    else:
         acc = _new(AccumulateGrad)
         acc.variable = t
-        acc._tape_ref = None
-        acc._row = -1
         acc._next = ()
-        t._acc = weakref.ref(acc)
-    ref = acc._tape_ref
-    if ref is None or ref() is not tape:
-        d = t._data
-        acc._row = tape.add_row(OP_ACC, _DT.get(d.dtype, DT_OTHER), 0, d.size, tape.shape(d.shape), 0, 0, 0)
-        acc._tape_ref = weakref.ref(tape)
-        tape.leaves[acc._row] = acc
-    return acc._row
+        if x is None:
+            x = t._x = _Rare()
+        x.acc = weakref.ref(acc)
+    d = t._data
+    shp = tape.shape_ptr.get(d.shape)
+    if shp is None:
+        shp = tape.shape(d.shape)
+    row = tape.nrows
+    tape.hdr.frombytes(pack_row(OP_ACC, _DT.get(d.dtype, DT_OTHER), 0, len(tape.edges) // EW, d.size, shp, 0, 0, 0))
+    tape.nrows = row + 1
+    if row + 1 >= MAX_ROWS:
+        tape.closed = True
+    acc._row = row
+    acc._tape_ref = weakref.ref(tape)
+    tape.leaves[row] = acc
+    return row
 
 
 def _ext_row(tape, t):
@@ -97,6 +109,7 @@ def _link(tape, row, result):
 
 
 _NP = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}
+_SCALAR_DT = {np.float64: DT_F64, np.float32: DT_F32}
 _I64 = np.dtype(np.int64)
 
 
@@ -117,27 +130,41 @@ def record_ew(spec, result, a, b, p0, p1, aux):
     """Record elementwise `spec` on Tensor a and b (a Tensor, a Python float standing for a
     constant, or None: unary), with float params p0, p1 and where's condition `aux`; the
     saved values are taken from them as spec.save_src says. The hot path of every scalar
-    graph, hence written out: tape_for, _edge_row and _link are inlined for the cases
-    that occur per op (the current tape, an input from it or a leaf)."""
+    graph, hence written out: tape_for, _edge_row, tape.shape and _link are inlined for
+    the cases that occur per op (the current tape, an input from it or a leaf)."""
     ref = _tape_local.ref
     tape = None if ref is None else ref()
     if tape is None or tape.closed or tape.keep_bytes > SPLIT_BYTES:
         tape = tape_for(a, b)
     d = result._data
-    dt = _DT.get(d.dtype, DT_OTHER)
-    shp = 0 if d.ndim == 0 else tape.shape(d.shape)
+    # A 0-d result is a numpy float scalar (ops/elementwise.py): its type says its dtype and
+    # shape, and an input of the same type has them too, without reading .dtype (slow on
+    # scalars). tp is None for arrays, whose dtypes and shapes are compared.
+    tp = type(d)
+    dt = _SCALAR_DT.get(tp)
+    if dt is None:
+        tp = None
+        dt = _DT.get(d.dtype, DT_OTHER)
+        dshape = d.shape  # a new tuple per read: read once
+        shp = tape.shape_ptr.get(dshape)
+        if shp is None:
+            shp = tape.shape(dshape)
+    else:
+        dshape, shp = (), 0
     ad = a._data
     if a._requires_grad:
         src = a._tape
         if src is tape:
             ra, nra = a._row, a._output_nr
+        elif src is None:
+            ra, nra = _leaf_row(tape, a), 0
         else:
-            ra, nra = _edge_row(tape, a), (0 if src is None else a._output_nr)
-        if ad.dtype != d.dtype:
+            ra, nra = _ext_row(tape, a), a._output_nr
+        if type(ad) is not tp and ad.dtype != d.dtype:
             dt = DT_OTHER  # the compiled path keeps one dtype per graph; mixed ones run in Python
     else:
         ra, nra = -1, 0
-    sa = shp if ad.shape == d.shape else tape.shape(ad.shape)
+    sa = shp if type(ad) is tp or ad.shape == dshape else tape.shape(ad.shape)
     bd = None
     if b is None:
         nin = 1
@@ -150,16 +177,18 @@ def record_ew(spec, result, a, b, p0, p1, aux):
             src = b._tape
             if src is tape:
                 rb, nrb = b._row, b._output_nr
+            elif src is None:
+                rb, nrb = _leaf_row(tape, b), 0
             else:
-                rb, nrb = _edge_row(tape, b), (0 if src is None else b._output_nr)
-            if bd.dtype != d.dtype:
+                rb, nrb = _ext_row(tape, b), b._output_nr
+            if type(bd) is not tp and bd.dtype != d.dtype:
                 dt = DT_OTHER
         else:
             rb, nrb = -1, 0
-        sb = shp if bd.shape == d.shape else tape.shape(bd.shape)
+        sb = shp if type(bd) is tp or bd.shape == dshape else tape.shape(bd.shape)
     # saved_tensors_hooks: the tensors to pack instead of saving (packed once linked, below)
     packed = _ew_packed(spec, result, a, b, aux) if _packing[0] and _saved_hooks.stack else None
-    if d.size == 1 and dt != DT_OTHER:
+    if (tp is not None or d.size == 1) and dt != DT_OTHER:
         # one-element row: its saved values go straight into the value column and kp
         # indexes that column (no slot entries); see tape.saved_value
         col = tape.v64 if dt == DT_F64 else tape.v32
@@ -275,6 +304,8 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     inputs:  Tensors
     saved:   data the kernel and the rule read, in the order of spec.saves
     fparams, iparams: the op's float and int parameters (see each kernel for its layout)
+
+    Once per structural op, hence tape.add_row / ints / shape and _link written out.
     """
     ref = _tape_local.ref
     tape = None if ref is None else ref()
@@ -285,25 +316,42 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     d = result._data
     dtype = d.dtype
     dt = _DT.get(dtype, DT_OTHER)
-    shape = tape.shape
+    interned = tape.shape_ptr
     edges = []
     for t in inputs:
         td = t._data
         if t._requires_grad:
             src = t._tape
             if src is tape:
-                edges += (t._row, t._output_nr, shape(td.shape))
+                edges += (t._row, t._output_nr)
+            elif src is None:
+                edges += (_leaf_row(tape, t), 0)
             else:
-                edges += (_edge_row(tape, t), 0 if src is None else t._output_nr, shape(td.shape))
+                edges += (_ext_row(tape, t), t._output_nr)
             if td.dtype != dtype:
                 dt = DT_OTHER
         else:
-            edges += (-1, 0, shape(td.shape))
+            edges += (-1, 0)
+        p = interned.get(td.shape)
+        edges.append(tape.shape(td.shape) if p is None else p)
     kp = _save_all(tape, saved, dt, (), spec.index_saves) if saved else len(tape.slots) // SW
     fp = len(tape.fp)
     if fparams:
         tape.fp.extend(fparams)
     ip = tape.ints(iparams) if iparams else 0
-    row = tape.add_row(spec.op, dt, len(inputs), d.size, shape(d.shape), fp, kp, ip)
-    tape.edges.extend(edges)
-    return _link(tape, row, result)
+    shp = interned.get(d.shape)
+    if shp is None:
+        shp = tape.shape(d.shape)
+    row = tape.nrows
+    tape.hdr.frombytes(pack_row(spec.op, dt, len(inputs), len(tape.edges) // EW, d.size, shp, fp, kp, ip))
+    tape.edges.frombytes(pack_ints(len(edges))(*edges))
+    tape.nrows = row + 1
+    if row + 1 >= MAX_ROWS:
+        tape.closed = True
+    if _anomaly[0]:
+        _trace(tape, row)
+    result._requires_grad = True
+    result._tape = tape
+    result._row = row
+    result._output_nr = 0
+    return result

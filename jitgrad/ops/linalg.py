@@ -49,7 +49,8 @@ def matmul(a, b):
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}"
                            .replace("float64", "double").replace("float32", "float"))
     try:
-        out = np.asarray(np.matmul(ad, bd))
+        # matrix @ matrix: ndarray.dot runs the same gemm (bit for bit) with less dispatch
+        out = ad.dot(bd) if spec is MATMUL and ad.ndim == 2 else np.asarray(np.matmul(ad, bd))
     except ValueError as e:
         raise RuntimeError(str(e)) from None
     res = _wrap(out)
@@ -126,7 +127,7 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
             if x.dtype != bd.dtype:
                 got = " and ".join(scalar_name(d) for d in (x.dtype, bd.dtype))
                 raise RuntimeError(f"{name} and mat2 must have the same dtype, but got {got}")
-    prod = ad @ bd
+    prod = ad.dot(bd)  # ad @ bd, bit for bit, with less dispatch
     if alpha != 1.0:
         prod *= alpha
     if input is not None and beta != 0.0:
@@ -138,10 +139,8 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0):
     packing = _packing[0] and _saved_hooks.stack  # packed values keep the operands as they are
     ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
     tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
-    n, k = ad.shape
-    # ADDMM's int params, in their declared order (n, k, m, ta, tb): spec.pack_ints would
-    # check the names at a cost comparable to the product's
-    return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha), [n, k, bd.shape[1], ta, tb])
+    return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha),
+                  spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb))
 
 
 def linear(input, weight, bias=None):

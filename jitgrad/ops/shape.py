@@ -10,6 +10,7 @@ import operator
 
 import numpy as np
 
+from jitgrad._core import capture as _capture
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim
@@ -229,11 +230,11 @@ def transpose(x, dim0, dim1):
 
 def t(x):
     d = x._data
-    if d.ndim != 2:
+    if d.ndim != 2 or _capture.state.on:
         if d.ndim > 2:
             raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {d.ndim}D")
         return permute(x, tuple(range(d.ndim))[::-1], spec=T)
-    # permute(x, (1, 0), spec=T) without checking the dims: linear's weight.t() on every call
+    # eager: permute(x, (1, 0), spec=T) without checking the dims (linear's weight.t(), per call)
     res = _wrap(d.T)
     if not _needs(x):
         return res
