@@ -187,7 +187,6 @@ def _no_bool_sub(*operands):
         if isinstance(x, Tensor) and x._data.dtype.kind == "b":
             raise RuntimeError(_BOOL_SUB)
 
-
 def sub(a, b, alpha=1):
     _no_bool_sub(a, b)
     if alpha != 1:
@@ -262,9 +261,12 @@ RPOW = elementwise("rpow", "PowBackward2",                                  # p0
                    saves=("exponent", "result"), fparams=("self",), args=("exponent",), fwd="p0 ** exponent")
 
 
+_POW_OPERAND = (Tensor,) + _NUMBER + _ARRAYLIKE
+
+
 def pow(a, b):  # noqa: A001
     for pos, x in ((1, a), (2, b)):
-        if not isinstance(x, (Tensor,) + _NUMBER + _ARRAYLIKE):
+        if not isinstance(x, _POW_OPERAND):
             raise _operand_error("pow", x, pos)
     if not isinstance(a, Tensor):
         out = np.power(np.asarray(a, dtype=_scalar_dtype(b, a) if isinstance(a, float) else b._data.dtype), b._data)
