@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """jitgrad vs torch, side by side, single-threaded.
 
-    python benchmarks/side_by_side.py [--quick] [--json out.json]
+    python benchmarks/side_by_side.py [--quick] [--json out.json] [--torch-compile]
 
 Every workload is written once against a module parameter ``T`` (``jitgrad``
 or ``torch``), so the code timed is the same text for both libraries. Each
@@ -21,6 +21,15 @@ It also measures
   generated engine). torch's import + first backward is shown for reference.
 
 ``--quick`` uses fewer repeats and skips the cold start (< 1 minute).
+
+The jitgrad.compile rows (issue 11) time the replay of a step compiled with
+``jitgrad.compile`` against eager torch running the same step, and for the small
+MLP also against ``torch.compile`` of that step (its first call compiles for ~10 s:
+run in full runs, or in quick ones with ``--torch-compile``) and against ``jax.jit``
+of the same step written in JAX (only where jax is importable). A compiled row's
+note says whether the step replayed a plan or ran eagerly because of graph breaks
+(then its time is eager jitgrad's). A row's "vs" column names what the ratio
+divides by.
 """
 import os
 
@@ -31,6 +40,13 @@ if __name__ == "__main__":
     for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                  "NUMBA_NUM_THREADS"):
         os.environ[_var] = "1"
+    # jax, where installed: CPU only, one thread
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    # torch.compile's first call compiles from scratch, as a new user's does
+    os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    os.environ["XLA_FLAGS"] = " ".join(
+        (os.environ.get("XLA_FLAGS", ""),
+         "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")).strip()
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
@@ -65,8 +81,9 @@ MLP_CONFIGS = {
     "large MLP": (256, (2048, 2048, 2048, 10), "float32", "nll"),
 }
 
-# (workload, phase) -> max ratio jitgrad/torch
+# (workload, phase) -> max ratio jitgrad/torch (the compiled rows' targets are in COMPILE_TARGETS)
 TIME_TARGETS = {
+    ("small MLP", "forward"): 2.0,
     ("chain 1e5", "backward"): 0.02,
     ("chain 1e5", "forward"): 0.5,
     ("wide tree 2e4", "forward"): 0.5,
@@ -81,6 +98,26 @@ TIME_TARGETS = {
     ("per-sample grads", "vmap(grad)"): 1.0,
     ("jvp chain 1e5", "forward"): 1.0,
 }
+
+# jitgrad.compile (issue 11): (workload, phase, what the ratio divides by) -> max ratio.
+# "first call" is recording + plan building, divided by one eager jitgrad step.
+COMPILE_TARGETS = {
+    ("small MLP SGD", "compiled step", "torch"): 0.2,
+    ("small MLP SGD", "compiled step", "torch.compile"): 0.15,
+    ("small MLP SGD", "compiled step", "jax.jit"): 0.5,
+    ("small MLP SGD", "first call", "jitgrad eager"): 3.0,
+    ("MNIST MLP SGD", "compiled step", "torch"): 0.9,
+    ("chain 1e5", "compiled fwd+bwd", "torch"): 0.02,
+    ("chain 1e4", "first call", "jitgrad eager"): 3.0,
+    ("wide tree 2e4", "compiled fwd+bwd", "torch"): 0.05,
+    ("digits MLP", "compiled epoch", "torch"): 0.3,
+}
+# The SGD training steps (forward, loss.backward(), opt.step(), opt.zero_grad(), as
+# issue 11 writes them) on two of MLP_CONFIGS' models; cross-entropy for the NLL ones.
+SGD_MLPS = {"small MLP SGD": "small MLP", "MNIST MLP SGD": "MNIST MLP"}
+SGD_LR = 0.01
+# Steps of a microsecond-scale workload per timed run (the time reported is per step).
+CALLS = 10
 
 # Training workloads (model + loss + optimizer, as a user writes them).
 # digits MLP: one epoch of jitgrad/examples/digits.py (sklearn's 8x8 digits,
@@ -183,21 +220,45 @@ def mlp_inputs(T, arrays, dtype, loss):
     return params, x, target, loss
 
 
-def mlp_step(T, params, x, target, loss):
-    for w, b in params:
-        w.grad = None
-        b.grad = None
+def mlp_forward(T, params, x):
     h = x
     for w, b in params[:-1]:
         h = T.relu(h @ w + b)
     w, b = params[-1]
-    out = h @ w + b
+    return h @ w + b
+
+
+def mlp_step(T, params, x, target, loss):
+    for w, b in params:
+        w.grad = None
+        b.grad = None
+    out = mlp_forward(T, params, x)
     if loss == "mse":
         value = ((out - target) ** 2).mean()
     else:
         logp = T.log_softmax(out, dim=1)
         value = -logp[T.arange(out.shape[0]), target].mean()
     value.backward()
+    return value
+
+
+def sgd_setup(T, name):
+    """An SGD_MLPS model: (params, optimizer, x, target, loss name)."""
+    batch, sizes, dtype, loss = MLP_CONFIGS[SGD_MLPS[name]]
+    params, x, target, loss = mlp_inputs(T, mlp_arrays(batch, sizes, dtype, loss), dtype, loss)
+    return params, T.optim.SGD([p for wb in params for p in wb], lr=SGD_LR), x, target, loss
+
+
+def sgd_step(T, params, opt, x, target, loss):
+    """One training step as issue 11 writes it (and as a user hands it to compile)."""
+    out = mlp_forward(T, params, x)
+    if loss == "mse":
+        value = ((out - target) ** 2).mean()
+    else:
+        value = T.nn.functional.cross_entropy(out, target)
+    value.backward()
+    opt.step()
+    opt.zero_grad()
     return value
 
 
@@ -236,8 +297,8 @@ def digits_setup(T, seed=1):
 
 def digits_epoch(T, model, opt, loss_fn, data, order, batch_size=DIGITS_BATCH):
     """One epoch: jitgrad.examples.digits.run_epoch, the loop the example trains with."""
-    from jitgrad.examples.digits import run_epoch
-    return run_epoch(T, model, opt, loss_fn, data[0], data[1], order, batch_size)
+    from jitgrad.examples.digits import run_epoch, train_step
+    return run_epoch(T, train_step(model, opt, loss_fn), data[0], data[1], order, batch_size)
 
 
 def adam_setup(T, sizes=ADAM_TENSORS, warm_steps=1):
@@ -379,8 +440,257 @@ def training_phases(T):
     return phases
 
 
+# ------------------------------------------------- jitgrad.compile workloads (issue 11)
+# A step is written once against T, then run eagerly, under T.compile (jitgrad.compile
+# or torch.compile) or, for JAX, written again in JAX. A timed side is built and warmed
+# once (the compiled ones record at their first call and replay from the second) and
+# then runs again and again, its parameters training on as they would in a loop.
+
+class Step:
+    """One step (or epoch) ready to run: call() runs it; compiled is the compiled
+    function inside (for plan_note); leaves are tensors whose .grad each timed run starts
+    without; first_s is the first call's seconds (record, or compile, + one step)."""
+
+    def __init__(self, call, compiled=None, leaves=()):
+        self.call = call
+        self.compiled = compiled
+        self.leaves = leaves
+        self.first_s = None
+
+    def repeat(self, n):
+        for _ in range(n):
+            out = self.call()
+        return out
+
+
+def _wrapped(fn, wrap):
+    return fn if wrap is None else wrap(fn)
+
+
+def warm(step):
+    """Run the step twice (a compiled one records / compiles, then replays once)."""
+    t0 = time.perf_counter()
+    step.call()
+    step.first_s = time.perf_counter() - t0
+    step.call()
+    return step
+
+
+def sgd_run(T, name, wrap=None):
+    """The SGD_MLPS step `name` as a Step; wrap: T.compile or None (eager)."""
+    params, opt, x, target, loss = sgd_setup(T, name)
+
+    def train_step(x, target):
+        return sgd_step(T, params, opt, x, target, loss)
+    fn = _wrapped(train_step, wrap)
+    return Step(lambda: fn(x, target), fn)
+
+
+def mlp_forward_run(T):
+    """The small MLP's forward alone (eager; parameters that require grad, so it records)."""
+    batch, sizes, dtype, loss = MLP_CONFIGS["small MLP"]
+    params, x, _, _ = mlp_inputs(T, mlp_arrays(batch, sizes, dtype, loss), dtype, loss)
+    return Step(lambda: mlp_forward(T, params, x))
+
+
+def chain_run(T, wrap=None, n=CHAIN_N):
+    """The 1e5 chain's forward and backward as one step of the leaf x it closes over."""
+    x = chain_leaf(T)
+
+    def step():
+        y = chain_forward(T, x, n)
+        y.backward()
+        return y
+    fn = _wrapped(step, wrap)
+    return Step(fn, fn, [x])
+
+
+def wide_run(T, wrap=None, n=WIDE_N):
+    """The wide tree's forward and backward as one step of the leaves it closes over."""
+    leaves = wide_leaves(T, n)
+
+    def step():
+        loss = wide_forward(T, leaves)
+        loss.backward()
+        return loss
+    fn = _wrapped(step, wrap)
+    return Step(fn, fn, leaves)
+
+
+def digits_run(T, wrap=None):
+    """An epoch of the digits example, its training step wrapped."""
+    from jitgrad.examples.digits import run_epoch, train_step
+    model, opt, loss_fn, data, order = digits_setup(T)
+    fn = _wrapped(train_step(model, opt, loss_fn), wrap)
+    return Step(lambda: run_epoch(T, fn, data[0], data[1], order, DIGITS_BATCH), fn)
+
+
+def load_jax():
+    """jax (float64 enabled, as the small MLP is float64), or None where it is not installed."""
+    try:
+        jax = importlib.import_module("jax")
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+def jax_sgd_run(jax, name):
+    """sgd_step written in JAX: value_and_grad and the SGD update under one jax.jit."""
+    batch, sizes, dtype, loss = MLP_CONFIGS[SGD_MLPS[name]]
+    params_np, x_np, target_np = mlp_arrays(batch, sizes, dtype, loss)
+    jnp = jax.numpy
+
+    def loss_of(params, x, target):
+        h = x
+        for w, b in params[:-1]:
+            h = jax.nn.relu(h @ w + b)
+        w, b = params[-1]
+        out = h @ w + b
+        if loss == "mse":
+            return ((out - target) ** 2).mean()
+        return -jnp.take_along_axis(jax.nn.log_softmax(out, axis=1), target[:, None], axis=1).mean()
+
+    @jax.jit
+    def train_step(params, x, target):
+        value, grads = jax.value_and_grad(loss_of)(params, x, target)
+        return jax.tree_util.tree_map(lambda p, g: p - SGD_LR * g, params, grads), value
+
+    state = [[(jnp.asarray(w), jnp.asarray(b)) for w, b in params_np]]
+    x, target = jnp.asarray(x_np), jnp.asarray(target_np)
+
+    def call():
+        state[0], value = train_step(state[0], x, target)
+        return value.block_until_ready()
+    return Step(call)
+
+
+def graph_breaks(fn):
+    """(reason, where) of each graph break the signatures jitgrad.compile's `fn` recorded met."""
+    return [b for e in fn.cache.values() for b in getattr(e, "breaks", ())]
+
+
+def plan_note(fn):
+    """Did jitgrad.compile's function `fn` replay plans, or run eagerly (graph breaks)?"""
+    entries = list(fn.cache.values())
+    plans = sum(type(e).__name__ == "_Entry" for e in entries)
+    breaks = graph_breaks(fn)
+    if not entries:
+        return "not recorded"
+    if not breaks:
+        return f"replays {plans} plan(s)"
+    return (f"NO PLAN for {len(entries) - plans} of {len(entries)} signature(s), eager: "
+            f"{len(breaks)} graph break(s), first: {breaks[0][0]}")
+
+
+def steady(build):
+    """setup(): the Step build() makes at the first run, warmed, at every run (its leaves' .grad reset)."""
+    box = []
+
+    def setup():
+        if not box:
+            box.append(warm(build()))
+        for t in box[0].leaves:
+            t.grad = None
+        return box[0]
+    setup.box = box
+    return setup
+
+
+def fresh(build):
+    """setup(): a new Step from build() at every run (the last one kept, for the note)."""
+    box = []
+
+    def setup():
+        box[:] = [build()]
+        return box[0]
+    setup.box = box
+    return setup
+
+
+def compile_comparisons(jg, torch, jax, with_torch_compile):
+    """The jitgrad.compile rows, as dicts: key (workload, phase), vs (what the ratio divides
+    by), sides {name: (setup, timed, steps per timed run)} or skipped (why not), and note()
+    (whether the compiled side replayed a plan; a compiling reference's first call)."""
+    rows = []
+
+    def row(key, vs, jitgrad_side, ref_side, skipped=None):
+        def note():
+            jit, ref = jitgrad_side[0].box, ref_side[0].box
+            parts = [plan_note(jit[0].compiled)] if jit else []
+            if vs in ("torch.compile", "jax.jit") and ref:
+                parts.append(f"{vs}'s first call {ref[0].first_s:.3g} s")
+            return "; ".join(parts)
+        rows.append({"key": key, "vs": vs, "target": COMPILE_TARGETS.get(key + (vs,)), "note": note,
+                     "skipped": skipped, "sides": None if skipped else {"jitgrad": jitgrad_side, vs: ref_side}})
+
+    def repeated(setup):
+        return setup, lambda s: s.repeat(CALLS), CALLS
+
+    def once(setup):
+        return setup, lambda s: s.call(), 1
+
+    for name in SGD_MLPS:
+        compiled = repeated(steady(lambda n=name: sgd_run(jg, n, jg.compile)))
+        row((name, "compiled step"), "torch", compiled, repeated(steady(lambda n=name: sgd_run(torch, n))))
+        if name != "small MLP SGD":
+            continue
+        row((name, "compiled step"), "torch.compile", compiled,
+            repeated(steady(lambda n=name: sgd_run(torch, n, torch.compile))),
+            None if with_torch_compile else "skipped: in full runs, or with --torch-compile")
+        row((name, "compiled step"), "jax.jit", compiled, repeated(steady(lambda n=name: jax_sgd_run(jax, n))),
+            None if jax is not None else "skipped: jax is not installed")
+        row((name, "first call"), "jitgrad eager", once(fresh(lambda n=name: sgd_run(jg, n, jg.compile))),
+            once(fresh(lambda n=name: sgd_run(jg, n))))
+    for workload, run in (("chain 1e5", chain_run), ("wide tree 2e4", wide_run)):
+        row((workload, "compiled fwd+bwd"), "torch", once(steady(lambda r=run: r(jg, jg.compile))),
+            once(steady(lambda r=run: r(torch))))
+    # a tenth of the chain: recording the whole one takes seconds, per run
+    row(("chain 1e4", "first call"), "jitgrad eager", once(fresh(lambda: chain_run(jg, jg.compile, CHAIN_N // 10))),
+        once(fresh(lambda: chain_run(jg, None, CHAIN_N // 10))))
+    row(("digits MLP", "compiled epoch"), "torch", once(steady(lambda: digits_run(jg, jg.compile))),
+        once(steady(lambda: digits_run(torch))))
+    return rows
+
+
+def check_compiled(jg, torch, jax):
+    """Replay equals eager jitgrad (rtol 1e-12 float64, 1e-5 float32), and eager jitgrad
+    agrees with torch and jax (as check_agreement), on small versions of the compiled rows."""
+    problems = []
+
+    def compare(what, got, want, rtol):
+        got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+        if not np.allclose(got, want, rtol=rtol, atol=0 if rtol < 1e-3 else 1e-5):
+            problems.append(f"{what}: {got.tolist()!r} vs {want.tolist()!r}")
+
+    for name, mlp in SGD_MLPS.items():
+        rtol = 1e-12 if MLP_CONFIGS[mlp][2] == "float64" else 1e-5
+        runs = {"eager": sgd_run(jg, name), "compiled": sgd_run(jg, name, jg.compile), "torch": sgd_run(torch, name)}
+        if jax is not None and name == "small MLP SGD":
+            runs["jax"] = jax_sgd_run(jax, name)
+        losses = {k: [r.call().item() for _ in range(4)] for k, r in runs.items()}
+        compare(f"{name} losses, jitgrad.compile vs eager jitgrad", losses["compiled"], losses["eager"], rtol)
+        for ref in ("torch", "jax"):
+            if ref in losses:
+                compare(f"{name} losses, jitgrad vs {ref}", losses["eager"], losses[ref], 1e-3)
+    for what, run, n in (("chain", chain_run, 1000), ("wide tree", wide_run, 100)):
+        out = {}
+        for k, wrap in (("eager", None), ("compiled", jg.compile)):
+            step = run(jg, wrap, n=n)
+            res = []
+            for _ in range(3):
+                for t in step.leaves:
+                    t.grad = None
+                res += [step.call().item(), step.leaves[0].grad.item()]
+            out[k] = res
+        compare(f"{what} value and grad, jitgrad.compile vs eager jitgrad", out["compiled"], out["eager"], 1e-12)
+    compare("digits epoch losses, jitgrad.compile vs eager jitgrad", digits_run(jg, jg.compile).call(),
+            digits_run(jg).call(), 1e-5)
+    return problems
+
+
 def make_phases(T):
-    """(workload, phase) -> (setup(), timed(state)); setup is not timed."""
+    """(workload, phase) -> (setup(), timed(state)[, steps per timed run]); setup is not timed."""
     phases = {}
 
     def chain_bwd_setup():
@@ -407,6 +717,9 @@ def make_phases(T):
             # default arguments bind this iteration's values
             lambda a=arrays, d=dtype, lo=loss: mlp_inputs(T, a, d, lo),
             lambda s: mlp_step(T, *s))
+    phases[("small MLP", "forward")] = (steady(lambda: mlp_forward_run(T)), lambda s: s.repeat(CALLS), CALLS)
+    phases[("small MLP SGD", "eager step")] = (
+        steady(lambda: sgd_run(T, "small MLP SGD")), lambda s: s.repeat(CALLS), CALLS)
     phases.update(training_phases(T))
     phases.update(functional_phases(T))
     return phases
@@ -478,64 +791,76 @@ def _run_once(setup, timed):
 
 
 def measure_phase(phases, warmup, repeats, min_time, max_wall):
-    """Median time of ``timed(setup())`` per library.
+    """Median time of ``timed(setup())`` per side (divided by the steps a timed run
+    takes, where a phase names them as a third element).
 
-    The libraries take turns run by run, so a background load drifting in or
+    The sides take turns run by run, so a background load drifting in or
     out biases neither. After ``warmup`` runs each, at least ``repeats`` runs;
-    for fast phases more (up to 100), while a library's timed total is under
+    for fast phases more (up to 100), while a side's timed total is under
     ``min_time`` seconds and the phase has used less than ``max_wall`` seconds
     of wall time (setup included).
     """
     times = {name: [] for name in phases}
     for _ in range(warmup):
-        for setup, timed in phases.values():
+        for setup, timed, *_ in phases.values():
             _run_once(setup, timed)
     start = time.perf_counter()
     while True:
-        for name, (setup, timed) in phases.items():
+        for name, (setup, timed, *_) in phases.items():
             times[name].append(_run_once(setup, timed))
-        n = len(times[LIBS[0]])
+        n = len(times[next(iter(times))])
         if n >= repeats and (
                 n >= 100
                 or min(sum(t) for t in times.values()) >= min_time
                 or time.perf_counter() - start >= max_wall):
             break
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: statistics.median(t) / (phases[name][2] if len(phases[name]) > 2 else 1)
+            for name, t in times.items()}
 
 
-def selected(key, only):
-    """Does workload ``key`` match one of the ``--only`` substrings (or no filter)?"""
-    return not only or any(o.lower() in f"{key[0]} {key[1]}".lower() for o in only)
+def selected(key, vs, only):
+    """Does the row match one of the ``--only`` substrings (or no filter)?"""
+    return not only or any(o.lower() in f"{key[0]} {key[1]} {vs}".lower() for o in only)
 
 
-def run_timings(libs, warmup, repeats, min_time, max_wall, only=None):
+def comparisons(libs, jax, with_torch_compile):
+    """Every row to time: make_phases' jitgrad-vs-torch rows, then the compiled ones."""
     phases = {name: make_phases(T) for name, T in libs.items()}
+    rows = []
+    for key in phases[LIBS[0]]:
+        skipped = None
+        if any(phases[name][key] is None for name in LIBS):
+            skipped = REQUIRES.get(key, (None, "skipped"))[1]
+        rows.append({"key": key, "vs": "torch", "target": TIME_TARGETS.get(key), "note": None,
+                     "skipped": skipped, "sides": None if skipped else {n: phases[n][key] for n in LIBS}})
+    return rows + compile_comparisons(libs["jitgrad"], libs["torch"], jax, with_torch_compile)
+
+
+def run_timings(libs, warmup, repeats, min_time, max_wall, only=None, jax=None, with_torch_compile=False):
+    todo = comparisons(libs, jax, with_torch_compile)
     # Objects alive now (the libraries, numpy inputs) are moved out of the
     # collector's reach: the gc.collect() before each run stays cheap.
     gc.collect()
     gc.freeze()
     rows = []
-    for key in phases[LIBS[0]]:
-        if not selected(key, only):
+    for c in todo:
+        key, vs = c["key"], c["vs"]
+        if not selected(key, vs, only):
             continue
-        if any(phases[name][key] is None for name in LIBS):
-            reason = REQUIRES.get(key, (None, "skipped"))[1]
-            rows.append({"workload": key[0], "phase": key[1], "skipped": reason,
-                         "target": TIME_TARGETS.get(key), "pass": None})
-            progress(f"  {key[0]} {key[1]}: {reason}")
+        row = {"workload": key[0], "phase": key[1], "vs": vs, "target": c["target"], "pass": None}
+        rows.append(row)
+        if c["skipped"]:
+            row["skipped"] = c["skipped"]
+            progress(f"  {key[0]} {key[1]} vs {vs}: {c['skipped']}")
             continue
-        res = measure_phase({name: phases[name][key] for name in LIBS},
-                            warmup, repeats, min_time, max_wall)
-        target = TIME_TARGETS.get(key)
-        ratio = res["jitgrad"] / res["torch"]
-        rows.append({
-            "workload": key[0], "phase": key[1],
-            "jitgrad_s": res["jitgrad"], "torch_s": res["torch"],
-            "ratio": ratio, "target": target,
-            "pass": None if target is None else ratio <= target,
-        })
-        progress(f"  {key[0]} {key[1]}: jitgrad {res['jitgrad']:.4g} s, "
-                 f"torch {res['torch']:.4g} s")
+        res = measure_phase(c["sides"], warmup, repeats, min_time, max_wall)
+        ratio = res["jitgrad"] / res[vs]
+        row.update({"jitgrad_s": res["jitgrad"], "ref_s": res[vs], "ratio": ratio,
+                    "pass": None if c["target"] is None else ratio <= c["target"]})
+        if c["note"]:
+            row["note"] = c["note"]()
+        progress(f"  {key[0]} {key[1]}: jitgrad {res['jitgrad']:.4g} s, {vs} {res[vs]:.4g} s"
+                 + (f" ({row['note']})" if row.get("note") else ""))
     return rows
 
 
@@ -711,31 +1036,34 @@ def _verdict(row):
 
 def print_report(results):
     print()
-    print(f"{'workload':<15} {'phase':<17} {'jitgrad':>11} {'torch':>11} "
+    print(f"{'workload':<15} {'phase':<17} {'vs':<13} {'jitgrad':>11} {'vs':>11} "
           f"{'ratio':>8} {'target':>9}  result")
-    print("-" * 82)
+    print("-" * 96)
     for r in results["timings"]:
         target = "-" if r["target"] is None else f"<= {r['target']:g}"
+        head = f"{r['workload']:<15} {r['phase']:<17} {r['vs']:<13}"
         if r.get("skipped"):
-            print(f"{r['workload']:<15} {r['phase']:<17} {r['skipped']:>32} {target:>9}  -")
+            print(f"{head} {r['skipped']:>41} {target:>9}  -")
             continue
-        print(f"{r['workload']:<15} {r['phase']:<17} {r['jitgrad_s'] * 1e3:>9.2f}ms "
-              f"{r['torch_s'] * 1e3:>9.2f}ms {r['ratio']:>8.3f} {target:>9}  {_verdict(r)}")
+        print(f"{head} {r['jitgrad_s'] * 1e3:>9.3f}ms {r['ref_s'] * 1e3:>9.3f}ms {r['ratio']:>8.3f} "
+              f"{target:>9}  {_verdict(r)}")
+        if r.get("note"):
+            print(f"{'':<15} note: {r['note']}")
     for r in results["memory"]:
-        print(f"{r['workload']:<15} {'peak mem fwd+bwd':<17} "
+        print(f"{r['workload']:<15} {'peak mem fwd+bwd':<17} {'torch':<13} "
               f"{r['jitgrad_bytes'] / 2**20:>8.1f}MiB {r['torch_bytes'] / 2**20:>8.1f}MiB "
               f"{r['ratio']:>8.3f} {'<= ' + format(r['target'], 'g'):>9}  {_verdict(r)}")
     if results["startup"]:
         print()
         print(f"{'start-up (import + first backward)':<36} {'wall':>9} {'in-process':>11} "
               f"{'target':>9}  result")
-        print("-" * 82)
+        print("-" * 96)
     for r in results["startup"]:
         target = "-" if r["target"] is None else f"< {r['target']:g} s"
         print(f"{r['what']:<36} {r['wall_s']:>8.3f}s {r['inner_s']:>10.3f}s "
               f"{target:>9}  {_verdict(r)}")
     if results["agreement_problems"]:
-        print("\nWARNING: jitgrad and torch disagree:")
+        print("\nWARNING: results disagree:")
         for p in results["agreement_problems"]:
             print("  " + p)
     checked = [r["pass"] for k in ("timings", "memory", "startup")
@@ -749,9 +1077,13 @@ def main(argv=None):
                         help="fewer repeats, no cold start (< 1 minute)")
     parser.add_argument("--json", metavar="PATH", help="also dump the results as JSON")
     parser.add_argument("--only", metavar="NAME", action="append",
-                        help="time only workloads whose 'workload phase' contains NAME "
+                        help="time only workloads whose 'workload phase vs' contains NAME "
                              "(case-insensitive, repeatable; e.g. --only digits --only adam "
-                             "--only cnn); skips the memory and start-up sections")
+                             "--only cnn --only compiled --only jax); skips the memory and "
+                             "start-up sections")
+    parser.add_argument("--torch-compile", action="store_true",
+                        help="time torch.compile of the small MLP step in --quick runs too "
+                             "(its first call compiles for ~10 s; full runs always do)")
     parser.add_argument("--mem-child", nargs=2, metavar=("LIB", "WORKLOAD"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -770,8 +1102,9 @@ def main(argv=None):
         startup_repeats, cold_repeats = 5, 2
 
     libs = {name: load(name) for name in LIBS}
-    progress("checking that jitgrad and torch agree ...")
-    problems = check_agreement(libs)
+    jax = load_jax()
+    progress("checking that jitgrad and torch agree, and jitgrad.compile's replay and eager ...")
+    problems = check_agreement(libs) + check_compiled(libs["jitgrad"], libs["torch"], jax)
     progress("timing ...")
     results = {
         "meta": {
@@ -779,11 +1112,13 @@ def main(argv=None):
             "min_time": min_time, "max_wall": max_wall,
             "python": platform.python_version(), "machine": platform.machine(),
             "processor": platform.processor(), "cpu_count": os.cpu_count(),
-            "versions": {name: getattr(T, "__version__", "?") for name, T in libs.items()},
+            "versions": {name: getattr(T, "__version__", "?")
+                         for name, T in {**libs, "jax": jax}.items() if T is not None},
             "numpy": np.__version__,
         },
         "agreement_problems": problems,
-        "timings": run_timings(libs, warmup, repeats, min_time, max_wall, args.only),
+        "timings": run_timings(libs, warmup, repeats, min_time, max_wall, args.only, jax,
+                               with_torch_compile=args.torch_compile or not args.quick),
     }
     if args.only:
         results["memory"], results["startup"] = [], []

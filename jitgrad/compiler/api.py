@@ -15,14 +15,17 @@ tensor.
 """
 import functools
 import gc
+import threading
 import warnings
+
+import numpy as np
 
 from jitgrad._core import modes
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
 from jitgrad.compiler import replay
 from jitgrad.compiler.plan import Plan, Unsupported
-from jitgrad.compiler.recorder import Recorder
+from jitgrad.compiler.recorder import GraphBreak, Recorder
 from jitgrad.func._pytree import LeafSpec, tree_flatten, tree_unflatten
 from jitgrad.graph import tape as _tape
 from jitgrad.graph.tensor import Tensor
@@ -35,10 +38,6 @@ class _Config:
 
 
 config = _Config()
-
-
-class GraphBreak(RuntimeError):
-    """fullgraph=True and the function does something a plan cannot replay."""
 
 
 class _Eager:
@@ -67,11 +66,27 @@ def _signature(flat):
         if isinstance(x, Tensor):
             d = x._data
             sig.append((d.shape, d.dtype, x._requires_grad))
-        elif x is None or isinstance(x, (bool, int, float, str)):
+        elif x is None or isinstance(x, (bool, int, float, str, np.generic)):
             sig.append((type(x), x))
+        elif isinstance(x, np.ndarray):  # its values are constants of the plan: keyed by them
+            sig.append((np.ndarray, x.dtype.str, x.shape, x.tobytes()))
         else:
-            sig.append((type(x), id(x)))
+            sig.append(_Same(x))
     return tuple(sig)
+
+
+class _Same:
+    """Another argument, by identity; held, so that its id is not reused while keyed."""
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+    def __hash__(self):
+        return id(self.x)
+
+    def __eq__(self, other):
+        return type(other) is _Same and other.x is self.x
 
 
 class CompiledFunction:
@@ -82,6 +97,7 @@ class CompiledFunction:
         self.mode = mode
         self.cache = {}
         self.warned = False
+        self.lock = threading.Lock()  # a plan's arena holds one call's values: one replay at a time
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
@@ -108,12 +124,14 @@ class CompiledFunction:
             return self._record(key, flat, args, kwargs)
         if type(entry) is _Eager:
             return self.fn(*args, **kwargs)
-        if not replay.check(entry.plan):
+        tensors = flat if flat is args else [x for x in flat if isinstance(x, Tensor)]
+        plan = entry.plan
+        if not replay.check(plan, tensors):
             del self.cache[key]
             return self._record(key, flat, args, kwargs)
-        plan = entry.plan
-        replay.run(plan, flat if flat is args else [x for x in flat if isinstance(x, Tensor)])
-        made = replay.outputs(plan, entry.vids)
+        with self.lock:
+            replay.run(plan, tensors)
+            made = replay.outputs(plan, entry.vids, tensors)
         if entry.single:
             return made[entry.vids[0]]
         leaves = [made[x] if kind == "value" else x for kind, x in entry.outputs]
@@ -160,7 +178,7 @@ class CompiledFunction:
             try:
                 plan = Plan(rec, floor, [k for kind, k in outputs if kind == "value"])
             except Unsupported as e:
-                rec.breaks.append((str(e), "plan"))
+                rec.breaks.append((str(e), e.where))
         if rec.breaks:
             if self.fullgraph:
                 reason, where = rec.breaks[0]
@@ -185,7 +203,8 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
     if disable:
         return model
     if isinstance(model, Module):
-        return OptimizedModule(model, CompiledFunction(model.forward, fullgraph, dynamic, mode))
+        # its __call__, as torch: the module's hooks and its train/eval guard are in the step
+        return OptimizedModule(model, CompiledFunction(model.__call__, fullgraph, dynamic, mode))
     if not callable(model):
         raise RuntimeError("compile() expects a callable or an nn.Module")
     return CompiledFunction(model, fullgraph, dynamic, mode)

@@ -43,6 +43,8 @@ from jitgrad._core.layout import (
     VW,
 )
 from jitgrad.compiler.recorder import ARG, CONST, EXT
+from jitgrad.engine.executor import leaf_has_hooks
+from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tape import _address
 from jitgrad.optim import _replay as _optim_replay
@@ -54,14 +56,18 @@ FWD, BACKWARD, CALL, SETGRAD, STEP, FUSED = range(6)
 
 
 class Unsupported(Exception):
-    """What the recording did cannot be replayed (the message says what); the signature
-    runs eagerly, or under fullgraph=True the error is raised."""
+    """What the recording did cannot be replayed (the message says what, `where` the line of
+    user code); the signature runs eagerly, or under fullgraph=True the error is raised."""
+
+    def __init__(self, msg, where="plan"):
+        super().__init__(msg)
+        self.where = where
 
 
 class BackwardPlan:
     __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "st0", "freed", "seed_rows",
-                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "out", "views", "ext_slots",
-                 "arena_slots")
+                 "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "out", "views", "spans", "fixed",
+                 "ext_slots", "arena_slots")
 
 
 class GraphPlan:
@@ -78,63 +84,70 @@ class Plan:
         self._shape_ptr = {(): 0}
         # -- values: one arena for everything made in the step ---------------------------
         # (64-byte aligned slices for arrays, item-aligned for one-element values: a scalar
-        # graph's values sit packed, as in the tape's inline columns)
-        offs, total = [], 0
-        for v in values:
-            if v.kind == EXT:
-                offs.append(0)
+        # graph's values sit packed, as in the tape's inline columns). One pass; what depends
+        # only on a value's shape and dtype is worked out once per pair.
+        meta = {}
+        offs, vals, total = [], [], 0
+        scalars = {}          # dtype -> ([element offsets], [values]) of one-element constants, written at once
+        consts, args, exts = [], [], []
+        for k, v in enumerate(values):
+            m = meta.get((v.shape, v.dtype))
+            if m is None:
+                dt = VD_OF.get(v.dtype)
+                if dt is None:
+                    raise Unsupported(f"a tensor of dtype {v.dtype}")
+                n = math.prod(v.shape)
+                nbytes = max(1, n) * v.dtype.itemsize
+                m = meta[v.shape, v.dtype] = (n, nbytes, ALIGN if nbytes >= ALIGN else 8, self._shape(v.shape), dt)
+            n, nbytes, align, sp, dt = m
+            kind = v.kind
+            if kind == EXT:
+                offs.append(-1)
+                vals.extend((0, n, sp, dt))
+                exts.append(k)
                 continue
-            nbytes = max(1, math.prod(v.shape)) * v.dtype.itemsize
-            align = ALIGN if nbytes >= ALIGN else 8
             total = -(-total // align) * align
             offs.append(total)
+            vals.extend((total, n, sp, dt))
             total += nbytes
+            if kind == CONST:
+                if n == 1:
+                    at, xs = scalars.setdefault(v.dtype, ([], []))
+                    at.append(total - nbytes)
+                    xs.append(np.asarray(v.src).reshape(-1)[0])  # a 0-d or a (1,) constant: its one value
+                else:
+                    consts.append((k, v.src))
+            elif kind == ARG:
+                args.append((v.src, k))
         self.arena = np.zeros(max(total, ALIGN) + ALIGN, np.uint8)
         base = self.arena.ctypes.data
         shift = (-base) % ALIGN
+        self.vals = np.array(vals, np.int64)
+        offs = np.array(offs, np.int64)
+        self._in_arena = np.flatnonzero(offs >= 0) * VW
+        self.vals[self._in_arena] += base + shift
         # (shape, dtype) per value: the plan keeps none of the recording's tensors alive
         self._shift, self._offs = shift, offs
         self._values = [(v.shape, v.dtype, v.kind == EXT) for v in values]
-        vals = []
-        self.args = []        # (arg index, array in the arena) copied in at each call
-        self.ext = []         # (tensor, its array, requires_grad): guards
         self._arrays = {}     # value id -> ndarray over its data, made when asked (array())
-        self._consts, self._arg_vids = [], []  # what a new arena (rebase) is filled with / bound to
-        scalars = {}          # dtype -> ([element offsets], [values]) of one-element constants, written at once
-        for k, v in enumerate(values):
-            shape = v.shape
-            n = math.prod(shape)
-            dt = VD_OF.get(v.dtype)
-            if dt is None:
-                raise Unsupported(f"a tensor of dtype {v.dtype}")
-            if v.kind == CONST and n == 1:
-                vals.extend((base + shift + offs[k], 1, self._shape(shape) if shape else 0, dt))
-                at, xs = scalars.setdefault(v.dtype, ([], []))
-                at.append(offs[k] // v.dtype.itemsize)
-                xs.append(v.src)
-                continue
-            if v.kind == EXT:
-                d = v.tensor._data
-                if not isinstance(d, np.ndarray) or not d.flags.c_contiguous:
-                    d = v.tensor._array()
-                    if not d.flags.c_contiguous:
-                        raise Unsupported("a parameter or captured tensor that is not contiguous")
-                vals.extend((_address(d) if d.size else 0, n, self._shape(v.shape), dt))
-                self.ext.append((v.tensor, d, v.tensor._requires_grad))
-                self._arrays[k] = d
-                continue
-            vals.extend((base + shift + offs[k], n, self._shape(v.shape), dt))
-            if v.kind == CONST:
-                self.array(k, v)[...] = v.src
-                self._consts.append((k, v.src))
-            elif v.kind == ARG:
-                self.args.append((v.src, self.array(k, v)))
-                self._arg_vids.append((v.src, k))
-        self.vals = np.array(vals, np.int64)
-        self._scalars = [(dtype, np.array(at, np.int64), np.array(xs, dtype).reshape(-1))
+        self.ext = []         # (tensor, its array, requires_grad): guards
+        for k in exts:
+            t = values[k].tensor
+            d = t._data
+            if not isinstance(d, np.ndarray) or not d.flags.c_contiguous:
+                d = t._array()
+                if not d.flags.c_contiguous:
+                    raise Unsupported("a parameter or captured tensor that is not contiguous")
+            self.vals[k * VW] = _address(d) if d.size else 0
+            self.ext.append((t, d, t._requires_grad))
+            self._arrays[k] = d
+        self._consts, self._arg_vids = consts, args  # what a new arena (rebase) is filled with / bound to
+        for k, src in consts:
+            self.array(k)[...] = src
+        self.args = [(src, self.array(k)) for src, k in args]  # copied in at each call
+        self._scalars = [(dtype, np.array(at, np.int64) // dtype.itemsize, np.array(xs, dtype).reshape(-1))
                          for dtype, (at, xs) in scalars.items()]
         self._write_scalars()
-        self._in_arena = np.array([k * VW for k, v in enumerate(values) if v.kind != EXT], np.int64)
         # -- the forward program --------------------------------------------------------------
         prog, fin, fp = [], [], []
         self.py = {}
@@ -173,7 +186,10 @@ class Plan:
                 self.segments.append((FWD, at, pos))
                 at = pos
             if kind == "backward":
-                self.segments.append((BACKWARD, self._backward(rec, payload, tape_floor)))
+                try:
+                    self.segments.append((BACKWARD, self._backward(rec, payload, tape_floor)))
+                except Unsupported as e:  # name the backward() call that cannot be replayed
+                    raise Unsupported(str(e), payload[5]) from None
             elif kind == "call" and payload[0] is Optimizer.step:
                 opt = payload[1][0]  # one compiled call per group when the gradients are where the plan put them
                 fast = _optim_replay.make(opt, {id(p): view for p, view in self.grad_views})
@@ -182,12 +198,24 @@ class Plan:
                 self.segments.append((CALL, payload[0], payload[1]))
             else:
                 t, k = payload
-                self.segments.append((SETGRAD, t, None if k is None else self.array(k)))
+                self.segments.append((SETGRAD, *_target(rec, t), None if k is None else self.array(k)))
         if len(rec.instrs) > at:
             self.segments.append((FWD, at, len(rec.instrs)))
         self.modules = list(rec.modules.values())
         self.graph = self._graph(rec, outputs, tape_floor)
         self.segments = self._fuse(self.segments)
+        self.backwards = [seg[1] for seg in self.segments if seg[0] == BACKWARD] + \
+            [seg[1][1][1] for seg in self.segments if seg[0] == FUSED]
+        # a backward whose gradients an optimizer step of the plan reads keeps them at fixed
+        # addresses (its buffer); the others give each call's .grads their own memory
+        steps = [i for i, seg in enumerate(self.segments) if seg[0] in (STEP, FUSED)]
+        for i, seg in enumerate(self.segments):
+            if seg[0] == BACKWARD:
+                seg[1].fixed = any(j > i for j in steps)
+            elif seg[0] == FUSED:
+                seg[1][1][1].fixed = True
+        fixed = {id(v) for bp in self.backwards if bp.fixed for v in bp.views}
+        self.fixed_views = [(p, v) for p, v in self.grad_views if id(v) in fixed]
 
     def _fuse(self, segments):
         """forward, backward, optimizer step (one group): one compiled call (replay.py runs
@@ -198,6 +226,7 @@ class Plan:
             three = segments[i:i + 3]
             if (len(three) == 3 and [s[0] for s in three] == [FWD, BACKWARD, STEP] and three[2][2] is not None
                     and len(three[2][2].groups) == 1 and sum(s[0] == STEP for s in segments) == 1
+                    and three[1][1].seed_vid is None  # (a gradient the forward computes is read before it)
                     and not any(k in self.py for k in range(three[0][1], three[0][2]))):
                 packed, step = self._pack(*three)
                 out.append((FUSED, [three[0], three[1], step], packed))
@@ -213,7 +242,7 @@ class Plan:
         like the recorded one over that call's arena (replay.give_graph)."""
         # an output whose graph the step's own backward() went through comes back detached
         # (eager's would have a freed graph)
-        swept = {payload[3] for kind, _, payload in rec.events if kind == "backward"}
+        swept = {payload[3] for kind, _, payload in rec.events if kind == "backward" and not payload[2]}
         live = [k for k in outputs if rec.values[k].tensor is not None and rec.values[k].tensor._requires_grad
                 and rec.values[k].tensor._tape is not None and rec.values[k].tensor._tape not in swept]
         if not live:
@@ -227,7 +256,10 @@ class Plan:
         gp = GraphPlan()
         self._lower(rec, tape, tape_floor, gp)
         gp.base0 = self.arena.ctypes.data
-        gp.leaves = dict(tape.leaves)
+        # (row, AccumulateGrad node, None) of the parameters; (row, None, index) of the call's
+        # tensor arguments that require grad (their nodes are those of each call's tensors)
+        gp.leaves = [(row, acc, None) if t is not None else (row, None, arg)
+                     for row, acc in tape.leaves.items() for t, arg in [_target(rec, acc.variable)]]
         gp.outputs = {k: (rec.values[k].tensor._row, rec.values[k].tensor._output_nr) for k in live}
         gp.ext = [(slot, self.array(vid), row) for slot, vid, row in gp.ext_slots]
         return gp
@@ -279,8 +311,9 @@ class Plan:
         old = bp.views
         ends = np.cumsum([0] + [v.size for v in old])
         bp.views = [bp.out[ends[i]:ends[i + 1]].reshape(v.shape) for i, v in enumerate(old)]
-        for v_old, v_new, (_, p, _) in zip(old, bp.views, bp.leaves):
-            self.grad_views[where[id(v_old)]] = (p, v_new)
+        for v_old, v_new, (_, p, _, _) in zip(old, bp.views, bp.leaves):
+            if p is not None:
+                self.grad_views[where[id(v_old)]] = (p, v_new)
         fast = _optim_replay.make(opt, {id(p): v for p, v in self.grad_views})
         if fast is None or len(fast.groups) != 1:
             raise Unsupported("the optimizer's table could not be made again")
@@ -311,7 +344,7 @@ class Plan:
         return p
 
     def _backward(self, rec, payload, tape_floor):
-        root, gv, _retain, tape, leaves = payload
+        root, gv, _retain, tape, leaves, _where = payload
         bp = BackwardPlan()
         self._lower(rec, tape, tape_floor, bp)
         hdr = bp.hdr
@@ -330,7 +363,7 @@ class Plan:
             raise Unsupported("backward(gradient) of another dtype or size")
         bp.hi = root_row
         bp.dt = DT_OF.get(self.dtype)
-        bp.leaves = [(row, p, None if k is None else self.array(k)) for row, p, k in leaves]
+        bp.leaves = [(row, *_target(rec, p), None if k is None else self.array(k)) for row, p, k in leaves]
         bp.sinks = np.array([row for row, _, _ in leaves], np.int64)
         # the leaves' gradients land in one array of the plan's, at the same place every call
         # (so a compiled optimizer step can read them by address); views of it become .grad
@@ -339,7 +372,10 @@ class Plan:
         ends = np.cumsum([0] + sizes)
         bp.views = [bp.out[ends[i]:ends[i + 1]].reshape(tape.shape_at(hdr[row * HW + H_SHP]))
                     for i, (row, _, _) in enumerate(leaves)]
-        self.grad_views.extend((p, view) for (_, p, _), view in zip(leaves, bp.views))
+        bp.spans = [(int(ends[i]), int(ends[i + 1]), v.shape) for i, v in enumerate(bp.views)]
+        bp.fixed = True
+        # (a tensor argument's .grad is the tensor passed to each call: never the buffer itself)
+        self.grad_views.extend((p, view) for (_, p, _, _), view in zip(bp.leaves, bp.views) if p is not None)
         return bp
 
     def _lower(self, rec, tape, tape_floor, into):
@@ -353,6 +389,8 @@ class Plan:
         if tape.ext or tape.retained or tape.packed or tape.needs_python() or tape.metadata or tape.stale:
             raise Unsupported("backward() through a graph with hooks, custom Functions, retained grads, "
                               "saved-tensor hooks, anomaly mode or an edge into another graph")
+        if leaf_hooks[0] and any(leaf_has_hooks(acc) for acc in tape.leaves.values()):
+            raise Unsupported("backward() into a tensor with hooks (they run in Python)")
         code = DT_OF.get(self.dtype)
         n = tape.nrows
         hdr = np.frombuffer(bytearray(tape.hdr), np.int64)[:n * HW].copy()
@@ -413,6 +451,15 @@ class Plan:
         into.vsrc = np.array(vsrc, np.int64)
         into.ext_slots = ext_slots
         into.arena_slots = np.array(arena_slots, np.int64)
+
+def _target(rec, t):
+    """(tensor, None) for a tensor from outside the call, (None, index) for the call's
+    tensor argument `index`: a replay updates the .grad of the tensor passed then."""
+    k = rec.vid.get(id(t))
+    if k is not None and rec.values[k].kind == ARG:
+        return None, rec.values[k].src
+    return t, None
+
 
 def _concat(arrays, dtype, start=0):
     """One array holding `arrays` one after another from `start`, and each one's (offset, length)."""

@@ -5,7 +5,8 @@ The function runs eagerly, as it would uncompiled, while every op reports itself
 
 - values: every tensor the step reads or makes. Each is an argument of the call, a
   tensor from outside the call (a parameter, a buffer: read again at every replay), a
-  constant (a Python number used as an operand), a result of an op, or a gradient the
+  constant (a Python number used as an operand; a saved value the op's spec declares
+  constant, such as indexing's positions), a result of an op, or a gradient the
   step's backward() left in a .grad;
 - instructions: one per op, in order: its spec, its input and output values, its params
   and, when grad was recorded, the tape row it made (the backward replays that row);
@@ -31,8 +32,13 @@ from jitgrad._core.capture import state as _cap
 from jitgrad.graph.tensor import Tensor
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXAMPLES = os.path.join(_PACKAGE, "examples")  # user code, though it ships with jitgrad
 
 ARG, EXT, CONST, OP, GRAD = "arg", "ext", "const", "op", "grad"
+
+
+class GraphBreak(RuntimeError):
+    """fullgraph=True and the function does something a plan cannot replay."""
 
 
 class Value:
@@ -40,8 +46,8 @@ class Value:
 
     def __init__(self, kind, shape, dtype, src=None, tensor=None):
         self.kind = kind        # ARG, EXT, CONST, OP or GRAD
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
+        self.shape = shape if type(shape) is tuple else tuple(shape)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.src = src          # ARG: index among the call's tensors; CONST: the array; GRAD: the parameter
         self.tensor = tensor    # OP, ARG: the tensor (kept alive while recording, so ids stay unique)
         self.ref = None         # EXT: a weak reference to the tensor
@@ -69,7 +75,7 @@ def user_frame():
     f = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
-        if not name.startswith(_PACKAGE):
+        if not name.startswith(_PACKAGE) or name.startswith(_EXAMPLES):
             return Where(name, f.f_lineno)
         f = f.f_back
     return Where("?", 0)
@@ -96,7 +102,9 @@ class Recorder:
         self.events = []       # ("backward" | "call" | "setgrad", position in instrs, payload)
         self.breaks = []       # (reason, where)
         self.held = []         # tensors kept alive while recording
-        self.modules = {}      # id -> (module, its training flag): guards of the plan
+        self.modules = {}      # id -> (module, its training flag, param_ids(module)): guards of the plan
+        self.fullgraph = False  # a break raises GraphBreak where it happens
+        self.arrays = {}       # id(array) -> value id: the data of a Python instruction's output
         for i, t in enumerate(arg_tensors):
             if id(t) not in self.vid:
                 self._new(ARG, t, src=i)
@@ -132,6 +140,9 @@ class Recorder:
         return self._new(EXT, t)
 
     def constant(self, x, dtype):
+        if type(x) is float and isinstance(dtype, np.dtype):  # an operand of nearly every scalar op
+            self.values.append(Value(CONST, (), dtype, x))
+            return len(self.values) - 1
         arr = np.asarray(x, dtype=dtype)
         return self._new(CONST, shape=arr.shape, dtype=arr.dtype, src=arr)
 
@@ -190,6 +201,8 @@ class Recorder:
             return
         if spec.fwd_kernel is None:
             return self.stop(f"{spec.name} has no forward kernel yet")
+        if len(saved) != len(spec.saves):
+            return self.stop(f"{spec.name} reported {len(saved)} saved values for {len(spec.saves)}")
         ins = [self.value_of(t) for t in inputs]
         out = self.result(res)
         outs, made = [out], 0
@@ -200,12 +213,14 @@ class Recorder:
                 outs.append(ins[j])
             elif arr is res._data:
                 outs.append(out)
+            elif id(arr) in self.arrays:  # a Python instruction made it (indexing's positions by tensor)
+                outs.append(self.arrays[id(arr)])
+            elif spec.saves[k] in spec.consts:
+                outs.append(self.constant(arr, arr.dtype))
             else:
                 arr = np.asarray(arr)
                 outs.append(self._new(OP, shape=arr.shape, dtype=arr.dtype))
                 made |= 1 << k
-        if len(saved) != len(spec.saves):
-            return self.stop(f"{spec.name} reported {len(saved)} saved values for {len(spec.saves)}")
         outs.extend(self.result(t) for t in extra)
         self.instrs.append(Instr("struct", spec, ins, outs, made, fparams, iparams, self._row(spec, res)))
 
@@ -215,6 +230,7 @@ class Recorder:
             return
         ins = [self.value_of(t) for t in inputs]
         outs = [self.result(t) for t in outputs]
+        self.arrays.update((id(t._data), k) for t, k in zip(outputs, outs))
         self.instrs.append(Instr("py", None, ins, outs, pyfn=fn, name=name))
 
     def constant_tensor(self, t):
@@ -233,6 +249,8 @@ class Recorder:
     def stop(self, reason):
         if self.mine():
             self.breaks.append((reason, user_frame()))
+            if self.fullgraph:  # at once, as torch's tracing would: the step goes no further
+                raise GraphBreak(f"jitgrad.compile(fullgraph=True): {reason} at {self.breaks[-1][1]}")
 
     # -- events ---------------------------------------------------------------------------
     def backward(self, run, tensors, grad_tensors, retain_graph, create_graph, inputs):
@@ -250,7 +268,7 @@ class Recorder:
             gv = None if g is None else self.value_of(g)
             if root is None or roots[0]._tape is None:
                 self.stop("backward() of a tensor not made in the step")
-            payload = [root, gv, bool(retain_graph), roots[0]._tape, None]
+            payload = [root, gv, bool(retain_graph), roots[0]._tape, None, user_frame()]
         _cap.on = False
         try:
             out = run(tensors, grad_tensors, retain_graph, create_graph, inputs=inputs)
@@ -290,7 +308,7 @@ class Recorder:
 
     def module(self, m):
         if self.mine():
-            self.modules[id(m)] = (m, m.training)
+            self.modules[id(m)] = (m, m.training, param_ids(m))
 
     def read_grad(self, g):
         if self.mine() and id(g) not in self.vid:
@@ -306,6 +324,12 @@ class Recorder:
                     self.stop("a tensor made in the step by an op jitgrad.compile does not trace yet")
                     break
                 v.tensor = t
+
+
+def param_ids(m):
+    """Which tensors module m holds as parameters: one assigned anew (m.w = Parameter(...))
+    is not the tensor the plan reads."""
+    return tuple(map(id, m._parameters.values()))
 
 
 def _caster(dt, shape):

@@ -14,9 +14,12 @@ import numpy as np
 from jitgrad._core import versions
 from jitgrad._core.layout import HAS, HW, S_KEEP, SW, SWEPT
 from jitgrad.compiler.plan import BACKWARD, CALL, FUSED, FWD, STEP
+from jitgrad.compiler.recorder import param_ids
 from jitgrad.engine.compiled import scheduler
-from jitgrad.engine.executor import accumulate_grad
-from jitgrad.graph.tape import Tape
+from jitgrad.engine.executor import accumulate_grad, leaf_has_hooks
+from jitgrad.graph.hooks import leaf_hooks
+from jitgrad.graph.node import AccumulateGrad
+from jitgrad.graph.tape import Tape, close_current_tape
 from jitgrad.graph.tensor import wrap
 
 
@@ -24,15 +27,26 @@ class GuardFailed(Exception):
     """A tensor from outside the call no longer holds what the plan reads: re-record."""
 
 
-def check(plan):
-    """The guards a call's signature cannot see: outside tensors and modules' modes."""
+def check(plan, tensors):
+    """The guards a call's signature cannot see: outside tensors, modules' modes and
+    parameters, and hooks on the leaves a backward reaches (they must run: eagerly)."""
     for t, d, rg in plan.ext:
         if t._data is not d or t._requires_grad != rg:
             return False
-    for m, training in plan.modules:
-        if m.training != training:
+    for m, training, params in plan.modules:
+        if m.training != training or param_ids(m) != params:
             return False
+    if leaf_hooks[0]:
+        for bp in plan.backwards:
+            if any(_hooked(tensors[arg] if p is None else p) for _, p, arg, _ in bp.leaves):
+                return False
     return True
+
+
+def _hooked(t):
+    x = t._x
+    acc = t._acc() if t._acc is not None else None
+    return bool(x is not None and (x.hooks or x.post_hooks)) or (acc is not None and leaf_has_hooks(acc))
 
 
 def run(plan, tensors):
@@ -40,17 +54,17 @@ def run(plan, tensors):
     sched = scheduler()
     for k, arr in plan.args:
         np.copyto(arr, tensors[k]._data)
-    _run(sched, plan, plan.segments)
-    if plan.grad_views:
+    _run(sched, plan, plan.segments, tensors)
+    if plan.fixed_views:
         _release_grads(plan)
 
 
-def _run(sched, plan, segments):
+def _run(sched, plan, segments, tensors):
     for seg in segments:
         kind = seg[0]
         if kind == FUSED:
-            if not _fused(sched, plan, seg[1], seg[2]):
-                _run(sched, plan, seg[1])
+            if not _fused(sched, plan, seg[1], seg[2], tensors):
+                _run(sched, plan, seg[1], tensors)
         elif kind == FWD:
             lo, hi = seg[1], seg[2]
             while lo < hi:
@@ -60,38 +74,38 @@ def _run(sched, plan, segments):
                 _run_python(plan, i)
                 lo = i + 1
         elif kind == BACKWARD:
-            _backward(sched, plan, seg[1])
+            _backward(sched, plan, seg[1], tensors)
         elif kind == STEP:
             if seg[2] is None or not seg[2]():
                 seg[1].step()
         elif kind == CALL:
             seg[1](*seg[2])
         else:  # SETGRAD
-            t, arr = seg[1], seg[2]
+            t, arg, arr = seg[1:]
+            t = tensors[arg] if t is None else t
             t._grad = None if arr is None else wrap(arr.copy())
 
 
-def _fused(sched, plan, three, packed):
+def _fused(sched, plan, three, packed, tensors):
     """forward, backward and the optimizer's step in one compiled call (engine/replayer.
     train_step_packed), when every parameter's .grad is None before it (as a zero_grad()
     ending the last step leaves it) and the optimizer's tables hold; False: run them apart."""
     bp, fast = three[1][1], three[2][2]
-    for _, p, _ in bp.leaves:
-        if p._grad is not None:
+    for _, p, arg, _ in bp.leaves:
+        if (tensors[arg] if p is None else p)._grad is not None:
             return False
     if not fast.ready(False) or fast.flags(fast.groups[0]) != packed[6]:
         return False
     ints, floats, data, states, freed, sc, _ = packed
     sc[...] = fast.scalars(fast.groups[0])
-    if bp.seed_vid is not None:
-        bp.seed[...] = plan.array(bp.seed_vid).reshape(-1)
     status = sched.train_step_packed(ints, floats, data, states, freed)
     st = states[states.size // 2:]
     if status != SWEPT:
         raise RuntimeError(f"jitgrad.compile: the replayed backward stopped (status {status})")
-    for (row, p, keep), view in zip(bp.leaves, bp.views):
+    for (row, p, arg, keep), view in zip(bp.leaves, bp.views):
         if st[row] & HAS:
-            p._grad = wrap(view)
+            p = tensors[arg] if p is None else p
+            p._grad = wrap(view if arg is None else view.copy())
             if keep is not None:
                 np.copyto(keep, view)
     fast.bump()
@@ -108,16 +122,30 @@ def _run_python(plan, i):
         np.copyto(plan.array(k), r)
 
 
-def outputs(plan, vids):
+def outputs(plan, vids, tensors):
     """The call's returned tensors, value id -> Tensor: fresh copies (the arena is rewritten
     by the next call), and for a plan in graph mode linked to this call's graph."""
     made = {k: wrap(plan.array(k).copy()) for k in vids}
     if plan.graph is not None:
-        _give_graph(plan, made)
+        _give_graph(plan, made, tensors)
     return made
 
 
-def _give_graph(plan, made):
+def _accumulator(t):
+    """t's AccumulateGrad node, made as recording makes it (graph/record._leaf_row)."""
+    ref = t._acc
+    acc = ref() if ref is not None else None
+    if acc is None:
+        acc = object.__new__(AccumulateGrad)
+        acc.variable = t
+        acc._tape_ref = None
+        acc._row = -1
+        acc._next = ()
+        t._acc = weakref.ref(acc)
+    return acc
+
+
+def _give_graph(plan, made, tensors):
     """A graph mode plan's call: a tape over this call's arena, like the recorded one, whose
     rows the returned tensors point at; then a new arena for the next call. A later
     backward runs through it as through any tape."""
@@ -142,7 +170,12 @@ def _give_graph(plan, made):
     tape.nrows = n
     tape.keep_bytes = plan.arena.nbytes
     tape.closed = True   # later ops start their own tape, with edges into this one
-    for row, acc in gp.leaves.items():
+    # ...and so must the ops on the current tape: a backward sweeps tapes newest first, so
+    # edges may only go from a newer tape into an older one (engine/compiled._tapes_from)
+    close_current_tape()
+    for row, acc, arg in gp.leaves:
+        if acc is None:
+            acc = _accumulator(tensors[arg])
         acc._row = row
         acc._tape_ref = weakref.ref(tape)
         tape.leaves[row] = acc
@@ -153,28 +186,40 @@ def _give_graph(plan, made):
     plan.rebase()
 
 
-def _backward(sched, plan, bp):
+def _backward(sched, plan, bp, tensors):
     if bp.vdst.size:
         sched.copy_saved(bp.vdst, bp.vsrc, plan.vals, bp.v)
-    for (_, p, _), view in zip(bp.leaves, bp.views):
-        g = p._grad
-        if g is not None and g._data is view:  # a second backward in the step rewrites the buffer
-            p._grad = wrap(view.copy())
+    if bp.fixed:
+        for (_, p, arg, _), view in zip(bp.leaves, bp.views):
+            p = tensors[arg] if p is None else p
+            g = p._grad
+            if g is not None and g._data is view:  # a second backward in the step rewrites the buffer
+                p._grad = wrap(view.copy())
     st = bp.st0.copy()
     seed = bp.seed if bp.seed_vid is None else plan.array(bp.seed_vid).reshape(-1)
     status, row = sched.backward_into(bp.hdr, bp.edges, bp.xs, bp.fp, bp.slots, bp.v, st, bp.freed,
                                       bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt, bp.out)
     if status != SWEPT:
         raise RuntimeError(f"jitgrad.compile: the replayed backward stopped at row {row} (status {status})")
-    for i, (row, p, keep) in enumerate(bp.leaves):
-        if st[row] & HAS:
-            g = bp.views[i]
-            if p._grad is None:  # AccumulateGrad's first gradient: the plan's buffer (see _release_grads)
-                p._grad = wrap(g)
-            else:
-                accumulate_grad(p, wrap(g), False, alone=True)
-            if keep is not None:  # ops later in the step read this .grad
-                np.copyto(keep, p._grad._data)
+    # the .grads: views of the plan's buffer where an optimizer step of the plan reads them
+    # there (bp.fixed; _release_grads hands over copies of any left at the end), else
+    # views of this call's own copy of it, which nothing rewrites
+    out = bp.out if bp.fixed else bp.out.copy()
+    has = (st[bp.sinks] & HAS).tolist()
+    for (row, p, arg, keep), (lo, hi, shape), h in zip(bp.leaves, bp.spans, has):
+        if not h:
+            continue
+        if p is None:
+            p = tensors[arg]
+        g = out[lo:hi].reshape(shape)
+        if arg is not None and out is bp.out:
+            g = g.copy()
+        if p._grad is None:  # AccumulateGrad's first gradient
+            p._grad = wrap(g)
+        else:
+            accumulate_grad(p, wrap(g), False, alone=True)
+        if keep is not None:  # ops later in the step read this .grad
+            np.copyto(keep, p._grad._data)
 
 
 def _release_grads(plan):

@@ -6,6 +6,10 @@ initial weights with PyTorch, so the epoch times can be compared side by side), 
 the test accuracy, and writes a loss-curve plot and the model's backward graph.
 
     pip install -e ".[examples]" && python -m jitgrad.examples.digits
+
+With --compile, the same model is trained once more from the same weights with the
+training step under jitgrad.compile (recorded at its first call, replayed after), and the
+compiled epoch time is printed beside the eager one and PyTorch's.
 """
 import argparse
 import os
@@ -76,23 +80,19 @@ def cnn_weights(seed=0):
     return out
 
 
-def train(T, weights, data, epochs, batch_size, lr, progress=True, label="", kind="mlp"):
-    """One training run; returns (model, per-step losses, seconds per epoch, test accuracy)."""
-    xtr, ytr, xte, yte = data
-    if kind == "cnn":                                   # images as (N, 1, 8, 8)
-        xtr, xte = xtr.reshape(-1, 1, 8, 8), xte.reshape(-1, 1, 8, 8)
-        model = build_cnn(T, weights)
-    else:
-        model = build_mlp(T, weights)
-    opt = T.optim.Adam(model.parameters(), lr=lr)
-    loss_fn = T.nn.CrossEntropyLoss()
+def train(T, weights, data, epochs, batch_size, lr, progress=True, label="", kind="mlp", compiled=False):
+    """One training run; returns (model, per-step losses, seconds per epoch, test accuracy).
+    compiled=True runs the training step under T.compile."""
+    model, step, (xtr, ytr, xte, yte) = setup(T, weights, data, lr, kind)
+    if compiled:
+        step = T.compile(step)
     order_rng = np.random.default_rng(1)               # same batches for both libraries
     losses, epoch_times = [], []
     bar = _progress(epochs, progress, label)
     for _ in range(epochs):
         order = order_rng.permutation(len(xtr))
         t0 = time.perf_counter()
-        losses += run_epoch(T, model, opt, loss_fn, xtr, ytr, order, batch_size)
+        losses += run_epoch(T, step, xtr, ytr, order, batch_size)
         epoch_times.append(time.perf_counter() - t0)
         bar.set_postfix(loss=f"{losses[-1]:.4f}")
         bar.update(1)
@@ -103,19 +103,49 @@ def train(T, weights, data, epochs, batch_size, lr, progress=True, label="", kin
     return model, losses, epoch_times, float((pred == yte).mean())
 
 
-def run_epoch(T, model, opt, loss_fn, xtr, ytr, order, batch_size):
-    """One pass over the training set in the given order; returns the step losses.
-    (benchmarks/side_by_side.py times exactly this.)"""
-    losses = []
-    for s in range(0, len(order), batch_size):
-        idx = order[s:s + batch_size]
-        xb, yb = T.tensor(xtr[idx]), T.tensor(ytr[idx])
+def setup(T, weights, data, lr, kind):
+    """(model, its training step with Adam and cross-entropy, the data shaped for it)."""
+    xtr, ytr, xte, yte = data
+    if kind == "cnn":                                   # images as (N, 1, 8, 8)
+        xtr, xte = xtr.reshape(-1, 1, 8, 8), xte.reshape(-1, 1, 8, 8)
+        model = build_cnn(T, weights)
+    else:
+        model = build_mlp(T, weights)
+    step = train_step(model, T.optim.Adam(model.parameters(), lr=lr), T.nn.CrossEntropyLoss())
+    return model, step, (xtr, ytr, xte, yte)
+
+
+def train_step(model, opt, loss_fn):
+    """The step a batch takes, as a function of the batch alone (what jitgrad.compile records)."""
+    def step(xb, yb):
         opt.zero_grad()
         loss = loss_fn(model(xb), yb)
         loss.backward()
         opt.step()
+        return loss
+    return step
+
+
+def run_epoch(T, step, xtr, ytr, order, batch_size):
+    """One pass over the training set in the given order with step(xb, yb) (a train_step,
+    compiled or not); returns the step losses. (benchmarks/side_by_side.py times exactly this.)"""
+    losses = []
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        loss = step(T.tensor(xtr[idx]), T.tensor(ytr[idx]))
         losses.append(loss.item())
     return losses
+
+
+def compile_status(T, weights, data, batch_size, lr, kind):
+    """One line: does the step replay from a plan, or what breaks it (T.compiler.explain on
+    a fresh copy of the model, so the trained one is left as it is)."""
+    _, step, (xtr, ytr, _, _) = setup(T, weights, data, lr, kind)
+    out = T.compiler.explain(step, T.tensor(xtr[:batch_size]), T.tensor(ytr[:batch_size]))
+    if not out.graph_break_count:
+        return f"jitgrad.compile: the step replays from a plan ({out.op_count} ops)"
+    return (f"jitgrad.compile: {out.graph_break_count} graph break(s), the first: {out.break_reasons[0]} "
+            "(see jitgrad.compiler.explain)")
 
 
 def _progress(total, enabled, label):
@@ -190,6 +220,8 @@ def main(argv=None):
     p.add_argument("--out", default="digits_out", help="folder for the plots and graphs")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch side-by-side run")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--compile", action="store_true",
+                   help="also train with the step under jitgrad.compile and print its epoch time")
     args = p.parse_args(argv)
 
     import jitgrad
@@ -221,13 +253,25 @@ def main(argv=None):
         steady = times[1:] or times
         print(f"jitgrad  test accuracy {acc:.2%}   epoch {np.median(steady) * 1e3:.1f} ms (median)"
               f"   first epoch {times[0]:.2f} s")
+        if args.compile:
+            _, closses, ctimes, cacc = train(jitgrad, weights, data, args.epochs, args.batch_size, args.lr,
+                                             not args.no_progress, "jitgrad.compile", kind, compiled=True)
+            csteady = ctimes[1:] or ctimes
+            print(f"compiled test accuracy {cacc:.2%}   epoch {np.median(csteady) * 1e3:.1f} ms (median)"
+                  f"   first epoch {ctimes[0]:.2f} s (records the step)"
+                  f"   epoch time compiled/eager: {np.median(csteady) / np.median(steady):.2f}x")
+            print("         " + compile_status(jitgrad, weights, data, args.batch_size, args.lr, kind))
+            diff = np.max(np.abs(np.subtract(closses, losses)) / np.abs(losses))
+            print(f"         losses compiled vs eager: max relative difference {diff:.1e}")
         torch_losses = None
         if torch is not None:
             _, torch_losses, ttimes, tacc = train(torch, weights, data, args.epochs, args.batch_size, args.lr,
                                                   not args.no_progress, "PyTorch", kind)
             tsteady = ttimes[1:] or ttimes
+            vs_compiled = (f"   compiled/PyTorch: {np.median(csteady) / np.median(tsteady):.2f}x"
+                           if args.compile else "")
             print(f"PyTorch  test accuracy {tacc:.2%}   epoch {np.median(tsteady) * 1e3:.1f} ms (median)   "
-                  f"epoch time jitgrad/PyTorch: {np.median(steady) / np.median(tsteady):.2f}x")
+                  f"epoch time jitgrad/PyTorch: {np.median(steady) / np.median(tsteady):.2f}x{vs_compiled}")
         plot = save_plot(losses, os.path.join(args.out, f"{kind}_loss_curve.png"), torch_losses)
         print(f"loss curve: {plot}" if plot else "loss curve: skipped (matplotlib not installed)")
         graph = save_graph(jitgrad, model, os.path.join(args.out, f"{kind}_graph"), shape)

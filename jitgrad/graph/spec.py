@@ -53,6 +53,14 @@ Python engine, `grad_fn._saved_<name>`, viz) reads it from here. Keys:
   fwd_kernel  structural: the compiled forward kernel jitgrad.compile's replay runs,
               k(i, prog, fin, vals, xs, fp, like) (engine/replayer.py, kernels/forward.py):
               it writes the result and the saved values F_MADE marks
+  consts      names of saved values that are constants of a recorded plan: computed from
+              shapes and Python arguments only, never from data, wherever the op is traced
+              (indexing's gather positions). jitgrad.compile's recorder keeps them as
+              constants instead of having the forward kernel make them. Not inherited by
+              an alias: another op with the same backward may compute the same saved value
+              from data (max(dim)'s positions are an argmax), so an alias states its own;
+              one that does not, and brings no fwd_kernel, gets none (the base's would read
+              as constants what this op computes)
   cuda_kernel a CUDA backward kernel, unused yet
 
 Derived: op (opcode; a row's H_OP), base (the opcode whose kernel runs it: aliases share
@@ -85,11 +93,11 @@ def _int_layout(iparams):
 class OpSpec:
     __slots__ = ("name", "node_name", "op", "base", "kind", "args", "grads", "saves", "index_saves", "saved_as",
                  "fparams", "iparams", "_inames", "rule", "kernel", "forward", "jvp", "batch", "fwd", "fwd_kernel",
-                 "cuda_kernel", "nparams", "save_users", "save_src", "_code")
+                 "consts", "cuda_kernel", "nparams", "save_users", "save_src", "_code")
 
     def __init__(self, name, node_name, kind, grads=(), saves=(), rule=None, kernel=None, args=None,
                  index_saves=(), saved_as=None, fparams=(), iparams=(), forward=None, jvp=None, batch=None,
-                 fwd=None, fwd_kernel=None, cuda_kernel=None):
+                 fwd=None, fwd_kernel=None, consts=(), cuda_kernel=None):
         if name in REGISTRY:
             raise ValueError(f"a primitive named {name!r} is already declared")
         self.name = name
@@ -108,6 +116,9 @@ class OpSpec:
         self.forward = forward
         self.jvp, self.batch, self.fwd_kernel, self.cuda_kernel = jvp, batch, fwd_kernel, cuda_kernel
         self.fwd = fwd
+        self.consts = tuple(consts)
+        if not set(self.consts) <= set(self.saves):
+            raise ValueError(f"{name}: consts {self.consts} are not among the saved values {self.saves}")
         self.nparams = len(self.fparams)
         self.save_users = ()
         self.save_src = self._save_src()
@@ -217,7 +228,8 @@ def alias(name, spec, node_name, **overrides):
     """The same kernel and rule under another PyTorch node name (e.g. SumBackward1). It gets
     its own opcode, so a row knows its node's name; the scheduler maps it to `base`.
     overrides: keys that differ from the base's, such as PyTorch's names of the same
-    saved values (args / saves; their number and order stay the base's)."""
+    saved values (args / saves; their number and order stay the base's). `consts` is not
+    inherited (see the key above)."""
     if name in REGISTRY:
         raise ValueError(f"a primitive named {name!r} is already declared")
     s = OpSpec.__new__(OpSpec)
@@ -228,6 +240,10 @@ def alias(name, spec, node_name, **overrides):
     if len(s.saves) != len(spec.saves):
         raise ValueError(f"{name}: an alias saves what its base saves ({spec.saves})")
     s._inames = None
+    if "consts" not in overrides:
+        s.consts = ()
+        if spec.consts and "fwd_kernel" not in overrides:
+            s.fwd_kernel = None
     s.save_src = s._save_src()
     s.name, s.node_name = name, node_name
     s.op = len(BY_OP)

@@ -243,6 +243,8 @@ class Tensor:
     def data(self):
         t = Tensor._make(self._data)
         t._vc = True  # writes through .data are not counted (PyTorch's .data semantics)
+        if _cap.on and _cap.mine():  # jitgrad.compile: the same value as this tensor's
+            _cap.rec.alias(t, self)
         return t
 
     @data.setter
@@ -259,7 +261,10 @@ class Tensor:
                     tape.reshaped = True
 
     def detach(self):
-        return Tensor._make(self._data)  # shares the storage, hence its version counter
+        t = Tensor._make(self._data)  # shares the storage, hence its version counter
+        if _cap.on and _cap.mine():  # jitgrad.compile: the same value as this tensor's
+            _cap.rec.alias(t, self)
+        return t
 
     def detach_(self):
         _stop("detach_() in a compiled step")

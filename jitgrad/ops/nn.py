@@ -588,8 +588,8 @@ def _pad_source(n, lo, hi, mode):
 
 
 # Conv2d's padding modes
-REFLECTION_PAD2D = alias("reflection_pad2d", INDEX, "ReflectionPad2DBackward0")
-REPLICATION_PAD2D = alias("replication_pad2d", INDEX, "ReplicationPad2DBackward0")
+REFLECTION_PAD2D = alias("reflection_pad2d", INDEX, "ReflectionPad2DBackward0", consts=("_flat_index",))
+REPLICATION_PAD2D = alias("replication_pad2d", INDEX, "ReplicationPad2DBackward0", consts=("_flat_index",))
 REFLECTION_PAD2D.jvp = _gather_jvp(REFLECTION_PAD2D)
 REPLICATION_PAD2D.jvp = _gather_jvp(REPLICATION_PAD2D)
 _PAD_SPEC = {"reflect": REFLECTION_PAD2D, "replicate": REPLICATION_PAD2D, "circular": INDEX}

@@ -6,6 +6,7 @@ in kernels/shape.py, passed as function objects.
 Rules call Tensor methods (bound by the table, ops/__init__.py) or functions of this module
 and lower ones, never of a module above: the ops package has no import cycle.
 """
+import math
 import operator
 
 import numpy as np
@@ -15,8 +16,21 @@ from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim
 from jitgrad.graph.tensor import wrap as _wrap
-from jitgrad.kernels.shape import k_cat, k_expand, k_index_put, k_permute, k_scatter, k_view
-from jitgrad.ops._common import _needs
+from jitgrad.kernels.shape import (
+    f_cat,
+    f_expand,
+    f_gather,
+    f_index_put,
+    f_permute,
+    f_view,
+    k_cat,
+    k_expand,
+    k_index_put,
+    k_permute,
+    k_scatter,
+    k_view,
+)
+from jitgrad.ops._common import _cap, _needs, traced
 
 
 def _dims(x, dim):
@@ -79,6 +93,17 @@ def _infer_shape(shape, numel):
     return tuple(shape)
 
 
+def _report(spec, res, inputs, redo, saved=(), iparams=None):
+    """The op ran without grad while jitgrad.compile records: report it as record() would
+    have been told. Only float values run in the plan's kernels; the op on ints or bools
+    (labels, masks) is replayed in Python by redo(*input arrays) -> the result's array."""
+    dt = res._data.dtype
+    if dt.kind == "f" and all(t._data.dtype == dt for t in inputs):
+        traced(spec, res, inputs, saved, (), iparams)
+    else:
+        _cap.rec.python(lambda *arrays: (redo(*arrays),), inputs, (res,), spec.name)
+
+
 def _mark_view(res, x, fn):
     """res shares x's storage (fn(x's array) gives res's): an in-place op on res must then
     update x's history too (ops/inplace.py)."""
@@ -92,6 +117,9 @@ def _mark_view(res, x, fn):
 def _view_like(spec, x, out, fn=None):
     res = _wrap(out)
     if not _needs(x):
+        if _cap.on and _cap.mine():
+            shape = out.shape
+            _report(spec, res, (x,), lambda a: a.reshape(shape))
         return res
     res = record(spec, res, (x,))
     if fn is None:
@@ -116,7 +144,8 @@ def view_jvp(ci, tangents):
     return reshape(tangents[0], ci.out_shape())  # the view of the tangent
 
 
-VIEW = structural("view", "ViewBackward0", rule=view_rule, kernel=k_view, forward=reshape, jvp=view_jvp)
+VIEW = structural("view", "ViewBackward0", rule=view_rule, kernel=k_view, forward=reshape, jvp=view_jvp,
+                  fwd_kernel=f_view)
 RESHAPE_ALIAS = alias("unsafe_view", VIEW, "UnsafeViewBackward0")
 
 
@@ -180,6 +209,8 @@ def expand(x, *sizes):
         return x
     res = _wrap(np.broadcast_to(d, shape))
     if not _needs(x):
+        if _cap.on and _cap.mine():
+            _report(EXPAND, res, (x,), lambda a: np.broadcast_to(a, shape))
         return res
     return record(EXPAND, res, (x,))
 
@@ -199,7 +230,7 @@ def expand_jvp(ci, tangents):
 
 
 EXPAND = structural("expand", "ExpandBackward0", rule=expand_rule, kernel=k_expand, forward=expand,
-                    jvp=expand_jvp)
+                    jvp=expand_jvp, fwd_kernel=f_expand)
 
 
 def permute(x, *dims, spec=None):
@@ -213,9 +244,12 @@ def permute(x, *dims, spec=None):
     if sorted(perm) != list(range(d.ndim)):
         raise RuntimeError("permute(): duplicate dims are not allowed.")
     res = _wrap(d.transpose(perm))
+    spec = spec or PERMUTE
     if not _needs(x):
+        if _cap.on and _cap.mine():
+            _report(spec, res, (x,), lambda a: a.transpose(perm), iparams=PERMUTE.pack_ints(rest=perm))
         return res
-    return _mark_view(record(spec or PERMUTE, res, (x,), (), (), PERMUTE.pack_ints(rest=perm)), x, lambda a: a.transpose(perm))
+    return _mark_view(record(spec, res, (x,), (), (), PERMUTE.pack_ints(rest=perm)), x, lambda a: a.transpose(perm))
 
 
 def transpose(x, dim0, dim1):
@@ -260,7 +294,7 @@ def permute_jvp(ci, tangents):
 
 
 PERMUTE = structural("permute", "PermuteBackward0", rule=permute_rule, kernel=k_permute, iparams=("*dims",),
-                     forward=permute, jvp=permute_jvp)
+                     forward=permute, jvp=permute_jvp, fwd_kernel=f_permute)
 TRANSPOSE = alias("transpose", PERMUTE, "TransposeBackward0", forward=transpose)
 T = alias("t", PERMUTE, "TBackward0", forward=t)
 
@@ -273,6 +307,8 @@ def index_flat(x, idx, out_shape, spec, data=None):
     out = src.reshape(-1)[idx].reshape(out_shape) if data is None else data
     res = _wrap(out)
     if not _needs(x):
+        if _cap.on and "_flat_index" in spec.consts and _cap.mine():  # else the caller reports (max(dim): an argmax)
+            _report(spec, res, (x,), lambda a: a.reshape(-1)[idx].reshape(out_shape), (idx,))
         return res
     return record(spec, res, (x,), (idx,))
 
@@ -283,8 +319,16 @@ def index_put_flat(g, idx, in_shape):
     np.add.at(out, idx, g._data.reshape(-1))
     res = _wrap(out.reshape(in_shape))
     if not _needs(g):
+        if _cap.on and _cap.mine():
+            _report(INDEX_PUT, res, (g,), lambda a: _scatter_add(a, idx, in_shape), (idx,))
         return res
     return record(INDEX_PUT, res, (g,), (idx,))
+
+
+def _scatter_add(a, idx, shape):
+    out = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=a.dtype)
+    np.add.at(out, idx, a.reshape(-1))
+    return out.reshape(shape)
 
 
 def _norm_index(index):
@@ -300,6 +344,26 @@ def _norm_index(index):
     return tuple(out)
 
 
+def _positions(shape, idx):
+    """The C-order flat index, in an array of `shape`, of each element that indexing it by
+    `idx` selects. Beyond a small size, per dim the same indexing of a broadcast view of
+    that dim's coordinate, so nothing of the array's size is allocated (a batch drawn from
+    a dataset tensor by an index tensor)."""
+    size = math.prod(shape)
+    if size <= _SMALL:
+        return np.asarray(np.arange(size, dtype=np.int64).reshape(shape)[idx]).reshape(-1)
+    flat = 0
+    stride = 1
+    for k in range(len(shape) - 1, -1, -1):
+        coord = np.arange(shape[k], dtype=np.int64).reshape((-1,) + (1,) * (len(shape) - 1 - k))
+        flat = flat + np.broadcast_to(coord, shape)[idx] * stride
+        stride *= shape[k]
+    return np.asarray(flat).reshape(-1)
+
+
+_SMALL = 1 << 15  # below this, arange(size) costs less than a gather per dim
+
+
 def getitem(x, index):
     idx = _norm_index(index)
     d = x._data
@@ -311,20 +375,26 @@ def getitem(x, index):
     except IndexError as e:
         raise IndexError(str(e)) from None
     out = np.asarray(out)
-    advanced = any(isinstance(i, np.ndarray) and i.ndim >= 0 and i.dtype.kind in "iub" for i in idx)
-    if not _needs(x):
-        res = _wrap(out)
-        if not advanced:
-                return res
     if all(i is None for i in idx):
         return _view_like(UNSQUEEZE, x, out)
+    needs = _needs(x)
+    tracing = _cap.on and _cap.mine()
+    if not needs and not tracing:
+        return _wrap(out)
+    advanced = any(isinstance(i, np.ndarray) and i.ndim >= 0 and i.dtype.kind in "iub" for i in idx)
     if advanced:
         spec = INDEX
     elif any(isinstance(i, (int, np.integer)) for i in idx):
         spec = SELECT
     else:
         spec = SLICE
-    flat = np.asarray(np.arange(d.size, dtype=np.int64).reshape(d.shape)[idx]).reshape(-1)
+    flat = None
+    if tracing:
+        flat = _traced_index(x, index, idx, out, needs)
+        if isinstance(flat, Tensor):  # the result, the whole indexing reported as one Python instruction
+            return flat
+    if flat is None:
+        flat = _positions(d.shape, idx)
     if advanced:
         return index_flat(x, flat, out.shape, spec)
     # basic indexing gives a view of x's storage, as in PyTorch
@@ -332,6 +402,40 @@ def getitem(x, index):
     return _mark_view(res, x, lambda a: a[idx] if any(i is Ellipsis for i in idx) else a[idx + (Ellipsis,)])
 
 
+def _traced_index(x, index, idx, out, needs):
+    """Indexing while jitgrad.compile records, when a Tensor is among the indices: the
+    positions depend on its data, so a Python instruction computes them from it at each
+    replay (returned: the gather saves this very array), or, on a tensor without float
+    data, the whole indexing is one Python instruction (returns the result). A boolean
+    mask gives a result whose size is data: a graph break. None: no tensor index."""
+    items = index if isinstance(index, tuple) else (index,)
+    where = [k for k, i in enumerate(items) if isinstance(i, Tensor)]
+    if not where:
+        return None
+    tensors = tuple(items[k] for k in where)
+    if any(t._data.dtype.kind == "b" for t in tensors):
+        _cap.rec.stop("indexing by a boolean mask tensor (the result's size depends on its data)")
+        return None
+    shape = x._data.shape
+    ellipsis = any(i is Ellipsis for i in idx)
+
+    def with_data(arrays):
+        full = list(idx)
+        for k, a in zip(where, arrays):
+            full[k] = a
+        return tuple(full) if ellipsis else tuple(full) + (Ellipsis,)
+
+    if x._data.dtype.kind != "f" and not needs:
+        res = _wrap(out)
+        _cap.rec.python(lambda a, *arrays: (a[with_data(arrays)],), (x,) + tensors, (res,), "index")
+        return res
+
+    def positions(*arrays):
+        return (_positions(shape, with_data(arrays)),)
+
+    (flat,) = positions(*(t._data for t in tensors))
+    _cap.rec.python(positions, tensors, (_wrap(flat),), "index positions")
+    return flat
 
 
 def scatter_rule(grad, ri):
@@ -377,16 +481,17 @@ def _affine_view(a, flat):
 # the flat input index of each output element (torch keeps other values: indices per dim,
 # a dim and an index... so it is internal, no _saved_ attribute)
 INDEX = structural("index", "IndexBackward0", rule=scatter_rule, kernel=k_scatter, saves=("_flat_index",),
-                   index_saves=("_flat_index",), forward=index_flat, jvp=gather_jvp)
-SELECT = alias("select", INDEX, "SelectBackward0", forward=getitem)
-SLICE = alias("slice", INDEX, "SliceBackward0", forward=getitem)
+                   index_saves=("_flat_index",), forward=index_flat, jvp=gather_jvp, fwd_kernel=f_gather,
+                   consts=("_flat_index",))
+SELECT = alias("select", INDEX, "SelectBackward0", forward=getitem, consts=("_flat_index",))
+SLICE = alias("slice", INDEX, "SliceBackward0", forward=getitem, consts=("_flat_index",))
 def scatter_jvp(ci, tangents):
     return index_put_flat(tangents[0], ci.saved_named("_flat_index")._data, ci.out_shape())
 
 
 INDEX_PUT = structural("index_put", "IndexPutBackward0", rule=gather_rule, kernel=k_index_put,
                        saves=("_flat_index",), index_saves=("_flat_index",), forward=index_put_flat,
-                       jvp=scatter_jvp)
+                       jvp=scatter_jvp, fwd_kernel=f_index_put, consts=("_flat_index",))
 
 
 # --- joining ---------------------------------------------------------------------------------
@@ -426,13 +531,22 @@ def stack(tensors, dim=0):
 def _join(spec, tensors, dim, out, stacked):
     dt = np.result_type(*[t._data.dtype for t in tensors])
     res = _wrap(out.astype(dt, copy=False))
-    if not _needs(*tensors):
+    needs = _needs(*tensors)
+    tracing = _cap.on and _cap.mine()
+    if not needs and not tracing:
         return res
     shape = out.shape
     outer = int(np.prod(shape[:dim], dtype=np.int64))
     inner = int(np.prod(shape[dim + 1:], dtype=np.int64))
     sizes = [1 if stacked else t._data.shape[dim] for t in tensors]
-    return record(spec, res, tuple(tensors), (), (), spec.pack_ints(outer, shape[dim], inner, dim, rest=sizes))
+    ints = spec.pack_ints(outer, shape[dim], inner, dim, rest=sizes)
+    if not needs:
+        join = np.stack if stacked else np.concatenate
+        _report(spec, res, tuple(tensors), lambda *arrays: join(arrays, axis=dim), iparams=ints)
+        return res
+    if tracing and any(t._data.dtype != dt for t in tensors):
+        _cap.rec.stop(f"{spec.name} of tensors of several dtypes")  # the kernel reads one
+    return record(spec, res, tuple(tensors), (), (), ints)
 
 
 
@@ -459,5 +573,5 @@ def cat_jvp(ci, tangents):
 
 
 CAT = structural("cat", "CatBackward0", rule=cat_rule, kernel=k_cat, args=("tensors",),
-                 iparams=("outer", "total", "inner", "dim", "*sizes"), forward=cat, jvp=cat_jvp)
+                 iparams=("outer", "total", "inner", "dim", "*sizes"), forward=cat, jvp=cat_jvp, fwd_kernel=f_cat)
 STACK = alias("stack", CAT, "StackBackward0", forward=stack)
