@@ -58,6 +58,8 @@ def _leaf_row(tape, t):
     else:
         acc = _new(AccumulateGrad)
         acc.variable = t
+        acc._tape_ref = None  # every field set before another thread can reach the node
+        acc._row = -1
         acc._next = ()
         if x is None:
             x = t._x = _Rare()
@@ -98,31 +100,21 @@ def _edge_row(tape, t):
     return _ext_row(tape, t)
 
 
-def _link(tape, row, result):
-    if _anomaly[0]:
-        _trace(tape, row)
-    result._requires_grad = True
-    result._tape = tape
-    result._row = row
-    result._output_nr = 0
-    return result
-
-
 _NP = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}
 _SCALAR_DT = {np.float64: DT_F64, np.float32: DT_F32}
 _I64 = np.dtype(np.int64)
 
 
-def _save_all(tape, saved, dt, unneeded=(), index=()):
+def _save_all(tape, saved, dt, index=()):
     """Save each value at the dtype its kernel reads it: int64 where `index` says so, else
     the row's float dtype (a bool mask, an int or other-float operand is cast here)."""
-    kp = len(tape.slots) // 3
+    kp = len(tape.slots) // SW
     want = _NP.get(dt)
     for i, x in enumerate(saved):
         if type(x) is float:
             tape.save_scalar(x, dt)
         else:
-            tape.save(x, i not in unneeded, _I64 if index and index[i] else want)
+            tape.save(x, True, _I64 if index and index[i] else want)
     return kp
 
 
@@ -130,8 +122,8 @@ def record_ew(spec, result, a, b, p0, p1, aux):
     """Record elementwise `spec` on Tensor a and b (a Tensor, a Python float standing for a
     constant, or None: unary), with float params p0, p1 and where's condition `aux`; the
     saved values are taken from them as spec.save_src says. The hot path of every scalar
-    graph, hence written out: tape_for, _edge_row, tape.shape and _link are inlined for
-    the cases that occur per op (the current tape, an input from it or a leaf)."""
+    graph, hence written out: tape_for, _edge_row, tape.shape and the linking of the result
+    are inlined for the cases that occur per op (the current tape, an input from it or a leaf)."""
     ref = _tape_local.ref
     tape = None if ref is None else ref()
     if tape is None or tape.closed or tape.keep_bytes > SPLIT_BYTES:
@@ -305,7 +297,7 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     saved:   data the kernel and the rule read, in the order of spec.saves
     fparams, iparams: the op's float and int parameters (see each kernel for its layout)
 
-    Once per structural op, hence tape.add_row / ints / shape and _link written out.
+    Once per structural op, hence tape.add_row / shape and the linking of the result written out.
     """
     ref = _tape_local.ref
     tape = None if ref is None else ref()
@@ -334,7 +326,7 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
             edges += (-1, 0)
         p = interned.get(td.shape)
         edges.append(tape.shape(td.shape) if p is None else p)
-    kp = _save_all(tape, saved, dt, (), spec.index_saves) if saved else len(tape.slots) // SW
+    kp = _save_all(tape, saved, dt, spec.index_saves) if saved else len(tape.slots) // SW
     fp = len(tape.fp)
     if fparams:
         tape.fp.extend(fparams)

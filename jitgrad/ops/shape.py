@@ -11,7 +11,6 @@ import operator
 
 import numpy as np
 
-from jitgrad._core import capture as _capture
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim
@@ -264,7 +263,7 @@ def transpose(x, dim0, dim1):
 
 def t(x):
     d = x._data
-    if d.ndim != 2 or _capture.state.on:
+    if d.ndim != 2 or _cap.on:
         if d.ndim > 2:
             raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {d.ndim}D")
         return permute(x, tuple(range(d.ndim))[::-1], spec=T)
