@@ -21,7 +21,7 @@ def base_of(arr):
 
 
 def version(arr):
-    base = base_of(arr)
+    base = arr if arr.base is None else base_of(arr)  # most arrays are not views
     e = _versions.get(id(base))
     return e[1] if e is not None and e[0]() is base else 0
 
@@ -38,8 +38,11 @@ def bump(arr):
 
 def stamp(arr):
     """What a saved value remembers: its storage (weakly) and the version it had."""
-    base = base_of(arr)
-    return (weakref.ref(base) if isinstance(base, np.ndarray) else None, version(base))
+    base = arr if arr.base is None else base_of(arr)  # most saved arrays are not views
+    if not isinstance(base, np.ndarray):
+        return None, version(base)
+    e = _versions.get(id(base))  # version(base), without finding the base again (once per saved array)
+    return weakref.ref(base), (e[1] if e is not None and e[0]() is base else 0)
 
 
 def changed(stamp_):

@@ -24,13 +24,16 @@ from jitgrad.graph.tape import (
     EW,
     MAX_ROWS,
     SPLIT_BYTES,
+    SW,
     current_tape,
     pack_edge,
     pack_edge2,
+    pack_ints,
     pack_row,
     tape_for,
 )
-from jitgrad.graph.tensor import wrap
+from jitgrad.graph.tape import _local as _tape_local
+from jitgrad.graph.tensor import _Rare, wrap
 
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
 def _pack_row(tape, row, tensors):
@@ -43,21 +46,37 @@ _new = object.__new__
 
 
 def _leaf_row(tape, t):
-    ref = t._acc
-    acc = ref() if ref is not None else None
-    if acc is None:
+    """Leaf t's AccumulateGrad row in `tape`, added at its first use there. Per leaf and
+    graph: t._acc, acc._tape and tape.add_row are read and done inline."""
+    x = t._x
+    ref = None if x is None else x.acc
+    acc = None if ref is None else ref()
+    if acc is not None:
+        ref = acc._tape_ref
+        if ref is not None and ref() is tape:
+            return acc._row
+    else:
         acc = _new(AccumulateGrad)
         acc.variable = t
-        acc._tape_ref = None
+        acc._tape_ref = None  # every field set before another thread can reach the node
         acc._row = -1
         acc._next = ()
-        t._acc = weakref.ref(acc)
-    if acc._tape is not tape:
-        d = t._data
-        acc._row = tape.add_row(OP_ACC, _DT.get(d.dtype, DT_OTHER), 0, d.size, tape.shape(d.shape), 0, 0, 0)
-        acc._tape_ref = weakref.ref(tape)
-        tape.leaves[acc._row] = acc
-    return acc._row
+        if x is None:
+            x = t._x = _Rare()
+        x.acc = weakref.ref(acc)
+    d = t._data
+    shp = tape.shape_ptr.get(d.shape)
+    if shp is None:
+        shp = tape.shape(d.shape)
+    row = tape.nrows
+    tape.hdr.frombytes(pack_row(OP_ACC, _DT.get(d.dtype, DT_OTHER), 0, len(tape.edges) // EW, d.size, shp, 0, 0, 0))
+    tape.nrows = row + 1
+    if row + 1 >= MAX_ROWS:
+        tape.closed = True
+    acc._row = row
+    acc._tape_ref = weakref.ref(tape)
+    tape.leaves[row] = acc
+    return row
 
 
 def _ext_row(tape, t):
@@ -81,88 +100,144 @@ def _edge_row(tape, t):
     return _ext_row(tape, t)
 
 
-def _link(tape, row, result):
+_NP = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}
+_SCALAR_DT = {np.float64: DT_F64, np.float32: DT_F32}
+_I64 = np.dtype(np.int64)
+
+
+def _save_all(tape, saved, dt, index=()):
+    """Save each value at the dtype its kernel reads it: int64 where `index` says so, else
+    the row's float dtype (a bool mask, an int or other-float operand is cast here)."""
+    kp = len(tape.slots) // SW
+    want = _NP.get(dt)
+    for i, x in enumerate(saved):
+        if type(x) is float:
+            tape.save_scalar(x, dt)
+        else:
+            tape.save(x, True, _I64 if index and index[i] else want)
+    return kp
+
+
+def record_ew(spec, result, a, b, p0, p1, aux):
+    """Record elementwise `spec` on Tensor a and b (a Tensor, a Python float standing for a
+    constant, or None: unary), with float params p0, p1 and where's condition `aux`; the
+    saved values are taken from them as spec.save_src says. The hot path of every scalar
+    graph, hence written out: tape_for, _edge_row, tape.shape and the linking of the result
+    are inlined for the cases that occur per op (the current tape, an input from it or a leaf)."""
+    ref = _tape_local.ref
+    tape = None if ref is None else ref()
+    if tape is None or tape.closed or tape.keep_bytes > SPLIT_BYTES:
+        tape = tape_for(a, b)
+    d = result._data
+    # A 0-d result is a numpy float scalar (ops/elementwise.py): its type says its dtype and
+    # shape, and an input of the same type has them too, without reading .dtype (slow on
+    # scalars). tp is None for arrays, whose dtypes and shapes are compared.
+    tp = type(d)
+    dt = _SCALAR_DT.get(tp)
+    if dt is None:
+        tp = None
+        dt = _DT.get(d.dtype, DT_OTHER)
+        dshape = d.shape  # a new tuple per read: read once
+        shp = tape.shape_ptr.get(dshape)
+        if shp is None:
+            shp = tape.shape(dshape)
+    else:
+        dshape, shp = (), 0
+    ad = a._data
+    if a._requires_grad:
+        src = a._tape
+        if src is tape:
+            ra, nra = a._row, a._output_nr
+        elif src is None:
+            ra, nra = _leaf_row(tape, a), 0
+        else:
+            ra, nra = _ext_row(tape, a), a._output_nr
+        if type(ad) is not tp and ad.dtype != d.dtype:
+            dt = DT_OTHER  # the compiled path keeps one dtype per graph; mixed ones run in Python
+    else:
+        ra, nra = -1, 0
+    sa = shp if type(ad) is tp or ad.shape == dshape else tape.shape(ad.shape)
+    bd = None
+    if b is None:
+        nin = 1
+    elif type(b) is float:
+        nin, rb, nrb, sb = 2, -1, 0, 0
+    else:
+        nin = 2
+        bd = b._data
+        if b._requires_grad:
+            src = b._tape
+            if src is tape:
+                rb, nrb = b._row, b._output_nr
+            elif src is None:
+                rb, nrb = _leaf_row(tape, b), 0
+            else:
+                rb, nrb = _ext_row(tape, b), b._output_nr
+            if type(bd) is not tp and bd.dtype != d.dtype:
+                dt = DT_OTHER
+        else:
+            rb, nrb = -1, 0
+        sb = shp if type(bd) is tp or bd.shape == dshape else tape.shape(bd.shape)
+    # saved_tensors_hooks: the tensors to pack instead of saving (packed once linked, below)
+    packed = _ew_packed(spec, result, a, b, aux) if _packing[0] and _saved_hooks.stack else None
+    if (tp is not None or d.size == 1) and dt != DT_OTHER:
+        # one-element row: its saved values go straight into the value column and kp
+        # indexes that column (no slot entries); see tape.saved_value
+        col = tape.v64 if dt == DT_F64 else tape.v32
+        kp = len(col)
+        for src in () if packed is not None else spec.save_src:  # input 0 / 1, the result (-1), where's mask (-2)
+            x = ad if src == 0 else (b if bd is None else bd) if src == 1 else d if src == -1 else aux._data
+            # a float or a 0-d value converts as it is appended; .item() is ~10x dearer
+            col.append(x if type(x) is float or x.ndim == 0 else x.item())
+    elif packed is not None or not spec.save_src:
+        kp = len(tape.slots) // SW
+    else:
+        kp = _save_ew(tape, spec, result, a, b, aux, dt)
+    fp = len(tape.fp)
+    if spec.nparams:
+        tape.fp.extend((p0, p1)[:spec.nparams])
+    row = tape.nrows
+    tape.hdr.frombytes(pack_row(spec.op, dt, nin, len(tape.edges) // EW, d.size, shp, fp, kp, 0))
+    tape.edges.frombytes(pack_edge(ra, nra, sa) if nin == 1 else pack_edge2(ra, nra, sa, rb, nrb, sb))
+    tape.nrows = row + 1
+    if row + 1 >= MAX_ROWS:
+        tape.closed = True
     if _anomaly[0]:
         _trace(tape, row)
     result._requires_grad = True
     result._tape = tape
     result._row = row
     result._output_nr = 0
-    return result
-
-
-_NP = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}
-_I64 = np.dtype(np.int64)
-
-
-def _save_all(tape, saved, dt, unneeded=(), index=()):
-    """Save each value at the dtype its kernel reads it: int64 where `index` says so, else
-    the row's float dtype (a bool mask, an int or other-float operand is cast here)."""
-    kp = len(tape.slots) // 3
-    want = _NP.get(dt)
-    for i, x in enumerate(saved):
-        if type(x) is float:
-            tape.save_scalar(x, dt)
-        else:
-            tape.save(x, i not in unneeded, _I64 if index and index[i] else want)
-    return kp
-
-
-def record_ew(spec, result, a, b, saved, fparams, packed=None, unneeded=()):
-    """Elementwise op on Tensor a and b: a Tensor, a Python float standing for a
-    constant, or None (unary). The hot path of every scalar graph, hence written out.
-    packed: the tensors to pack instead of saving (saved_tensors_hooks)."""
-    tape = tape_for(a, b)
-    d = result._data
-    dt = _DT.get(d.dtype, DT_OTHER)
-    shp = 0 if d.ndim == 0 else tape.shape(d.shape)
-    ad = a._data
-    if a._requires_grad:
-        src = a._tape
-        ra = a._row if src is tape else _edge_row(tape, a)
-        if ad.dtype != d.dtype:
-            dt = DT_OTHER  # the compiled path keeps one dtype per graph; mixed ones run in Python
-        nra = a._output_nr if src is not None else 0
-    else:
-        ra, nra = -1, 0
-    ea = (ra, nra, shp if ad.shape == d.shape else tape.shape(ad.shape))
-    if b is None:
-        nin, eb = 1, ()
-    elif type(b) is float:
-        nin, eb = 2, (-1, 0, 0)
-    else:
-        nin = 2
-        bd = b._data
-        if b._requires_grad:
-            src = b._tape
-            rb = b._row if src is tape else _edge_row(tape, b)
-            eb = (rb, b._output_nr if src is not None else 0, shp if bd.shape == d.shape else tape.shape(bd.shape))
-            if bd.dtype != d.dtype:
-                dt = DT_OTHER
-        else:
-            eb = (-1, 0, shp if bd.shape == d.shape else tape.shape(bd.shape))
-    if d.size == 1 and dt != DT_OTHER:
-        # one-element row: its saved values go straight into the value column and kp
-        # indexes that column (no slot entries); see tape.saved_value
-        col = tape.v64 if dt == DT_F64 else tape.v32
-        kp = len(col)
-        for x in saved:
-            col.append(x if type(x) is float else x.item())
-    else:
-        kp = _save_all(tape, saved, dt, unneeded)
-    fp = len(tape.fp)
-    if fparams:
-        tape.fp.extend(fparams)
-    row = tape.nrows
-    tape.hdr.frombytes(pack_row(spec.op, dt, nin, len(tape.edges) // EW, d.size, shp, fp, kp, 0))
-    tape.edges.frombytes(pack_edge2(*ea, *eb) if eb else pack_edge(*ea))
-    tape.nrows = row + 1
-    if row + 1 >= MAX_ROWS:
-        tape.closed = True
-    _link(tape, row, result)
     if packed is not None:  # after linking: a packed output carries its grad_fn, as in PyTorch
         _pack_row(tape, row, packed)
     return result
+
+
+def _save_ew(tape, spec, result, a, b, aux, dt):
+    """Save elementwise `spec`'s values (see record_ew) in slots; returns the first."""
+    kp = len(tape.slots) // SW
+    want = _NP.get(dt)
+    d = result._data
+    ga = a._requires_grad
+    gb = b is not None and type(b) is not float and b._requires_grad
+    for src, users in zip(spec.save_src, spec.save_users):
+        if src == 1 and type(b) is float:
+            tape.save_scalar(b, dt)
+            continue
+        x = a._data if src == 0 else b._data if src == 1 else d if src == -1 else aux._data.astype(d.dtype)
+        # read only by the formula of an input that needs no gradient: saved, not version-checked
+        check = (ga and 0 in users) or (gb and 1 in users) or d.size == 1
+        # the result is a new array, at version 0 (unless the op's forward returned its input)
+        tape.save(x, check, want, src == -1 and d.base is None and d is not a._data and (b is None or d is not b._data))
+    return kp
+
+
+def _ew_packed(spec, result, a, b, aux):
+    """Under saved_tensors_hooks: the tensors to pack for the row, or None when some saved
+    value is not a tensor (a float operand), which is then saved as usual."""
+    packed = [a if s == 0 else b if s == 1 else result if s == -1 else aux
+              for s in spec.save_src if not (s == 1 and type(b) is float)]
+    return packed if len(packed) == len(spec.saves) else None
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -221,28 +296,54 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     inputs:  Tensors
     saved:   data the kernel and the rule read, in the order of spec.saves
     fparams, iparams: the op's float and int parameters (see each kernel for its layout)
+
+    Once per structural op, hence tape.add_row / shape and the linking of the result written out.
     """
-    tape = current_tape()
+    ref = _tape_local.ref
+    tape = None if ref is None else ref()
+    if tape is None or tape.closed:
+        tape = current_tape()
     if tape.keep_bytes > SPLIT_BYTES and _cap.rec is None and all(t._tape is not tape for t in inputs):
         tape = tape_for(inputs[0])
     d = result._data
-    dt = _DT.get(d.dtype, DT_OTHER)
+    dtype = d.dtype
+    dt = _DT.get(dtype, DT_OTHER)
+    interned = tape.shape_ptr
     edges = []
     for t in inputs:
+        td = t._data
         if t._requires_grad:
-            edges.append(_edge_row(tape, t))
-            edges.append(t._output_nr if t._tape is not None else 0)
-            if t._data.dtype != d.dtype:
+            src = t._tape
+            if src is tape:
+                edges += (t._row, t._output_nr)
+            elif src is None:
+                edges += (_leaf_row(tape, t), 0)
+            else:
+                edges += (_ext_row(tape, t), t._output_nr)
+            if td.dtype != dtype:
                 dt = DT_OTHER
         else:
-            edges.append(-1)
-            edges.append(0)
-        edges.append(tape.shape(t._data.shape))
-    kp = _save_all(tape, saved, dt, (), spec.index_saves)
+            edges += (-1, 0)
+        p = interned.get(td.shape)
+        edges.append(tape.shape(td.shape) if p is None else p)
+    kp = _save_all(tape, saved, dt, spec.index_saves) if saved else len(tape.slots) // SW
     fp = len(tape.fp)
     if fparams:
         tape.fp.extend(fparams)
     ip = tape.ints(iparams) if iparams else 0
-    row = tape.add_row(spec.op, dt, len(inputs), d.size, tape.shape(d.shape), fp, kp, ip)
-    tape.edges.extend(edges)
-    return _link(tape, row, result)
+    shp = interned.get(d.shape)
+    if shp is None:
+        shp = tape.shape(d.shape)
+    row = tape.nrows
+    tape.hdr.frombytes(pack_row(spec.op, dt, len(inputs), len(tape.edges) // EW, d.size, shp, fp, kp, ip))
+    tape.edges.frombytes(pack_ints(len(edges))(*edges))
+    tape.nrows = row + 1
+    if row + 1 >= MAX_ROWS:
+        tape.closed = True
+    if _anomaly[0]:
+        _trace(tape, row)
+    result._requires_grad = True
+    result._tape = tape
+    result._row = row
+    result._output_nr = 0
+    return result

@@ -79,6 +79,17 @@ BY_OP = []      # opcode -> OpSpec: a row's H_OP indexes it
 SPECS = BY_OP
 
 
+# iparams -> (the fixed names in order, whether a "*rest" ends them): pack_ints runs per
+# recorded op, so each declaration is parsed once
+_INT_LAYOUTS = {}
+
+
+def _int_layout(iparams):
+    layout = _INT_LAYOUTS[iparams] = (tuple(n for n in iparams if not n.startswith("*")),
+                                      bool(iparams) and iparams[-1].startswith("*"))
+    return layout
+
+
 class OpSpec:
     __slots__ = ("name", "node_name", "op", "base", "kind", "args", "grads", "saves", "index_saves", "saved_as",
                  "fparams", "iparams", "_inames", "rule", "kernel", "forward", "jvp", "batch", "fwd", "fwd_kernel",
@@ -166,16 +177,23 @@ class OpSpec:
         """The int params in declared order, checked against the declaration (the forward
         writes exactly what the kernel and rule read): by position or by name
         (spec.pack_ints(n=.., k=..)); `rest` is the variable-length last one."""
-        fixed = [n for n in self.iparams if not n.startswith("*")]
+        fixed, variadic = _INT_LAYOUTS.get(self.iparams) or _int_layout(self.iparams)
         if named:
-            if values or set(named) != set(fixed):
-                raise ValueError(f"{self.name}: int params {sorted(named)} for {fixed}")
-            values = [named[n] for n in fixed]
-        if len(values) != len(fixed):
-            raise ValueError(f"{self.name}: {len(values)} int params for {fixed}")
-        if rest and not (self.iparams and self.iparams[-1].startswith("*")):
-            raise ValueError(f"{self.name}: no variable-length int param declared")
-        return [int(v) for v in values] + [int(v) for v in rest]
+            try:  # as many names as declared, each of them: the same names
+                if values or len(named) != len(fixed):
+                    raise KeyError
+                ints = [int(named[n]) for n in fixed]
+            except KeyError:
+                raise ValueError(f"{self.name}: int params {sorted(named)} for {list(fixed)}") from None
+        elif len(values) != len(fixed):
+            raise ValueError(f"{self.name}: {len(values)} int params for {list(fixed)}")
+        else:
+            ints = [*map(int, values)]
+        if rest:
+            if not variadic:
+                raise ValueError(f"{self.name}: no variable-length int param declared")
+            ints += map(int, rest)
+        return ints
 
     def read_ints(self, ints):
         """The row's int params as the namedtuple of `ituple` (rules read them by name)."""

@@ -36,6 +36,7 @@ take the tape's `lock` (one at a time per tape: they grow and mark `freed`, rele
 never views: the owner may be appending at that moment, and an array.array cannot grow
 while a buffer view of it exists (BufferError), nor be read after it moved.
 """
+import _thread
 import array
 import ctypes
 import itertools
@@ -84,13 +85,33 @@ pack_row = struct.Struct(f"{HW}q").pack
 pack_edge = struct.Struct(f"{EW}q").pack
 pack_edge2 = struct.Struct(f"{2 * EW}q").pack
 pack_slot = struct.Struct(f"{SW}q").pack
+_PACKERS = {}
+
+
+def pack_ints(n):
+    """struct's pack of n int64s, made once per n (the same append trick for xs and edges)."""
+    pack = _PACKERS.get(n)
+    if pack is None:
+        pack = _PACKERS[n] = struct.Struct(f"{n}q").pack
+    return pack
+
+
+_F64 = np.dtype(np.float64)
+_F32 = np.dtype(np.float32)
+_EMPTY_Q, _EMPTY_D, _EMPTY_F, _EMPTY_B = (array.array(c) for c in "qdfb")
+_XS0 = array.array("q", (0,))
+_RLock = _thread.RLock  # threading.RLock is a Python wrapper around it
+
+
+_addressof = ctypes.addressof
+_from_buffer = ctypes.c_char.from_buffer
 
 
 def _address(arr):
     """Address of a contiguous array's data: 3x cheaper than arr.ctypes.data, which builds
     a helper object per call; read-only arrays need that slower path."""
     try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(arr))
+        return _addressof(_from_buffer(arr))
     except (TypeError, ValueError):
         return arr.ctypes.data
 
@@ -115,14 +136,16 @@ class Tape:
     )
 
     def __init__(self):
+        # a graph starts a tape: the columns are copies of empty templates (half the cost of
+        # array.array(typecode)), the lock made by _thread directly
         self.id = next(_tape_ids)
-        self.hdr = array.array("q")
-        self.edges = array.array("q")
-        self.xs = array.array("q", (0,))      # xs[0] is the shape () every 0-d value points at
-        self.fp = array.array("d")
-        self.slots = array.array("q")
-        self.v64 = array.array("d")
-        self.v32 = array.array("f")
+        self.hdr = _EMPTY_Q.__copy__()
+        self.edges = _EMPTY_Q.__copy__()
+        self.xs = _XS0.__copy__()          # xs[0] is the shape () every 0-d value points at
+        self.fp = _EMPTY_D.__copy__()
+        self.slots = _EMPTY_Q.__copy__()
+        self.v64 = _EMPTY_D.__copy__()
+        self.v32 = _EMPTY_F.__copy__()
         self.keep = []                          # Python objects kept alive for the kernels / rules
         self.keep_bytes = 0
         self.nrows = 0
@@ -130,14 +153,14 @@ class Tape:
         self.leaves = {}      # AccumulateGrad row -> AccumulateGrad node
         self.ext = {}         # EXT row -> (foreign tape, foreign row)
         self.retained = {}    # row -> weakref of a non-leaf tensor that retains grad
-        self.freed = array.array("b")  # per row: saved values released (grown at backward)
+        self.freed = _EMPTY_B.__copy__()  # per row: saved values released (grown at backward)
         self.closed = False
         self.nodes = {}       # row -> weakref of its materialised Node (graph/node.py)
         self.ext_rows = {}    # (foreign tape id, row) -> EXT row here
         self.metadata = {}    # row -> its node's `metadata` dict
         self.py_nodes = {}    # row -> node run in Python (custom Function), see autograd/function.py
         self.packed = {}      # row -> (unpack hook, packed saved values): saved_tensors_hooks
-        self.kept = []        # (slot, row, version stamp or None) per array in keep (see check_versions)
+        self.kept = []        # (slot, row, version: a stamp, an int or None) per array in keep (see save)
         self.stale = {}       # row -> (data, version now, version saved): modified after it was saved
         self.tensor_hooks = {}   # row -> {id: hook} of the tensor whose gradient is that row's (hooks.py)
         self.node_prehooks = {}  # node row -> {id: hook}
@@ -146,29 +169,28 @@ class Tape:
         self.dt_scanned = 0      # rows scanned so far
         self.reshaped = False    # a recorded tensor's .data changed shape or dtype (_compiled.check_edge_shapes)
         self.owner = threading.get_ident()  # the one thread that appends rows (see module doc)
-        self.lock = threading.RLock()       # held by backward calls over this tape
+        self.lock = _RLock()                 # held by backward calls over this tape
 
     # -- recording helpers ---------------------------------------------------------
     def shape(self, shape):
         p = self.shape_ptr.get(shape)
         if p is None:
             p = len(self.xs)
-            self.xs.append(len(shape))
-            self.xs.extend(shape)
+            self.xs.frombytes(pack_ints(len(shape) + 1)(len(shape), *shape))
             self.shape_ptr[shape] = p
         return p
 
     def ints(self, values):
         p = len(self.xs)
-        self.xs.append(len(values))
-        self.xs.extend(values)
+        self.xs.frombytes(pack_ints(len(values) + 1)(len(values), *values))
         return p
 
-    def save(self, arr, check=True, want=None):
+    def save(self, arr, check=True, want=None, fresh=False):
         """Save an ndarray for the kernels; returns its slot. One-element values are copied
         inline (cheaper than holding them), larger ones are held and read by address.
         check=False: no gradient that will be computed reads it, so an in-place write to
         it later is no error (PyTorch would not have saved it).
+        fresh: arr is an array the op just made, so at version 0 (no stamp needed).
         want: the dtype the kernel reads this value at (None: only the Python engine reads
         it). The compiled code reads by address, so a value of any other dtype or layout is
         converted here; the copy is version-stamped by the storage it came from."""
@@ -177,28 +199,43 @@ class Tape:
         if want is not None and arr.dtype != want:
             arr = arr.astype(want)
         n = arr.size
-        if n == 1 and arr.dtype == np.float64:
-            self.slots.frombytes(pack_slot(-len(self.v64) - 1, 1, 0))
-            self.v64.append(arr.item())
-        elif n == 1 and arr.dtype == np.float32:
-            self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1, 1))
-            self.v32.append(arr.item())
-        else:
-            if not isinstance(arr, np.ndarray):
-                arr = np.asarray(arr)
+        if n == 1:
+            dt = arr.dtype
+            if dt == _F64:
+                self.slots.frombytes(pack_slot(-len(self.v64) - 1, 1, 0))
+                self.v64.append(arr.item())
+                return k
+            if dt == _F32:
+                self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1, 1))
+                self.v32.append(arr.item())
+                return k
+        if not isinstance(arr, np.ndarray):
+            arr = np.asarray(arr)
+        try:  # _address(arr), inlined: numpy exports the buffer of a C-contiguous writable array only
+            addr = _addressof(_from_buffer(arr))
+        except (TypeError, ValueError):
             if not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr)
-            self.slots.frombytes(pack_slot(_address(arr), n, len(self.keep)))
-            # the row these saves belong to is the next one; until some in-place write has
-            # happened in this process every storage is at version 0, so no stamp is needed,
-            # except on a copy, whose own storage no in-place write will ever reach
-            if check:
-                stamp = versions.stamp(src) if versions.generation[0] or arr is not src else None
-                self.kept.append((k, self.nrows, stamp))
-            self.keep.append(arr)
-            self.keep_bytes += arr.nbytes
-            if self.keep_bytes >= MAX_KEEP_BYTES:
-                self.closed = True  # takes effect for the next op; this row still lands here
+            addr = arr.ctypes.data
+        keep = self.keep
+        self.slots.frombytes(pack_slot(addr, n, len(keep)))
+        # the row these saves belong to is the next one. What it checks (check_versions):
+        # the version of the storage saved, as a stamp of the source's for a copy (whose own
+        # storage no in-place write will ever reach), else as a plain int (keep holds the
+        # array, hence its storage), or None for version 0 (a new array; every array until
+        # some in-place write has happened in this process)
+        if check:
+            if arr is not src:
+                stamp = versions.stamp(src)
+            elif fresh or not versions.generation[0]:
+                stamp = None
+            else:
+                stamp = versions.version(arr)
+            self.kept.append((k, self.nrows, stamp))
+        keep.append(arr)
+        self.keep_bytes += arr.nbytes
+        if self.keep_bytes >= MAX_KEEP_BYTES:
+            self.closed = True  # takes effect for the next op; this row still lands here
         return k
 
     def save_scalar(self, value, dtcode):
@@ -247,14 +284,14 @@ class Tape:
                 # a save whose op never got its row (interrupted), or one already released
                 continue
             arr = self.keep[where]
-            if stamp is None:
-                now, saved = versions.version(arr), 0
+            if type(stamp) is not tuple:  # None or an int (see save)
+                now, saved = versions.version(arr), stamp or 0
             else:
                 now, saved = versions.changed(stamp), stamp[1]
                 if now is None:
                     continue
             if now != saved:
-                src = stamp[0]() if stamp is not None and stamp[0] is not None else None
+                src = stamp[0]() if type(stamp) is tuple and stamp[0] is not None else None
                 if src is not None and src.dtype != arr.dtype:  # a cast copy: name the tensor that was saved
                     arr = np.broadcast_to(np.zeros((), src.dtype), arr.shape)
                 self.stale[row] = (arr, now, saved)

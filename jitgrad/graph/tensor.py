@@ -383,7 +383,12 @@ def wrap(arr):
     """A Tensor over `arr` (numpy data; anything else is converted), without a graph."""
     if not isinstance(arr, _ARRAYLIKE):
         arr = np.asarray(arr)
-    return Tensor._make(arr)
+    t = _new(Tensor)  # Tensor._make, inlined: every op's output is made here
+    t._data = arr
+    t._requires_grad = False
+    t._tape = None
+    t._x = None
+    return t
 
 
 def linked(data, tape, row, nr=0):

@@ -221,12 +221,14 @@ class Module:
     def __call__(self, *args, **kwargs):
         if _cap.on and _cap.mine():  # jitgrad.compile: a replay is valid while this module's train/eval mode is
             _cap.rec.module(self)
-        for hook in list(self._forward_pre_hooks.get(0, {}).values()):
+        hooks = self._forward_pre_hooks.get(0)
+        for hook in list(hooks.values()) if hooks else ():
             r = hook(self, args)
             if r is not None:
                 args = r if isinstance(r, tuple) else (r,)
         out = self.forward(*args, **kwargs)
-        for hook in list(self._forward_hooks.get(0, {}).values()):
+        hooks = self._forward_hooks.get(0)
+        for hook in list(hooks.values()) if hooks else ():
             r = hook(self, args, out)
             if r is not None:
                 out = r

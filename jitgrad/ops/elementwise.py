@@ -11,6 +11,7 @@ Adding a unary op is one call:
     log1p = defop("log1p", "Log1PBackward0", np.log1p, "grad / (self + 1.0)", saves=("self",))
 """
 import math
+import operator
 
 import numpy as np
 
@@ -18,7 +19,6 @@ from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
-from jitgrad._core.modes import _packing, _saved_hooks
 from jitgrad.graph.record import record, record_ew
 from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import _ARRAYLIKE, Tensor
@@ -55,35 +55,12 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None, dual=True):
         out = np.asarray(out)
     res = _new(Tensor)
     res._data = out
+    res._x = None
+    if _gm_state.enabled and (a._requires_grad or (b is not None and type(b) is not float and b._requires_grad)):
+        return record_ew(spec, res, a, b, p0, p1, aux)  # links res to its row
     res._requires_grad = False
     res._tape = None
-    res._x = None
-    if not _gm_state.enabled:
-        return res
-    if not a._requires_grad and (b is None or type(b) is float or not b._requires_grad):
-        return res
-    saved = []
-    for src in spec.save_src:  # input 0 / 1, the result (-1) or the auxiliary array (-2)
-        if src == 0:
-            saved.append(a._data)
-        elif src == 1:
-            saved.append(b if type(b) is float else b._data)
-        elif src == -1:
-            saved.append(out)
-        else:
-            saved.append(aux._data.astype(out.dtype))
-    if _packing[0] and _saved_hooks.stack:  # saved_tensors_hooks: pack the tensors, save nothing
-        packed = [a if s == 0 else b if s == 1 else res if s == -1 else aux
-                  for s in spec.save_src if not (s == 1 and type(b) is float)]
-        if len(packed) == len(spec.saves):
-            return record_ew(spec, res, a, b, (), (p0, p1)[:spec.nparams] if spec.nparams else (), packed)
-    unneeded = ()
-    if b is not None and out.size != 1:  # one-element values are copied, never version-checked
-        wants = (a._requires_grad, type(b) is not float and b._requires_grad)
-        if not (wants[0] and wants[1]):
-            # one input needs no gradient: values only its formula reads are saved but unneeded
-            unneeded = tuple(i for i, users in enumerate(spec.save_users) if not any(wants[j] for j in users))
-    return record_ew(spec, res, a, b, saved, (p0, p1)[:spec.nparams] if spec.nparams else (), unneeded=unneeded)
+    return res
 
 
 class _NotTraced:
@@ -107,6 +84,13 @@ def _captured_ew(spec, out, a, b, p0, p1, aux, dual):
     return res
 
 
+# On numpy float scalars (0-d results, see above) the arithmetic operators give what the
+# ufuncs give, bit for bit and with the same dtype (NEP 50), ~15x faster than a ufunc call.
+_FLOAT_SCALARS = {np.float64, np.float32}
+_SCALAR_FN = {np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
+              np.true_divide: operator.truediv}
+
+
 def _binary(spec, npfn, a, b):
     """a (op) b where at least one is a Tensor. Callers with a Python number first are
     commutative (others have their own reflected ops: rsub, rpow, 2 / x)."""
@@ -116,8 +100,11 @@ def _binary(spec, npfn, a, b):
             raise _operand_error(spec.name, b, 1)
     ad = a._data
     if type(b) in _NUMBER:
-        if ad.dtype.kind == "f":
-            out = npfn(ad, b)  # NEP 50: a Python scalar takes the array's dtype, as in PyTorch
+        if type(ad) in _FLOAT_SCALARS:
+            out = _SCALAR_FN.get(npfn, npfn)(ad, b)
+        elif ad.dtype.kind == "f":
+            # NEP 50: a Python scalar takes the array's dtype, as in PyTorch
+            out = _SCALAR_FN.get(npfn, npfn)(ad[()], b) if ad.ndim == 0 else npfn(ad, b)
         else:
             out = np.asarray(npfn(ad, b)).astype(_scalar_dtype(a, b), copy=False)
         b = float(b)
@@ -129,6 +116,8 @@ def _binary(spec, npfn, a, b):
             if _cap.on and _cap.mine():  # jitgrad.compile: array data given as an operand is a constant
                 _cap.rec.alias(b, b._data)
         bd = b._data
+        if type(ad) in _FLOAT_SCALARS and type(bd) is type(ad):
+            return _ew(spec, _SCALAR_FN.get(npfn, npfn)(ad, bd), a, b)
         if bd.dtype != ad.dtype:
             # compute at torch's result dtype, not numpy's (recording casts the saved copies)
             dt = _dtype.result_type(ad, bd)
@@ -199,7 +188,6 @@ def _no_bool_sub(*operands):
     for x in operands:
         if isinstance(x, Tensor) and x._data.dtype.kind == "b":
             raise RuntimeError(_BOOL_SUB)
-
 
 def sub(a, b, alpha=1):
     _no_bool_sub(a, b)
@@ -275,9 +263,12 @@ RPOW = elementwise("rpow", "PowBackward2",                                  # p0
                    saves=("exponent", "result"), fparams=("self",), args=("exponent",), fwd="p0 ** exponent")
 
 
+_POW_OPERAND = (Tensor,) + _NUMBER + _ARRAYLIKE
+
+
 def pow(a, b):  # noqa: A001
     for pos, x in ((1, a), (2, b)):
-        if not isinstance(x, (Tensor,) + _NUMBER + _ARRAYLIKE):
+        if not isinstance(x, _POW_OPERAND):
             raise _operand_error("pow", x, pos)
     if not isinstance(a, Tensor):
         out = np.power(np.asarray(a, dtype=_scalar_dtype(b, a) if isinstance(a, float) else b._data.dtype), b._data)
@@ -311,6 +302,16 @@ def _erf_array(x):
     return np.asarray(_erf(x)).astype(x.dtype if x.dtype.kind == "f" else np.float32, copy=False)
 
 
+# relu's 0 as a 0-d array of the input's dtype: a Python 0.0 costs numpy a weak-scalar
+# promotion per call (a third of the op on small inputs)
+_ZEROS = {np.dtype(t): np.zeros((), t) for t in (np.float64, np.float32)}
+
+
+def _relu(x):
+    zero = _ZEROS.get(x.dtype)
+    return np.maximum(x, zero) if zero is not None else np.maximum(x, 0.0).astype(x.dtype, copy=False)
+
+
 def _sigmoid(x):
     with np.errstate(over="ignore"):
         return 1.0 / (1.0 + np.exp(-x))
@@ -332,7 +333,7 @@ erf = defop("erf", "ErfBackward0", _erf_array,
 sigmoid = defop("sigmoid", "SigmoidBackward0", lambda x: _sigmoid(x).astype(x.dtype, copy=False),
                 "grad * (1.0 - result) * result", saves=("result",), fwd="1.0 / (1.0 + exp(-self))")
 # threshold_backward: a NaN result passes the gradient; sign() is torch's (0 at NaN)
-relu = defop("relu", "ReluBackward0", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
+relu = defop("relu", "ReluBackward0", _relu,
              "where(result <= 0.0, 0.0, grad)", saves=("result",), fwd="relu(self)")
 abs = defop("abs", "AbsBackward0", np.abs, "grad * sign(self)", saves=("self",), int_ok=True, fwd="abs(self)")  # noqa: A001
 clone = defop("clone", "CloneBackward0", np.copy, "grad", fwd="self")

@@ -97,7 +97,13 @@ def mean(x, dim=None, keepdim=False, dtype=None):
     count = 1
     for i in dims:
         count *= d.shape[i]
-    out = np.asarray(d.mean(axis=dims, keepdims=keepdim), dtype=d.dtype)
+    if count:
+        # numpy's mean without its Python wrapper (~3x the cost of the sum on small inputs):
+        # the same sum, divided at float64 and rounded back, as np.mean does
+        total = np.add.reduce(d, axis=dims, keepdims=keepdim)
+        out = np.asarray(total / count if d.dtype.type is np.float64 else total / np.float64(count), dtype=d.dtype)
+    else:
+        out = np.asarray(d.mean(axis=dims, keepdims=keepdim), dtype=d.dtype)  # NaN, with numpy's warning
     return _reduce(MEAN_ALL, MEAN, x, dim, keepdim, out, 1.0 / count if count else math.nan)
 
 

@@ -262,10 +262,20 @@ def transpose(x, dim0, dim1):
 
 
 def t(x):
-    nd = x._data.ndim
-    if nd > 2:
-        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {nd}D")
-    return permute(x, tuple(range(nd))[::-1], spec=T)
+    d = x._data
+    if d.ndim != 2 or _cap.on:
+        if d.ndim > 2:
+            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {d.ndim}D")
+        return permute(x, tuple(range(d.ndim))[::-1], spec=T)
+    # eager: permute(x, (1, 0), spec=T) without checking the dims (linear's weight.t(), per call)
+    res = _wrap(d.T)
+    if not _needs(x):
+        return res
+    return _mark_view(record(T, res, (x,), (), (), [1, 0]), x, _transpose2)
+
+
+def _transpose2(a):
+    return a.T
 
 
 def _T(x):
