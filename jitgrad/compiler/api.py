@@ -49,15 +49,14 @@ class _Eager:
 
 
 class _Entry:
-    __slots__ = ("plan", "outputs", "vids", "out_spec", "n_tensors", "single")
+    __slots__ = ("plan", "outputs", "vids", "out_spec", "single")
 
-    def __init__(self, plan, outputs, out_spec, n_tensors):
+    def __init__(self, plan, outputs, out_spec):
         self.plan = plan
         self.outputs = outputs      # per leaf of the result: ("value", value id) or ("const", x)
         self.vids = list(dict.fromkeys(k for kind, k in outputs if kind == "value"))
         self.single = isinstance(out_spec, LeafSpec) and len(self.vids) == 1
         self.out_spec = out_spec
-        self.n_tensors = n_tensors
 
 
 def _signature(flat):
@@ -148,12 +147,12 @@ class CompiledFunction:
         gc_was = gc.isenabled()
         gc.disable()
         try:
-            return self._record_and_plan(rec, floor, key, args, kwargs, len(tensors))
+            return self._record_and_plan(rec, floor, key, args, kwargs)
         finally:
             if gc_was:
                 gc.enable()
 
-    def _record_and_plan(self, rec, floor, key, args, kwargs, n_tensors):
+    def _record_and_plan(self, rec, floor, key, args, kwargs):
         _cap.rec = rec
         _cap.on = True
         try:
@@ -192,7 +191,7 @@ class CompiledFunction:
             self.cache[key] = _Eager(rec.breaks)
             return result
 
-        self.cache[key] = _Entry(plan, outputs, out_spec, n_tensors)
+        self.cache[key] = _Entry(plan, outputs, out_spec)
         return result
 
 

@@ -23,10 +23,6 @@ from jitgrad.graph.tape import Tape, close_current_tape
 from jitgrad.graph.tensor import wrap
 
 
-class GuardFailed(Exception):
-    """A tensor from outside the call no longer holds what the plan reads: re-record."""
-
-
 def check(plan, tensors):
     """The guards a call's signature cannot see: outside tensors, modules' modes and
     parameters, and hooks on the leaves a backward reaches (they must run: eagerly)."""
