@@ -105,6 +105,12 @@ class DeviceArray:
         return "cuda:0"
 
     @property
+    def base(self):
+        """The storage every view shares, the device buffer: in-place writes are counted on it
+        (_core/versions.py), as numpy's base array is for host arrays."""
+        return self.buf
+
+    @property
     def ptr(self):
         """Device address of the first element (element `offset` of buf)."""
         return driver.pointer(self.buf) + self.offset * self.dtype.itemsize
