@@ -25,7 +25,7 @@ from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.node import Node
 from jitgrad.graph.record import _dtcode, _edge_row, pack_saved
 from jitgrad.graph.spec import OP_OUT, OP_PYFN
-from jitgrad.graph.tape import current_tape
+from jitgrad.graph.tape import current_tape, on_device
 from jitgrad.graph.tensor import Tensor, wrap
 
 
@@ -229,7 +229,10 @@ def record(ctx, args, outputs):
     tensors_in = [a for a in args if isinstance(a, Tensor)]
     dirty = {id(t) for t in getattr(ctx, "dirty_tensors", ())}
     non_diff = {id(t) for t in getattr(ctx, "non_differentiable", ())}
+    cuda = any(isinstance(o, Tensor) and type(o._data) is DeviceArray for o in outs)
     tape = current_tape()
+    if tape.cuda is not cuda:  # a tape holds one device's rows (tape.on_device)
+        tape = on_device(tape, cuda)
     edges = []
     for t in tensors_in:
         if t.requires_grad:

@@ -32,6 +32,7 @@ from jitgrad.graph.tape import (
     pack_edge2,
     pack_ints,
     pack_row,
+    on_device,
     tape_for,
 )
 from jitgrad.graph.tape import _local as _tape_local
@@ -139,12 +140,14 @@ def record_ew(spec, result, a, b, p0, p1, aux):
     if tape is None or tape.closed or tape.keep_bytes > SPLIT_BYTES:
         tape = tape_for(a, b)
     d = result._data
+    tp = type(d)
+    dev = tp is DeviceArray
+    if tape.cuda is not dev:
+        tape = on_device(tape, dev)
     # A 0-d result is a numpy float scalar (ops/elementwise.py): its type says its dtype and
     # shape, and an input of the same type has them too, without reading .dtype (slow on
     # scalars). tp is None for arrays, whose dtypes and shapes are compared.
-    tp = type(d)
     dt = _SCALAR_DT.get(tp)
-    dev = tp is DeviceArray
     if dt is None:
         tp = None
         dt = (CUDA_DT_OF if dev else _DT).get(d.dtype, DT_OTHER)
@@ -320,6 +323,8 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     d = result._data
     dtype = d.dtype
     dev = type(d) is DeviceArray
+    if tape.cuda is not dev:
+        tape = on_device(tape, dev)
     dt = (CUDA_DT_OF if dev else _DT).get(dtype, DT_OTHER)
     interned = tape.shape_ptr
     edges = []

@@ -122,7 +122,7 @@ class Tape:
     # The fields, by what reads them. Only the columns cross into compiled code; the rest is
     # Python-side state keyed by row, kept flat because recording reads some of it per op.
     __slots__ = (
-        "id", "nrows", "closed", "owner", "lock", "__weakref__",
+        "id", "nrows", "closed", "owner", "lock", "cuda", "__weakref__",
         # the columns (the layout is _core/layout.py) and their interning of shapes
         "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "freed", "shape_ptr",
         # saved storage: arrays read by address, their version stamps, rows found stale
@@ -157,6 +157,7 @@ class Tape:
         self.retained = {}    # row -> weakref of a non-leaf tensor that retains grad
         self.freed = _EMPTY_B.__copy__()  # per row: saved values released (grown at backward)
         self.closed = False
+        self.cuda = False     # its rows are CUDA rows (on_device)
         self.nodes = {}       # row -> weakref of its materialised Node (graph/node.py)
         self.ext_rows = {}    # (foreign tape id, row) -> EXT row here
         self.metadata = {}    # row -> its node's `metadata` dict
@@ -454,6 +455,18 @@ def tape_for(a, b=None):
     if t.keep_bytes > SPLIT_BYTES and a._tape is not t and getattr(b, "_tape", None) is not t and _cap.rec is None:
         t.closed = True
         t = current_tape()
+    return t
+
+
+def on_device(t, cuda):
+    """t, or a new current tape if t holds rows of the other device (cuda: True for CUDA
+    data). A tape holds one device's rows, so each engine takes whole tapes: the CPU sweep
+    never meets a CUDA row, the device sweep no host row; a graph crossing devices links
+    its tapes through EXT rows."""
+    if t.nrows:
+        t.closed = True
+        t = current_tape()
+    t.cuda = cuda
     return t
 
 
