@@ -86,7 +86,7 @@ class FunctionState(FunctionCtx):
                 continue
             g, (shape, dtype) = next(tensor_grads)
             if g is None and self.materialize_grads:
-                g = wrap(np.zeros(shape, dtype))
+                g = wrap(_zeros(shape, dtype, self._out_cuda))
             grads.append(g)
         with _grad_mode.set_grad_enabled(create_graph):
             result = self._fn.backward(self, *grads)
@@ -275,8 +275,18 @@ def record(ctx, args, outputs):
     ctx._arg_is_tensor = tuple(isinstance(a, Tensor) for a in args)
     ctx._in_meta = tuple((tuple(t._data.shape), t._data.dtype, type(t._data) is DeviceArray) for t in tensors_in)
     ctx._out_meta = tuple((tuple(o._data.shape), o._data.dtype) for _, o in tensor_outs)
+    ctx._out_cuda = cuda
     tape.py_nodes[first] = ctx
     return outs[0] if single else tuple(outs)
+
+
+def _zeros(shape, dtype, cuda):
+    """A materialized gradient for an output that got none, on the outputs' device."""
+    if not cuda:
+        return np.zeros(shape, dtype)
+    z = DeviceArray.empty(shape, dtype)
+    z.fill(0)
+    return z
 
 
 def _save(t, tape):

@@ -28,11 +28,11 @@ from jitgrad.graph.tape import (
     SPLIT_BYTES,
     SW,
     current_tape,
+    on_device,
     pack_edge,
     pack_edge2,
     pack_ints,
     pack_row,
-    on_device,
     tape_for,
 )
 from jitgrad.graph.tape import _local as _tape_local
