@@ -85,6 +85,16 @@ def module():
         return _loaded[1]
 
 
+def ptx(dtype=np.float64, cc=(8, 0)):
+    """The device sweep for the op table compiled to PTX (gpu/sweep.ptx says what it needs),
+    without a GPU: the module is generated and bound in memory, nothing is launched."""
+    gen = importlib.import_module("jitgrad.gpu.sweep_codegen")
+    kern = importlib.import_module("jitgrad.gpu.sweep_kernel")
+    src = gen.generate(_table(gen, kern), {s.name: s.op for s in BY_OP if s.kind == "sink"})
+    mod = codegen._execute(gen.module_name(src), src, None)
+    return importlib.import_module("jitgrad.gpu.sweep").ptx(mod, dtype, cc)
+
+
 def _table(gen, kern):
     rows = []
     for s in BY_OP:

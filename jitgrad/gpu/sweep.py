@@ -32,12 +32,19 @@ counts them; tests/cuda/test_backward.py asserts it).
 On a GPU with the simulator off, the kernel's code is checked by `ptx()`.
 """
 import numpy as np
-from numba import cuda
+from numba import cuda, types
 
 from jitgrad.gpu import driver
 from jitgrad.gpu.array import KERNELS, DeviceArray
 
 LAUNCHES = [0]   # kernel launches made by the device backward (tests read it)
+# Rows with more elements than this hand back to Python, whose Tensor-level rule launches
+# over the whole GPU: one block (at most THREADS threads) is the right shape for many
+# small rows, not for one large one. Not measured on a GPU yet (none was lent to issue
+# 12): 64K elements is 256 per thread, about a row's worth of work for which a hand-back
+# (kernel exit, Python rule, relaunch: tens of µs) costs no more than the block does.
+# Under the simulator every row stays in the kernel unless a test lowers it.
+BIG_ROW = [1 << 62] if driver.simulated() else [1 << 16]
 
 
 def _to_device(host):
@@ -75,7 +82,7 @@ def run(module, mirror, gaddr, st, hi, dt, threads):
     st_dev = cuda.to_device(st)
     status = cuda.to_device(np.zeros(2, np.int64))
     module.sweep[1, threads](mirror.hdr, mirror.edges, mirror.xs, mirror.fp, mirror.slots, mirror.v, gaddr,
-                             st_dev, mirror.freed, hi, dt, status)
+                             st_dev, mirror.freed, hi, dt, BIG_ROW[0], status)
     LAUNCHES[0] += 1
     st[:] = st_dev.copy_to_host()
     code, row = status.copy_to_host()
@@ -114,3 +121,16 @@ def add_into(dst, src):
     blocks, threads = driver.grid(n)
     _add[blocks, threads](dst.buf, dst.offset, dst_st, src.buf, src.offset, sst, shape, n)
     LAUNCHES[0] += 1
+
+
+def ptx(module, dtype, cc=(8, 0)):
+    """The sweep kernel of a generated module compiled to PTX for rows of `dtype`: the
+    check that it types and compiles for a GPU, which the simulator (kernels run as
+    Python) cannot give. Needs numba's real CUDA target (NUMBA_ENABLE_CUDASIM unset) and
+    a way for its device functions to learn a compute capability (a GPU, or a test's
+    stand-in for numba.cuda.dispatcher.get_current_device)."""
+    i64, f64, vt = types.int64[::1], types.float64[::1], types.Array(types.from_dtype(np.dtype(dtype)), 1, "C")
+    sig = (i64, i64, i64, f64, i64, vt, i64, types.uint8[::1], types.int8[::1], types.int64, types.int64, types.int64,
+           i64)
+    code, _ = cuda.compile_ptx(module.sweep.py_func, sig, cc=cc)
+    return code

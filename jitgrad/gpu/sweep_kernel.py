@@ -21,8 +21,10 @@ unsqueeze), expand (a reduction to the input's shape), permute / transpose, sum 
 Any other row stops the sweep with a status (as engine/scheduler.py's):
   PYNODE    the row runs in Python (a structural op with no device code here: matmul,
             conv, softmax...; a custom Function; a node with post-hooks; a row at
-            another dtype): the driver runs its Tensor-level rule on the device, adds the
-            results into the inputs' buffers and resumes below it;
+            another dtype; a row larger than `big`, for which one block is too small):
+            the driver runs its Tensor-level rule on the device (PyTorch's per-node
+            launches, over the whole GPU), adds the results into the inputs' buffers and
+            resumes below it;
   PREHOOKS  hooks to run first (the driver clears PRE and resumes at the row);
   FREED     a row whose saved values were freed or modified in place.
 `status` gets (code, row); SWEPT when the sweep reached row 0.
@@ -302,8 +304,10 @@ def sum_row(row, hdr, edges, xs, fp, v, gaddr, st, tid, nt):
 
 
 # --- the sweep -----------------------------------------------------------------------------------
-def sweep(hdr, edges, xs, fp, slots, v, gaddr, st, freed, hi, dt, status):
-    """Sweep rows from `hi` down (see the module doc); (code, row) into status."""
+def sweep(hdr, edges, xs, fp, slots, v, gaddr, st, freed, hi, dt, big, status):
+    """Sweep rows from `hi` down (see the module doc); (code, row) into status. Rows
+    with more than `big` elements (output or first input) hand back too: one block is
+    the wrong shape for them, PyTorch's per-node launch over the whole GPU the right one."""
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
     row = hi
@@ -319,6 +323,8 @@ def sweep(hdr, edges, xs, fp, slots, v, gaddr, st, freed, hi, dt, status):
             elif op == OP_OUT or op == OP_ACC or op == OP_EXT:
                 kind = K_SKIP
             elif kind == K_PYTHON or op == OP_PYFN or (s & PYRUN) != 0 or hdr[b + H_DT] != dt:
+                code = PYNODE
+            elif hdr[b + H_NUMEL] > big or shape_numel(xs, edges[EW * hdr[b + H_E0] + E_SHP]) > big:
                 code = PYNODE
             elif freed[row] != 0 and OP_NSAVED[op] > 0:
                 code = FREED

@@ -4,11 +4,15 @@ reductions; the hand-backs to Python (structural rows, custom Functions, hooks);
 Python engine's paths (create_graph, anomaly mode); the errors of freed graphs, in-place
 writes and mixed devices; and that a CUDA row never reaches the CPU sweep. Shapes are
 small: the simulator runs every CUDA thread as a Python thread."""
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import numpy as np
 import pytest
-from conftest import assert_close
+from conftest import ROOT, assert_close
 
 import jitgrad
 from jitgrad.engine import compiled as _compiled
@@ -294,3 +298,34 @@ def test_the_cpu_sweep_never_runs_a_cuda_row():
     assert (status, r.row) == (_compiled.ROW_FALLBACK, y._row)
     y.backward()
     assert_close(x.grad.cpu(), np.exp([0.5, 1.0]) * (1 + np.array([0.5, 1.0])))
+
+
+def test_a_large_row_hands_back_and_still_matches(monkeypatch):
+    # rows above BIG_ROW elements run their Tensor-level rule (over the whole GPU)
+    monkeypatch.setitem(_device.host().BIG_ROW, 0, 4)
+    made = check(lambda x, y: ((x * y).sin() + x).sum(), [[0.1, 0.2, 0.3]], [[1.0], [2.0]])
+    assert made > 5  # the (2, 3) rows handed back, and the sweep resumed below each
+
+
+PTX = textwrap.dedent("""
+    import types
+    import numba.cuda.dispatcher as disp
+    # no GPU here: the device functions' compile asks the current device for its compute
+    # capability; stand in for it (compile_ptx itself is told cc=(8, 0))
+    disp.get_current_device = lambda: types.SimpleNamespace(compute_capability=(8, 0))
+    import numpy as np
+    from jitgrad.engine import device
+    for dt in (np.float64, np.float32):
+        code = device.ptx(dt)
+        assert ".entry" in code and "bar.sync" in code, code[:500]
+        # saved values and gradients are read and written through device addresses
+        assert "ld.global" in code and "st.global" in code
+    print("ok")
+""")
+
+
+@pytest.mark.no_gpu
+def test_the_sweep_kernel_compiles_for_the_gpu():
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "NUMBA_DISABLE_JIT")}
+    out = subprocess.run([sys.executable, "-c", PTX], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
