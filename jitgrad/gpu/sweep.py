@@ -44,7 +44,7 @@ LAUNCHES = [0]   # kernel launches made by the device backward (tests read it)
 # 12): 64K elements is 256 per thread, about a row's worth of work for which a hand-back
 # (kernel exit, Python rule, relaunch: tens of µs) costs no more than the block does.
 # Under the simulator every row stays in the kernel unless a test lowers it.
-BIG_ROW = [1 << 62] if driver.simulated() else [1 << 16]
+BIG_ROW = 1 << 62 if driver.simulated() else 1 << 16
 
 
 def _to_device(host):
@@ -82,7 +82,7 @@ def run(module, mirror, gaddr, st, hi, dt, threads):
     st_dev = cuda.to_device(st)
     status = cuda.to_device(np.zeros(2, np.int64))
     module.sweep[1, threads](mirror.hdr, mirror.edges, mirror.xs, mirror.fp, mirror.slots, mirror.v, gaddr,
-                             st_dev, mirror.freed, hi, dt, BIG_ROW[0], status)
+                             st_dev, mirror.freed, hi, dt, BIG_ROW, status)
     LAUNCHES[0] += 1
     st[:] = st_dev.copy_to_host()
     code, row = status.copy_to_host()
@@ -129,7 +129,8 @@ def ptx(module, dtype, cc=(8, 0)):
     Python) cannot give. Needs numba's real CUDA target (NUMBA_ENABLE_CUDASIM unset) and
     a way for its device functions to learn a compute capability (a GPU, or a test's
     stand-in for numba.cuda.dispatcher.get_current_device)."""
-    i64, f64, vt = types.int64[::1], types.float64[::1], types.Array(types.from_dtype(np.dtype(dtype)), 1, "C")
+    i64, f64 = types.int64[::1], types.float64[::1]
+    vt = f64 if np.dtype(dtype) == np.float64 else types.float32[::1]
     sig = (i64, i64, i64, f64, i64, vt, i64, types.uint8[::1], types.int8[::1], types.int64, types.int64, types.int64,
            i64)
     code, _ = cuda.compile_ptx(module.sweep.py_func, sig, cc=cc)
