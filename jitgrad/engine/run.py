@@ -2,8 +2,9 @@
 
 `backward` and `grad` normalise their arguments, build the root gradients, and pick an
 executor: the compiled scheduler (_compiled, running the module engine/codegen.py
-generates) for ordinary calls, the Python engine (_pyengine) for create_graph=True and
-for graphs the compiled path does not take.
+generates) for ordinary calls, the device sweep (_device, engine/device.py) for those
+whose root gradients are on CUDA, the Python engine (_pyengine) for create_graph=True and
+for graphs the compiled paths do not take.
 
 A call holds the locks of the tapes it runs (one backward at a time per tape, whatever
 the thread). On the compiled path nothing the user can see changes until the end: .grad

@@ -16,7 +16,14 @@ A tape is a set of append-only `array.array` columns (amortised O(1) appends, an
          its index in `keep`, or for inline values 0 (v64) / 1 (v32)
   v64/v32 inline copies of one-element saved values, per dtype. A one-element
          elementwise row skips `slots`: its first-saved pointer indexes v directly.
+         CUDA rows (their own dtype codes, _core/layout.py) copy nothing inline: a saved
+         device array is kept by its device address whatever its size (_save_device),
+         and v holds only their Python-number operands.
   freed  per row, set once its saved values are released (grown at backward time)
+
+A tape holds the rows of one device (`cuda`, on_device): an op on the other device starts
+a new tape, so the CPU sweep and the device sweep (engine/device.py) each take whole
+tapes, and a graph that crosses devices is linked through EXT rows.
 
 Arrays the kernels read by address are held in `keep` until the graph is freed. Nothing
 else is kept per node: the Python engine rebuilds what it needs from these columns.
