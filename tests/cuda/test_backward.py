@@ -150,6 +150,18 @@ def test_multi_output_node_and_shared_inputs():
     check(one_output, [0.1, 0.2, 0.3, 0.4])
 
 
+def test_a_graph_over_several_tapes():
+    from jitgrad.graph.tape import close_current_tape
+
+    def fn(x):
+        y = x * x + x
+        close_current_tape()          # what follows records onto a new tape, linked by an EXT row
+        z = (y.sin() * x).sum()
+        close_current_tape()
+        return z * y.sum()
+    assert 1 <= check(fn, [0.2, -0.4, 0.9]) <= 15  # per tape: two fills, its seeds, one sweep; no hand-back
+
+
 def test_leaf_grad_accumulates_in_place_on_the_device():
     x = jitgrad.tensor([1.0, 2.0], dtype=F64, device="cuda", requires_grad=True)
     (x * x).sum().backward()
