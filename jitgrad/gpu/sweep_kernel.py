@@ -8,6 +8,9 @@ writes the row states (`st`), each write followed by a barrier, so every thread 
 the same state and takes the same branch (a kernel may not leave some threads at a
 barrier).
 
+One barrier per row that runs: the simulator's barrier costs milliseconds (its threads
+take turns on the GIL), a GPU's tens of nanoseconds.
+
 Gradients live in device arenas: `gaddr[row]` is the device address of the row's
 gradient buffer (its numel elements, zeroed before the launch), read through
 gpu/pointers.view; saved values are read by the device addresses the tape recorded in
@@ -210,7 +213,8 @@ def ew_row(op, row, hdr, edges, xs, fp, slots, v, gaddr, st, tid, nt):
                                           kp, p0, p1)
                     d[k] += acc
                     k += nt
-        cuda.syncthreads()  # input 1 may be input 0's row (x * x)
+    # no barrier between the inputs: two inputs with one target row are one tensor (x * x),
+    # of one shape, so each thread adds into the same elements for both
 
 
 def view_row(row, hdr, edges, v, gaddr, st, tid, nt):
@@ -350,7 +354,9 @@ def sweep(hdr, edges, xs, fp, slots, v, gaddr, st, freed, hi, dt, big, status):
                     permute_row(row, hdr, edges, xs, v, gaddr, st, tid, nt)
                 else:
                     sum_row(row, hdr, edges, xs, fp, v, gaddr, st, tid, nt)
-                cuda.syncthreads()
+                # thread 0 may mark the targets before the others finish: the row's work
+                # reads only their RECV bit, which no sweep changes; one barrier then makes
+                # both the gradients and the states visible to every thread
                 if tid == 0:
                     st[row] = s | DONE
                     e0 = hdr[b + H_E0]
