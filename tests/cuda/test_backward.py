@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import warnings
 
 import numpy as np
@@ -182,6 +183,20 @@ def test_autograd_grad_with_inputs_and_an_intermediate():
         assert g.is_cuda
         assert_close(g.cpu(), c)
     assert xg.grad is None
+
+
+def test_grads_batched_and_a_backward_in_another_thread():
+    x = jitgrad.tensor([0.5, 1.0, 2.0], dtype=F64, device="cuda", requires_grad=True)
+    (jac,) = jitgrad.autograd.grad(x.sin() * x, x, jitgrad.eye(3, dtype=F64, device="cuda"), is_grads_batched=True)
+    xs = np.array([0.5, 1.0, 2.0])
+    assert jac.is_cuda
+    assert_close(jac.cpu(), np.diag(np.cos(xs) * xs + np.sin(xs)))
+    z = (x.exp() * x).sum()
+    out = []
+    worker = threading.Thread(target=lambda: out.append(jitgrad.autograd.grad(z, x)))
+    worker.start()
+    worker.join()
+    assert_close(out[0][0].cpu(), np.exp(xs) * (1 + xs))
 
 
 def test_retain_graph_and_a_second_backward_through_a_freed_graph():
