@@ -7,6 +7,10 @@ CUDA dtype code), mirror the tapes, seed the roots, launch, and run in Python wh
 kernel hands back (PYNODE: a row's Tensor-level rule on the device, a custom Function,
 post-hooks; PREHOOKS: tensor and node pre-hooks), then relaunch below that row.
 
+Hooks on leaves run after the sweep, with the accumulations (engine/run.py), where the
+CPU sweep stops at each leaf as it becomes ready (LEAF_READY): the gradients and the
+hooks' results are the same, only their order relative to other nodes' hooks differs.
+
 What it returns, and when the graph is freed, is compiled.run's contract: the sinks'
 gradients (views of one device array), and a commit the engine applies with the .grad
 updates. Anything it does not take (create_graph, anomaly mode, mixed dtypes or
