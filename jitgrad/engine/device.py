@@ -21,6 +21,7 @@ numba.cuda is loaded with the first CUDA backward (gpu/sweep.py and the module g
 from the op table by gpu/sweep_codegen.py), never at `import jitgrad`.
 """
 import importlib
+import sys
 import threading
 
 import numpy as np
@@ -85,7 +86,9 @@ def module():
             kern = importlib.import_module("jitgrad.gpu.sweep_kernel")
             src = gen.generate(_table(gen, kern), {s.name: s.op for s in BY_OP if s.kind == "sink"})
             name = gen.module_name(src)
-            _loaded[:] = [len(BY_OP), codegen._execute(name, src, codegen._module_file(name, src))]
+            mod = codegen._execute("jitgrad.gpu." + name, src, codegen._module_file(name, src))
+            sys.modules[mod.__name__] = mod   # among jitgrad.gpu's modules (gpu/ptx.py reads their signatures)
+            _loaded[:] = [len(BY_OP), mod]
         return _loaded[1]
 
 

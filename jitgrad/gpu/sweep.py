@@ -46,6 +46,7 @@ from numba import cuda, types
 
 from jitgrad.gpu import driver
 from jitgrad.gpu.array import KERNELS, DeviceArray
+from jitgrad.gpu.sweep_codegen import signature
 
 LAUNCHES = [0]   # kernel launches made by the device backward (tests read it)
 # Rows with more elements than this hand back to Python, whose Tensor-level rule launches
@@ -131,6 +132,22 @@ def _add(dst, doff, dst_st, src, soff, sst, shape, n):
         i += step
 
 
+def _add_signatures():
+    out = []
+    for d in (types.float64, types.float32):
+        for s in (types.float64, types.float32):
+            for rank in (1, 4):
+                tup = types.UniTuple(types.int64, rank)
+                out.append((types.Array(d, 1, "C"), types.int64, tup, types.Array(s, 1, "C"), types.int64, tup, tup,
+                            types.int64))
+    return out
+
+
+# gpu/ptx.py's convention: each kernel made at import declares the types it is launched with
+# (here: gradients of either float dtype added into either)
+PTX_SIGNATURES = {_add: _add_signatures()}
+
+
 def add_into(dst, src):
     """dst += src, in place, for DeviceArrays: src of dst's shape or broadcasting to it,
     cast to dst's dtype (accumulating a gradient: no element of dst is written twice)."""
@@ -154,9 +171,5 @@ def ptx(module, dtype, cc=(8, 0)):
     Python) cannot give. Needs numba's real CUDA target (NUMBA_ENABLE_CUDASIM unset) and
     a way for its device functions to learn a compute capability (a GPU, or a test's
     stand-in for numba.cuda.dispatcher.get_current_device)."""
-    i64, f64 = types.int64[::1], types.float64[::1]
-    vt = f64 if np.dtype(dtype) == np.float64 else types.float32[::1]
-    sig = (i64, i64, i64, f64, i64, vt, i64, types.uint8[::1], types.int8[::1], types.int64, types.int64, types.int64,
-           i64)
-    code, _ = cuda.compile_ptx(module.sweep.py_func, sig, cc=cc)
+    code, _ = cuda.compile_ptx(module.sweep.py_func, signature(dtype), cc=cc)
     return code

@@ -17,6 +17,9 @@ import hashlib
 import types
 from typing import NamedTuple
 
+import numpy as np
+from numba import types as nbtypes
+
 from jitgrad.gpu import driver, sweep_kernel
 from jitgrad.gpu.sweep_kernel import K_EW
 
@@ -164,12 +167,22 @@ def module_name(src):
     return f"jitgrad_cuda_sweep_{h.hexdigest()[:16]}"
 
 
+def signature(dtype):
+    """The sweep kernel's argument types for rows of `dtype` (gpu/sweep.run launches it so)."""
+    i64, f64 = nbtypes.int64[::1], nbtypes.float64[::1]
+    v = f64 if np.dtype(dtype) == np.float64 else nbtypes.float32[::1]
+    return (i64, i64, i64, f64, i64, v, i64, nbtypes.uint8[::1], nbtypes.int8[::1], nbtypes.int64, nbtypes.int64,
+            nbtypes.int64, i64)
+
+
 def bind(namespace):
     """Compile gpu/sweep_kernel.py against a generated module's namespace: its device
-    functions, then its kernel, each namespace[name] with that namespace as globals."""
+    functions, then its kernel, each namespace[name] with that namespace as globals; and
+    declare the kernel's launch signatures (gpu/ptx.py's PTX_SIGNATURES convention)."""
     cuda = driver.cuda()
     for name in sweep_kernel.DEVICE + sweep_kernel.KERNELS:
         fn = getattr(sweep_kernel, name)
         f = types.FunctionType(fn.__code__, namespace, name, fn.__defaults__)
         f.__doc__ = fn.__doc__
         namespace[name] = cuda.jit(device=True)(f) if name in sweep_kernel.DEVICE else cuda.jit(f)
+    namespace["PTX_SIGNATURES"] = {namespace["sweep"]: [signature(np.float64), signature(np.float32)]}
