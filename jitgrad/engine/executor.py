@@ -13,7 +13,8 @@ import warnings
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
-from jitgrad._core.layout import CUDA_NP_OF, DT_F32, DT_F64, E_SHP, E_TGT, EW, H_DT, H_E0, HW
+from jitgrad._core import device as _device
+from jitgrad._core.layout import CUDA_NP_OF, DT_F32, DT_F64, DT_OTHER, E_SHP, E_TGT, EW, H_DT, H_E0, HW
 from jitgrad._core.messages import freed_error as _freed_error
 from jitgrad._core.messages import modified_error, size_str
 from jitgrad._core.modes import _anomaly, _check_nan
@@ -160,9 +161,14 @@ def input_grads(node, grad):
         if node._spec.kind == "ew":
             g = F.sum_to(g, input_shape(node, j))  # broadcasting is undone here, once
         t = tape.edges[EW * (e0 + j) + E_TGT]
-        want = _FLOAT_OF_DT.get(tape.hdr[t * HW + H_DT]) if t >= 0 else None
+        code = tape.hdr[t * HW + H_DT] if t >= 0 else DT_OTHER
+        want = _FLOAT_OF_DT.get(code)
         if want is not None and g._data.dtype != want:
             g = F.to_dtype(g, F._dtype.from_numpy_dtype(want))  # mixed dtypes: back to the input's
+        if code != DT_OTHER and g._data.ndim == 0 and (type(g._data) is DeviceArray) != (code in CUDA_NP_OF):
+            # a 0-d CPU tensor used beside CUDA ones: its gradient goes back to the CPU, as
+            # PyTorch's validate_outputs moves a 0-dim gradient to its input's device
+            g = F.to_device(g, _device.CUDA if code in CUDA_NP_OF else _device.CPU)
         results[j] = g
     return results
 
