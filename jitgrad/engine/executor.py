@@ -12,8 +12,8 @@ import warnings
 
 import numpy as np
 
-from jitgrad._core import modes as _grad_mode
 from jitgrad._core import device as _device
+from jitgrad._core import modes as _grad_mode
 from jitgrad._core.layout import CUDA_NP_OF, DT_F32, DT_F64, DT_OTHER, E_SHP, E_TGT, EW, H_DT, H_E0, HW
 from jitgrad._core.messages import freed_error as _freed_error
 from jitgrad._core.messages import modified_error, size_str
