@@ -64,7 +64,7 @@ from jitgrad.ops import functional as F
 
 FALLBACK = _compiled.FALLBACK
 # structural ops the kernel runs itself, by their base op's name (the rest hand back)
-_KERNEL_KINDS = {"view": "K_VIEW", "expand": "K_EXPAND", "permute": "K_PERMUTE", "sum": "K_SUM"}
+_KERNEL_KINDS = {"view": "K_VIEW", "expand": "K_EXPAND", "permute": "K_PERMUTE", "sum": "K_SUM", "cat": "K_CAT"}
 
 _loaded = []   # [len(BY_OP) when generated, the generated module]
 _lock = threading.Lock()
@@ -185,10 +185,15 @@ class _DeviceRun:
         return gaddr
 
     def buffer(self, row):
-        """Row's gradient buffer at its output's shape (a view of its arena)."""
+        """Row's gradient buffer at its output's shape (a view of its arena), made directly:
+        once per leaf of a wide graph, where slicing and reshaping cost several times more."""
         a = self.out if self.arena_of[row] == 1 else self.scratch
-        o = int(self.off[row])
-        return a[o:o + int(self.numel[row])].reshape(self.tape.out_shape(row))
+        shape = self.tape.out_shape(row)
+        strides, acc = [], 1
+        for d in reversed(shape):
+            strides.append(acc)
+            acc *= d
+        return DeviceArray(a.buf, a.offset + int(self.off[row]), shape, strides[::-1], a.dtype)
 
     def value(self, row):
         """Gradient of sink `row` (a view of the out arena)."""

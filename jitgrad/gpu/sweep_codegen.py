@@ -42,7 +42,7 @@ import numpy as np
 from numba import cuda
 from jitgrad._core.layout import *  # noqa
 from jitgrad.gpu.pointers import view
-from jitgrad.gpu.sweep_kernel import K_PYTHON, K_SKIP, K_EW, K_VIEW, K_EXPAND, K_PERMUTE, K_SUM
+from jitgrad.gpu.sweep_kernel import K_PYTHON, K_SKIP, K_EW, K_VIEW, K_EXPAND, K_PERMUTE, K_SUM, K_CAT
 
 OP_ACC = {op_acc}
 OP_EXT = {op_ext}

@@ -20,7 +20,9 @@ Rows the kernel runs (OP_KIND, made from the op table by the engine): elementwis
 (the op table's gradient formulas, compiled into `contrib` by sweep_codegen; a broadcast
 input's gradient is reduced to its shape here, once, each thread owning the input
 elements it sums into, so no two threads write one element), views (reshape / squeeze /
-unsqueeze), expand (a reduction to the input's shape), permute / transpose, sum / mean.
+unsqueeze), expand (a reduction to the input's shape), permute / transpose, sum / mean,
+cat / stack (each input's slice of the gradient; atomic adds, as cat([x, x]) gives two
+inputs one target).
 Any other row stops the sweep with a status (as engine/scheduler.py's):
   PYNODE    the row runs in Python (a structural op with no device code here: matmul,
             conv, softmax...; a custom Function; a node with post-hooks; a row at
@@ -69,11 +71,11 @@ from jitgrad._core.layout import (
 from jitgrad.gpu.pointers import view
 
 # what the kernel does with a row, by opcode (OP_KIND)
-K_PYTHON, K_SKIP, K_EW, K_VIEW, K_EXPAND, K_PERMUTE, K_SUM = range(7)
+K_PYTHON, K_SKIP, K_EW, K_VIEW, K_EXPAND, K_PERMUTE, K_SUM, K_CAT = range(8)
 
 # the device functions and the kernel the generated module compiles, in this order
 DEVICE = ("shape_numel", "in_index", "out_index", "saved_at", "contrib_at", "ew_row", "expand_row", "permute_row",
-          "sum_row", "view_row")
+          "sum_row", "view_row", "cat_slice", "cat_row")
 KERNELS = ("sweep",)
 
 # --- supplied by the generated module ---------------------------------------------------------
@@ -307,6 +309,51 @@ def sum_row(row, hdr, edges, xs, fp, v, gaddr, st, tid, nt):
         i += nt
 
 
+def cat_slice(g, d, outer, total, inner, off, sj, start, step):
+    """Add input j's part of cat's gradient g into d (elements start, start + step, ...)."""
+    n = outer * sj * inner
+    i = start
+    while i < n:
+        o = i // (sj * inner)
+        r = i - o * sj * inner
+        cuda.atomic.add(d, i, g[(o * total + off) * inner + r])
+        i += step
+
+
+def cat_row(row, hdr, edges, xs, v, gaddr, st, tid, nt):
+    """cat / stack: input j gets its slice of the gradient along the cat dim. Many inputs
+    (a stack of scalars): each thread takes a run of inputs; few: all threads split each."""
+    b = row * HW
+    e0 = hdr[b + H_E0]
+    ip = hdr[b + H_IP]
+    outer = xs[ip + 1]
+    total = xs[ip + 2]
+    inner = xs[ip + 3]
+    nin = hdr[b + H_NIN]
+    g = view(gaddr[row], hdr[b + H_NUMEL], v)
+    if nin >= nt:
+        chunk = (nin + nt - 1) // nt
+        j0 = min(nin, tid * chunk)
+        j1 = min(nin, j0 + chunk)
+        off = 0
+        for j in range(j0):
+            off += xs[ip + 5 + j]
+        for j in range(j0, j1):
+            sj = xs[ip + 5 + j]
+            t = edges[EW * (e0 + j) + E_TGT]
+            if t >= 0 and (st[t] & RECV) != 0:
+                cat_slice(g, view(gaddr[t], outer * sj * inner, v), outer, total, inner, off, sj, 0, 1)
+            off += sj
+    else:
+        off = 0
+        for j in range(nin):
+            sj = xs[ip + 5 + j]
+            t = edges[EW * (e0 + j) + E_TGT]
+            if t >= 0 and (st[t] & RECV) != 0:
+                cat_slice(g, view(gaddr[t], outer * sj * inner, v), outer, total, inner, off, sj, tid, nt)
+            off += sj
+
+
 # --- the sweep -----------------------------------------------------------------------------------
 def sweep(hdr, edges, xs, fp, slots, v, gaddr, st, freed, hi, dt, big, status):
     """Sweep rows from `hi` down (see the module doc); (code, row) into status. Rows
@@ -352,6 +399,8 @@ def sweep(hdr, edges, xs, fp, slots, v, gaddr, st, freed, hi, dt, big, status):
                     expand_row(row, hdr, edges, xs, v, gaddr, st, tid, nt)
                 elif kind == K_PERMUTE:
                     permute_row(row, hdr, edges, xs, v, gaddr, st, tid, nt)
+                elif kind == K_CAT:
+                    cat_row(row, hdr, edges, xs, v, gaddr, st, tid, nt)
                 else:
                     sum_row(row, hdr, edges, xs, fp, v, gaddr, st, tid, nt)
                 # thread 0 may mark the targets before the others finish: the row's work

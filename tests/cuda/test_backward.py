@@ -111,6 +111,14 @@ def test_views_expand_permute_and_reductions_run_on_the_device():
     assert 1 <= made <= 5, made  # no hand-back: every row ran in the sweep
 
 
+def test_stack_and_cat_of_many_and_of_repeated_inputs():
+    def tree(*xs):  # a stack of more scalar leaves than the simulator's block has threads
+        return jitgrad.stack([(x * 2.0).sin() + 1.0 for x in xs]).sum()
+    assert 1 <= check(tree, *np.linspace(-1.0, 1.0, 20)) <= 5
+    made = check(lambda x, y: (jitgrad.cat([x, y, x], dim=1) ** 2.0).sum(), [[0.5, 1.0]], [[2.0]])
+    assert 1 <= made <= 5  # x twice: its two slices add into one buffer
+
+
 def test_float32_on_the_device():
     check(lambda x, y: ((x * y).exp() + x.sin()).sum(), [0.1, 0.2, 0.3], [[1.0], [2.0]],
           dtype=jitgrad.float32, rtol=1e-5, atol=1e-6)
