@@ -19,6 +19,7 @@ from jitgrad.gpu import driver
 UFUNCS = {}      # numpy ufunc -> fn(method, inputs, kwargs) (gpu/kernels/ fill it)
 FUNCTIONS = {}   # numpy function -> implementation with numpy's signature
 KERNELS = {}     # name -> launcher the array core itself needs ("copy", "fill")
+UFUNC_METHODS = {}  # (ufunc, "reduce" / "at" / ...) -> implementation with numpy's signature of that method
 
 TO_NUMPY = ("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
             "memory first.")

@@ -70,6 +70,8 @@ tests/ops/test_kernels_vs_rules.py holds each kernel against its rule.
 import collections
 import re
 
+from jitgrad.gpu import formulas as _gpu_formulas
+
 FUNCS = ("exp", "log", "cos", "sin", "sqrt", "sign", "where", "erf", "tanh", "pow", "zeros_like")
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _KEYWORDS = {"if", "else", "and", "or", "not", "grad", "p0", "p1"}
@@ -213,8 +215,10 @@ class OpSpec:
 
 def elementwise(name, node_name, *grads, saves=(), fparams=(), args=None, saved_as=None, forward=None, **later):
     """An elementwise primitive: its gradient formula per input and the names they read."""
-    return OpSpec(name, node_name, "ew", grads=grads, saves=saves, fparams=fparams, args=args,
+    spec = OpSpec(name, node_name, "ew", grads=grads, saves=saves, fparams=fparams, args=args,
                   saved_as=saved_as, forward=forward, **later)
+    _gpu_formulas.register_spec(forward, spec.args, spec.fwd)  # the device's kernel for that ufunc
+    return spec
 
 
 def structural(name, node_name, rule=None, kernel=None, saves=(), args=("self",), iparams=(), fparams=(),
