@@ -17,9 +17,9 @@ import numpy as np
 from jitgrad.gpu import driver
 
 UFUNCS = {}      # numpy ufunc -> fn(method, inputs, kwargs) (gpu/kernels/ fill it)
+UFUNC_METHODS = {}  # (ufunc, method other than "__call__") -> fn(inputs, kwargs): np.add.reduce, np.add.at...
 FUNCTIONS = {}   # numpy function -> implementation with numpy's signature
 KERNELS = {}     # name -> launcher the array core itself needs ("copy", "fill")
-UFUNC_METHODS = {}  # (ufunc, "reduce" / "at" / ...) -> implementation with numpy's signature of that method
 
 TO_NUMPY = ("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
             "memory first.")

@@ -51,6 +51,9 @@ _own(np.trunc, _UNARY, f="trunc(self)", any="self")
 _own(np.floor, _UNARY, f="floor(self)", any="self")
 _own(np.ceil, _UNARY, f="ceil(self)", any="self")
 
+# numpy's clip function is this ufunc: minimum(maximum(x, lo), hi), NaN propagating
+_own(np._core.umath.clip, ("self", "lo", "hi"), any="fmin(fmax(self, lo), hi)")
+
 # comparisons: the loop's operands are already cast to one dtype
 _own(np.equal, _BINARY, any="self == other")
 _own(np.not_equal, _BINARY, any="self != other")
@@ -62,11 +65,11 @@ _own(np.isnan, _UNARY, any="self != self")
 _own(np.isinf, _UNARY, f="isinf(self)", any="False")
 _own(np.isfinite, _UNARY, f="isfinite(self)", any="True")
 
-# logic: numpy's loop is on bools (operands cast to bool, NaN is true)
-_own(np.logical_and, _BINARY, any="self and other")
-_own(np.logical_or, _BINARY, any="self or other")
-_own(np.logical_xor, _BINARY, any="self != other")
-_own(np.logical_not, _UNARY, any="not self")
+# logic: numpy's loops take bools, integers and floats alike (NaN is true)
+_own(np.logical_and, _BINARY, any="self != 0 and other != 0")
+_own(np.logical_or, _BINARY, any="self != 0 or other != 0")
+_own(np.logical_xor, _BINARY, any="(self != 0) != (other != 0)")
+_own(np.logical_not, _UNARY, any="self == 0")
 
 # bit operations (integers and bools; ~ on a bool is logical not, as numpy)
 _own(np.bitwise_and, _BINARY, any="self & other")

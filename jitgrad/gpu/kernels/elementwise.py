@@ -1,6 +1,7 @@
 """numpy's elementwise ufuncs on the device: the `__array_ufunc__` entries (gpu/array.py's
-UFUNCS) of every ufunc in gpu/formulas.py's table, np.clip, and KERNELS["ew"] (a formula
-run over device arrays, for code that computes a spec's formula directly).
+UFUNCS) of every ufunc in gpu/formulas.py's table (numpy's clip ufunc, which np.clip calls,
+included), and KERNELS["ew"]: a formula run over device arrays, for code that computes a
+spec's formula directly.
 
 A call is numpy's: operands broadcast, numpy chooses the loop (`ufunc.resolve_dtypes`,
 NEP 50 for Python scalars, its own errors for loops it has not), each operand is cast to
@@ -16,7 +17,7 @@ import numpy as np
 from scipy.special import erf as _scipy_erf
 
 from jitgrad.gpu import formulas
-from jitgrad.gpu.array import FUNCTIONS, KERNELS, UFUNC_METHODS, UFUNCS, DeviceArray, _unsupported
+from jitgrad.gpu.array import KERNELS, UFUNC_METHODS, UFUNCS, DeviceArray, _unsupported
 from jitgrad.gpu.kernels import generate
 
 MIXED = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
@@ -29,12 +30,12 @@ def _operand(x):
     with: a dtype, or Python's int / float for a weak scalar (NEP 50)); None: not ours."""
     if isinstance(x, DeviceArray):
         return x, x.dtype
+    if isinstance(x, np.generic):   # before float: np.float64 is one
+        return x, x.dtype
     if isinstance(x, bool):
         return x, np.dtype(bool)
     if isinstance(x, (int, float)):
         return x, type(x)
-    if isinstance(x, np.generic):
-        return x, x.dtype
     if isinstance(x, (np.ndarray, list, tuple)):
         a = np.asarray(x)
         if a.ndim:
@@ -121,38 +122,29 @@ def _entry(ufunc):
         fn = UFUNC_METHODS.get((ufunc, method))
         if fn is None:
             _unsupported(f"numpy.{ufunc.__name__}.{method}")
-        return fn(*inputs, **kwargs)
+        return fn(inputs, kwargs)
     return entry
 
 
-_NO_BOUND = object()
+_CLIP = np._core.umath.clip   # what np.clip computes (gpu/kernels/functions.py calls it)
 
 
-def clip(a, a_min=_NO_BOUND, a_max=_NO_BOUND, out=None, *, min=_NO_BOUND, max=_NO_BOUND):  # noqa: A002
-    """np.clip: minimum(maximum(a, a_min), a_max), NaN propagating, at numpy's result dtype."""
-    lo = a_min if min is _NO_BOUND else min
-    hi = a_max if max is _NO_BOUND else max
-    lo, hi = (None if b is _NO_BOUND else b for b in (lo, hi))
-    if lo is None and hi is None:
-        raise ValueError("One of max or min must be given")
-    bounds = [(n, b) for n, b in (("lo", lo), ("hi", hi)) if b is not None]
-    ops = [_operand(x) for x in [a] + [b for _, b in bounds]]
-    if any(o is None for o in ops):
-        return NotImplemented
-    dt = np.result_type(*(d if isinstance(d, np.dtype) else d(0) for _, d in ops))
-    formula = "self"
-    for n, _ in bounds:
-        formula = f"{'fmax' if n == 'lo' else 'fmin'}({formula}, {n})"
-    names = ("self",) + tuple(n for n, _ in bounds)
-    return _apply("clip", (names, formula), [x for x, _ in ops], [dt] * len(ops), dt, _out({"out": out}, "clip"))
+def _clip_entry(method, inputs, kwargs):
+    """The clip ufunc, with numpy's clip function's None for a missing bound (numpy's own
+    clip then calls minimum or maximum, as here)."""
+    if method == "__call__" and len(inputs) == 3 and (inputs[1] is None or inputs[2] is None):
+        a, lo, hi = inputs
+        if lo is None and hi is None:
+            raise ValueError("One of max or min must be given")
+        return np.minimum(a, hi, **kwargs) if lo is None else np.maximum(a, lo, **kwargs)
+    return _entry(_CLIP)(method, inputs, kwargs)
 
 
-def ew(formula, names, operands, dtype, params=(), out=None):
+def ew(formula, names, operands, dtype=None, params=(), out=None):
     """out (or a new array of `dtype`) = a spec-language formula over operands (DeviceArrays
     broadcast together, or scalars) read as `names`, with float params p0, p1: numba's
     arithmetic on the operands' own dtypes, the result stored at the output's."""
-    arrays = [x for x in operands if isinstance(x, DeviceArray)]
-    shape = _broadcast([a.shape for a in arrays])
+    shape = out.shape if out is not None else _broadcast([x.shape for x in operands if isinstance(x, DeviceArray)])
     if out is None:
         out = DeviceArray.empty(shape, dtype)
     ops = [x.broadcast_to(shape) if isinstance(x, DeviceArray) and x.shape != shape else x for x in operands]
@@ -162,5 +154,5 @@ def ew(formula, names, operands, dtype, params=(), out=None):
 
 for _ufunc in formulas.TABLE:
     UFUNCS[_ufunc] = _entry(_ufunc)
-FUNCTIONS[np.clip] = clip
+UFUNCS[_CLIP] = _clip_entry
 KERNELS["ew"] = ew

@@ -23,6 +23,7 @@ from numba import cuda
 from numba.cuda import libdevice
 
 from jitgrad.gpu import driver
+from jitgrad.gpu.array import DeviceArray
 
 # The helpers a formula may call, beside the math functions bound per target below. The
 # first eight are engine/codegen.py's: the same formula text means the same thing here.
@@ -224,13 +225,13 @@ def launch(formula, names, out, operands, casts, params=()):
     n = out.size
     if n == 0:
         return
-    arrays = [x for x in operands if hasattr(x, "estrides")]
+    arrays = [x for x in operands if isinstance(x, DeviceArray)]
     shape, strides = coalesce(out.shape, [out.estrides] + [a.estrides for a in arrays])
-    kinds = tuple("a" if hasattr(x, "estrides") else "s" for x in operands)
+    kinds = tuple("a" if isinstance(x, DeviceArray) else "s" for x in operands)
     k = kernel(formula, tuple(names), kinds, tuple(casts), len(shape) == 1, len(params))
     args, it = [], iter(strides[1:])
     for x in operands:
-        args += [x.buf, x.offset, next(it)] if hasattr(x, "estrides") else [x]
+        args += [x.buf, x.offset, next(it)] if isinstance(x, DeviceArray) else [x]
     blocks, threads = driver.grid(n)
     if driver.simulated():
         # numpy's warnings for what the GPU does silently (x / 0, NaN compared...)
