@@ -72,7 +72,8 @@ def _out(kwargs, name):
 
 
 def _apply(name, names_formula, operands, in_dtypes, out_dtype, out):
-    """out (or a new array) = the formula over operands, each cast to in_dtypes[j]."""
+    """out (or a new array) = the formula over operands, each cast to in_dtypes[j]:
+    (out, the Plan run, per operand the type a scalar was converted to or None)."""
     arrays = [x for x in operands if isinstance(x, DeviceArray)]
     shapes = [a.shape for a in arrays] + ([out.shape] if out is not None else [])
     shape = _broadcast(shapes)
@@ -84,23 +85,53 @@ def _apply(name, names_formula, operands, in_dtypes, out_dtype, out):
     elif not np.can_cast(out_dtype, out.dtype, "same_kind"):
         raise TypeError(f"Cannot cast ufunc '{name}' output from {out_dtype!r} to {out.dtype!r} with casting rule "
                         "'same_kind'")
-    ops, casts = [], []
+    ops, casts, scalars = [], [], []
     for x, dt in zip(operands, in_dtypes):
         if isinstance(x, DeviceArray):
             if x.buf is out.buf and (x.offset, x.broadcast_to(shape).estrides) != (out.offset, out.estrides):
                 x = x.copy()   # overlaps the output another way: numpy reads a copy too
             ops.append(x.broadcast_to(shape) if x.shape != shape else x)
             casts.append(None if x.dtype == dt else dt.type)
+            scalars.append(None)
         else:
             ops.append(dt.type(x))   # Python int out of the loop dtype's range: numpy's OverflowError
             casts.append(None)
+            scalars.append(dt.type)
     names, formula = names_formula
-    generate.launch(formula, names, out, ops, casts)
-    return out
+    p = generate.plan(formula, names, out, ops, casts)
+    generate.run(p, out, ops)
+    return out, p, scalars
+
+
+# A call's work before its launch (numpy's loop, broadcasting, the kernel and its geometry)
+# depends on its operands' dtypes and layouts only: done once per ufunc and layouts
+_PLANS = {}   # (ufunc, operand layouts) -> (result shape, result dtype, scalar types, generate.Plan)
+_MAX_PLANS = 4096
+
+
+def _layout(x):
+    """What a call's plan depends on in operand x; None: not cached (host arrays, other objects)."""
+    t = type(x)
+    if t is DeviceArray:
+        return x.dtype, x.shape, x.estrides
+    if t is float or t is int or t is bool:
+        return t
+    if isinstance(x, np.generic):
+        return x.dtype
+    return None
 
 
 def call(ufunc, inputs, kwargs):
     """ufunc(*inputs, **kwargs) on the device (method "__call__")."""
+    key = None
+    if not kwargs:
+        key = (ufunc, *map(_layout, inputs))
+        hit = _PLANS.get(key)
+        if hit is not None:
+            shape, dtype, scalars, p = hit
+            out = DeviceArray.empty(shape, dtype)
+            generate.run(p, out, [x if t is None else t(x) for x, t in zip(inputs, scalars)])
+            return out
     name = ufunc.__name__
     out = _out(dict(kwargs), name)
     ops = [_operand(x) for x in inputs]
@@ -112,7 +143,12 @@ def call(ufunc, inputs, kwargs):
     entry = formulas.lookup(ufunc, loop[0].kind)
     if entry is None:
         _unsupported(f"numpy.{name} on {loop[0]}")
-    return _apply(name, entry, [x for x, _ in ops], loop[:ufunc.nin], loop[-1], out)
+    res, p, scalars = _apply(name, entry, [x for x, _ in ops], loop[:ufunc.nin], loop[-1], out)
+    if key is not None and None not in key:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = (res.shape, res.dtype, scalars, p)
+    return res
 
 
 def _entry(ufunc):

@@ -15,6 +15,7 @@ numpy's integer and rounding forms (formulas.py). On a GPU the math functions ar
 as in numpy. The simulator runs the same source as Python, where `math` raises on those
 instead, so there they are numpy's functions, which return what libdevice does.
 """
+import collections
 import math
 import warnings
 
@@ -218,25 +219,45 @@ def coalesce(shape, strides):
     return tuple(d for d, _ in dims), [tuple(st[j] for _, st in dims) for j in range(len(strides))]
 
 
-def launch(formula, names, out, operands, casts, params=()):
-    """out[...] = formula over operands: DeviceArrays of out's shape (views, broadcast with
-    stride 0 included) or scalars, each read as names[j] after its cast (a numpy scalar
-    type or None). params: float parameters, read as p0, p1."""
-    n = out.size
-    if n == 0:
-        return
+# A kernel with its coalesced geometry for operands of given shapes and strides: all a
+# launch over arrays laid out that way needs besides their buffers and offsets
+Plan = collections.namedtuple("Plan", "kernel shape strides n")
+
+
+def plan(formula, names, out, operands, casts, nparams=0):
+    """The Plan of out[...] = formula over operands: DeviceArrays of out's shape (views,
+    broadcast with stride 0 included) or scalars, each read as names[j] after its cast (a
+    numpy scalar type or None); nparams float parameters, read as p0, p1."""
     arrays = [x for x in operands if isinstance(x, DeviceArray)]
     shape, strides = coalesce(out.shape, [out.estrides] + [a.estrides for a in arrays])
     kinds = tuple("a" if isinstance(x, DeviceArray) else "s" for x in operands)
-    k = kernel(formula, tuple(names), kinds, tuple(casts), len(shape) == 1, len(params))
-    args, it = [], iter(strides[1:])
+    return Plan(kernel(formula, tuple(names), kinds, tuple(casts), len(shape) == 1, nparams), shape, strides,
+                out.size)
+
+
+def run(p, out, operands, params=()):
+    """Launch Plan p on out and operands laid out as the ones it was made for (only their
+    buffers and offsets are read here)."""
+    if p.n == 0:
+        return
+    args, j = [out.buf, out.offset, p.strides[0], p.shape, p.n], 1
     for x in operands:
-        args += [x.buf, x.offset, next(it)] if isinstance(x, DeviceArray) else [x]
-    blocks, threads = driver.grid(n)
+        if isinstance(x, DeviceArray):
+            args += (x.buf, x.offset, p.strides[j])
+            j += 1
+        else:
+            args.append(x)
+    args += map(np.float64, params)
+    blocks, threads = driver.grid(p.n)
     if driver.simulated():
         # numpy's warnings for what the GPU does silently (x / 0, NaN compared...)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            k[blocks, threads](out.buf, out.offset, strides[0], shape, n, *args, *map(np.float64, params))
+            p.kernel[blocks, threads](*args)
     else:
-        k[blocks, threads](out.buf, out.offset, strides[0], shape, n, *args, *map(np.float64, params))
+        p.kernel[blocks, threads](*args)
+
+
+def launch(formula, names, out, operands, casts, params=()):
+    """out[...] = formula over operands (see plan): made and run at once."""
+    run(plan(formula, names, out, operands, casts, len(params)), out, operands, params)
