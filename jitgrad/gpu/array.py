@@ -306,6 +306,15 @@ class DeviceArray:
     def __invert__(self):
         return np.invert(self)
 
+    def __xor__(self, o):
+        return np.bitwise_xor(self, o)
+
+    def __rpow__(self, o):
+        return np.power(o, self)
+
+    def __abs__(self):
+        return np.absolute(self)
+
     __hash__ = None
 
     # -- reductions as methods: the same as the numpy functions -----------------------------------

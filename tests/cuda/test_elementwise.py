@@ -192,8 +192,11 @@ def test_operators_and_edge_values():
                           (np.isinf(d), np.isinf(h)), (np.isfinite(d), np.isfinite(h)), (np.sign(d), np.sign(h)),
                           (np.exp(d * 1000), np.exp(h * 1000)), (np.sin(d), np.sin(h))):
             _check_same(got, want)
+    with np.errstate(all="ignore"):
+        for got, want in ((2.0 ** d, 2.0 ** h), (abs(d), abs(h))):
+            _check_same(got, want)
     b = DeviceArray.from_host(BOOL)
-    for got, want in ((b & ~b, BOOL & ~BOOL), (b | b, BOOL | BOOL), (~b, ~BOOL)):
+    for got, want in ((b & ~b, BOOL & ~BOOL), (b | b, BOOL | BOOL), (~b, ~BOOL), (b ^ True, BOOL ^ True)):
         _check_same(got, want)
 
 
