@@ -13,6 +13,7 @@ import textwrap
 
 import numpy as np
 import pytest
+import scipy.special
 from conftest import ROOT
 
 import jitgrad
@@ -280,6 +281,45 @@ def test_a_spec_formula_runs_directly():
     a, b = DeviceArray.from_host(np.ones(3)), DeviceArray.from_host(np.zeros((2, 1)))
     got = KERNELS["ew"](where.fwd, ("self", "other", "condition"), [a, b, c], np.float64)
     np.testing.assert_array_equal(got.get(), np.where([True, False, True], 1.0, np.zeros((2, 1))))
+
+
+# numpy twins of the formula language's functions (engine/codegen.py's helpers, which the
+# device's mirror), to evaluate a formula on host arrays
+_NUMPY_FUNCS = {
+    "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt, "sin": np.sin,
+    "cos": np.cos, "tanh": np.tanh, "erf": scipy.special.erf, "where": np.where, "zeros_like": np.zeros_like,
+    "sign": lambda x: np.where(np.isnan(x), 0.0, np.sign(x)), "abs": np.abs, "fmax": np.maximum, "fmin": np.minimum,
+    "pow": lambda x, e: np.sqrt(x) if e == 0.5 else 1.0 / np.sqrt(x) if e == -0.5 else x ** e,
+    "relu": lambda x: np.maximum(x, 0.0), "clamp": lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
+}
+_VALUES = [np.array([[-1.5, -0.5, 0.0], [0.5, 1.0, 2.0]]), np.array([[2.0, 0.0, -1.0], [1.5, -0.25, 3.0]]),
+           np.array([[0.5, 1.0, 1.5], [-2.0, 0.0, 0.75]])]
+
+
+def _formulas():
+    """(spec name, formula, the names it reads its operands by) for every formula of the op
+    table: each elementwise forward and each input's gradient."""
+    out = []
+    for spec in REGISTRY.values():
+        if spec.kind != "ew" or spec.name in {s for s, _, _ in out}:
+            continue
+        if spec.fwd:
+            out.append((spec.name, spec.fwd, spec.args + (("condition",) if "condition" in spec.saves else ())))
+        out += [(spec.name, g, ("grad",) + spec.saves) for g in spec.grads if g]
+    return out
+
+
+@pytest.mark.parametrize("name,formula,names", [pytest.param(*f, id=f"{f[0]}-{k}") for k, f in enumerate(_formulas())])
+def test_every_formula_of_the_op_table_runs_on_the_device(name, formula, names):
+    """The generator takes the table's formulas as they are (gradient formulas included:
+    the same text the CPU kernels are compiled from), with codegen's meaning of each function."""
+    host = [_VALUES[k % 3] != 0 if n == "condition" else _VALUES[k % 3] for k, n in enumerate(names)]
+    dev = [DeviceArray.from_host(h) for h in host]
+    for p0, p1 in ((0.0, 1.0), (0.5, 2.0), (-0.5, 0.25), (2.0, 3.0)):
+        with np.errstate(all="ignore"):
+            want = np.broadcast_to(eval(formula, dict(_NUMPY_FUNCS, p0=p0, p1=p1, **dict(zip(names, host)))), (2, 3))
+        got = KERNELS["ew"](formula, names, dev, np.float64, params=(p0, p1))
+        np.testing.assert_allclose(got.get(), want, rtol=1e-12, atol=1e-300, equal_nan=True, err_msg=formula)
 
 
 # --- Tensor-level elementwise ops on device="cuda" against the CPU -----------------------------
