@@ -104,6 +104,9 @@ def test_a_plan_is_reused_for_the_same_layouts_with_other_data():
         for s in (2.0, -1.5):
             _check_same(np.multiply(d[k], s), h[k] * s)
             _check_same(np.add(d[k].T, d[1 - k, :, 0]), h[k].T + h[1 - k, :, 0])
+            _check_same(np.maximum(d[k], np.array(s + 8)), np.maximum(h[k], np.array(s + 8)))   # 0-d host: a scalar
+        with pytest.raises(RuntimeError, match="^Expected all tensors to be on the same device"):
+            np.maximum(d[k], np.array([1.0]))   # a host array of one dimension is never a cached scalar
     with pytest.raises(OverflowError):
         np.add(DeviceArray.from_host(np.arange(3, dtype=np.uint8)), 1)   # plan made ...
         np.add(DeviceArray.from_host(np.arange(3, dtype=np.uint8)), 256)  # ... and the value still checked

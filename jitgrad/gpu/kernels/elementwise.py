@@ -110,13 +110,14 @@ _MAX_PLANS = 4096
 
 
 def _layout(x):
-    """What a call's plan depends on in operand x; None: not cached (host arrays, other objects)."""
+    """What a call's plan depends on in operand x; None: not cached (host arrays of one or
+    more dimensions, which raise, and other objects)."""
     t = type(x)
     if t is DeviceArray:
         return x.dtype, x.shape, x.estrides
     if t is float or t is int or t is bool:
         return t
-    if isinstance(x, np.generic):
+    if isinstance(x, np.generic) or (t is np.ndarray and not x.ndim):   # relu's 0-d zero, a numpy scalar
         return x.dtype
     return None
 
