@@ -174,7 +174,10 @@ def _clip_entry(method, inputs, kwargs):
         if lo is None and hi is None:
             raise ValueError("One of max or min must be given")
         return np.minimum(a, hi, **kwargs) if lo is None else np.maximum(a, lo, **kwargs)
-    return _entry(_CLIP)(method, inputs, kwargs)
+    return _clip_bounded(method, inputs, kwargs)
+
+
+_clip_bounded = _entry(_CLIP)
 
 
 def ew(formula, names, operands, dtype=None, params=(), out=None):

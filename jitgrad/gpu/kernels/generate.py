@@ -4,9 +4,9 @@ operand layout, cached; numba specialises each one per dtype signature at its fi
 A kernel computes out[...] = formula over its operands, each an array read through its
 own strides (stride 0 on broadcast dimensions, any view) or a scalar kernel argument.
 Before a launch the dimensions are coalesced as numpy's iterator does: size-1 dimensions
-are dropped and neighbours contiguous in every operand merged, so the common cases
-(contiguous operands, a contiguous operand with a scalar or a row) index with one stride
-per operand instead of dividing the flat position by every dimension.
+are dropped and neighbours contiguous in every operand merged, so the common case
+(contiguous operands and scalars) indexes with one stride per operand instead of dividing
+the flat position by every dimension.
 
 The formula's helper functions are the ones engine/codegen.py defines for the CPU kernels,
 with the same semantics (where, sign, pow, relu, clamp, fmax, fmin, exp, log, ...), plus
