@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import scipy.special
 from conftest import ROOT
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import jitgrad
 from jitgrad.gpu import formulas
@@ -61,10 +63,14 @@ def _check_same(got, want, dtype_of_float=None):
         np.testing.assert_array_equal(g, want)
 
 
+# the table's ufuncs: scipy's erf joins it when the kernels load (scipy.special is slow to import)
+_UFUNCS = sorted(set(formulas.TABLE) | {scipy.special.erf}, key=lambda u: u.__name__)
+
+
 def _calls():
     """(ufunc, operand dtypes) for every ufunc of the table: each dtype alone and two mixes."""
     out = []
-    for ufunc in formulas.TABLE:
+    for ufunc in _UFUNCS:
         combos = [(dt,) * ufunc.nin for dt in ("f8", "f4", "i8", "?")]
         if ufunc.nin == 2:
             combos += [("i8", "f4"), ("?", "f8"), ("f4", "f8"), ("i8", "?")]
@@ -176,6 +182,65 @@ def test_scalars_follow_nep50(dtype):
         with np.errstate(all="ignore"):
             _check_same(ufunc(d, s), np.asarray(ufunc(h, s)))
             _check_same(ufunc(s, d), np.asarray(ufunc(s, h)))
+
+
+_DTYPES = ("f8", "f4", "i8", "i4", "i1", "u1", "?")
+
+
+@st.composite
+def _random_call(draw):
+    """A table ufunc on operands of random dtypes and mutually broadcastable shapes, each
+    given as a plain, a transposed or a stepped view of device memory."""
+    ufunc = draw(st.sampled_from(_UFUNCS))
+    shape = draw(st.lists(st.integers(1, 3), max_size=3))
+    ops = []
+    for _ in range(ufunc.nin):
+        sub = [d if draw(st.booleans()) else 1 for d in shape][draw(st.integers(0, len(shape))):]
+        dt = np.dtype(draw(st.sampled_from(_DTYPES)))
+        seed = draw(st.integers(0, 2 ** 16))
+        rng = np.random.default_rng(seed)
+        if dt.kind == "f":
+            h = np.asarray(rng.choice([0.0, -0.0, 1.5, -2.25, 3.0, np.nan, np.inf, -np.inf, 0.5], size=sub), dt)
+        elif dt.kind == "b":
+            h = np.asarray(rng.random(sub) < 0.5)
+        else:
+            h = np.asarray(rng.integers(-4 if dt.kind == "i" else 0, 6, size=sub)).astype(dt)
+        ops.append((h, draw(st.sampled_from(["plain", "transposed", "stepped"]))))
+    return ufunc, ops
+
+
+def _device_view(h, how):
+    if how == "transposed" and h.ndim >= 2:
+        return DeviceArray.from_host(np.ascontiguousarray(h.T)).T
+    if how == "stepped" and h.ndim >= 1:
+        wide = np.repeat(h, 2, axis=-1)
+        return DeviceArray.from_host(wide)[..., ::2]
+    return DeviceArray.from_host(h).reshape(h.shape)
+
+
+@settings(max_examples=80, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_random_call())
+def test_random_dtypes_shapes_and_views_match_numpy(call):
+    ufunc, ops = call
+    host = [h for h, _ in ops]
+    if all(h.dtype.kind in "iub" for h in host):
+        if ufunc is np.power:
+            host[1] = np.abs(host[1])       # numpy refuses negative integer powers
+        if ufunc is np.reciprocal:
+            host[0] = np.where(host[0] == 0, 1, host[0]).astype(host[0].dtype)   # numpy's 1 / 0 is C's
+    dev = [_device_view(h, how) for h, (_, how) in zip(host, ops)]
+    try:
+        with np.errstate(all="ignore"):
+            want = np.asarray(ufunc(*host))
+    except TypeError as numpy_error:
+        with pytest.raises(type(numpy_error), match="^" + re.escape(str(numpy_error))):
+            ufunc(*dev)
+        return
+    got = ufunc(*dev)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    rtol = 1e-12 if want.dtype.itemsize >= 8 else 1e-3 if want.dtype == np.float16 else 2e-6
+    np.testing.assert_allclose(got.get(), want, rtol=rtol, atol=0, equal_nan=True)
 
 
 def test_python_int_out_of_the_loops_range_is_numpys_error():
