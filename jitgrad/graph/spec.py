@@ -49,7 +49,9 @@ Python engine, `grad_fn._saved_<name>`, viz) reads it from here. Keys:
   fwd         elementwise: the forward formula, an expression over the inputs' names
               (`args`, then "condition" for where's third input), p0 / p1 and the
               functions of the generated module (engine/codegen.py); jitgrad.compile's
-              replay runs it compiled (fwd_ew). None: the op is not replayed compiled
+              replay runs it compiled (fwd_ew). None: the op is not replayed compiled.
+              When `forward` is a numpy ufunc over the inputs, it is also that ufunc's
+              CUDA kernel (gpu/formulas.py)
   fwd_kernel  structural: the compiled forward kernel jitgrad.compile's replay runs,
               k(i, prog, fin, vals, xs, fp, like) (engine/replayer.py, kernels/forward.py):
               it writes the result and the saved values F_MADE marks
