@@ -177,12 +177,15 @@ def source(formula, names, kinds, casts, flat, nparams):
     else:
         lines.append("        d = ooff")
         lines += [f"        a{j} = o{j}" for j in arrays]
+        # the outermost index is what remains of i (i < n): no division for it
         lines += ["        r = i",
-                  "        for k in range(len(shape) - 1, -1, -1):",
+                  "        for k in range(len(shape) - 1, 0, -1):",
                   "            c = r % shape[k]",
                   "            r //= shape[k]",
                   "            d += c * ost[k]"]
         lines += [f"            a{j} += c * s{j}[k]" for j in arrays]
+        lines += ["        d += r * ost[0]"]
+        lines += [f"        a{j} += r * s{j}[0]" for j in arrays]
     for j, name in enumerate(names):
         value = f"x{j}[a{j}]" if kinds[j] == "a" else f"x{j}"
         lines.append(f"        {name} = {value if casts[j] is None else f'T{j}({value})'}")
