@@ -38,6 +38,7 @@ def register_spec(forward, args, fwd):
 
 
 def _own(ufunc, names, **by_kind):
+    """Formulas by loop kind (f=, i=, b=; any= is the "*" entry)."""
     TABLE.setdefault(ufunc, {}).update({k.replace("any", "*"): (names, f) for k, f in by_kind.items()})
 
 

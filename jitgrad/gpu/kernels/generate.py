@@ -130,8 +130,6 @@ def ireciprocal(x):
     return x - x
 '''
 
-_HELPER_NAMES = ("where", "sign", "pow", "zeros_like", "relu", "clamp", "fmax", "fmin", "npsign", "floordiv",
-                 "ifloordiv", "ipow", "ireciprocal")
 _MATH = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "erf", "isinf", "isfinite", "fmod",
          "copysign")
 _ROUNDING = ("trunc", "floor", "ceil")   # libdevice's: math's return ints in numba, as in Python
@@ -149,8 +147,9 @@ def _target_functions():
 
 def _namespace():
     ns = {"cuda": cuda, "math": math, **_target_functions()}
+    given = set(ns) | {"__builtins__"}
     exec(compile(_HELPERS, "<jitgrad.gpu elementwise helpers>", "exec"), ns)
-    for name in _HELPER_NAMES:
+    for name in set(ns) - given:
         ns[name] = cuda.jit(device=True)(ns[name])
     return ns
 
