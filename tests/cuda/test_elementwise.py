@@ -435,6 +435,38 @@ def test_tensor_elementwise_ops_on_cuda_match_cpu(name, transpose, dtype):
         _same(_UNARY[name](x.cuda()), _UNARY[name](x), dtype)
 
 
+_EXACT = {   # results compared exactly: bools, integers, and ops on them
+    "eq": lambda x, y, i: x == y, "ne": lambda x, y, i: x != 0.25, "lt": lambda x, y, i: x < y,
+    "le": lambda x, y, i: x <= 0.5, "gt": lambda x, y, i: y > x, "ge": lambda x, y, i: x >= y,
+    "and": lambda x, y, i: (x > 0) & (y > 0), "or": lambda x, y, i: (x > 0) | (y > 0),
+    "xor": lambda x, y, i: (x > 0) ^ (y > 0), "not": lambda x, y, i: ~(x > 0),
+    "logical": lambda x, y, i: jitgrad.logical_or(jitgrad.logical_and(x > 0, y < 0), jitgrad.logical_not(x > 1)),
+    "int_scalar": lambda x, y, i: (i + 1) * 3 - 2, "int_rsub": lambda x, y, i: 1 - i, "int_pow": lambda x, y, i: i ** 2,
+    "int_int": lambda x, y, i: i * i + i, "int_abs_neg": lambda x, y, i: -jitgrad.abs(i),
+    "int_bits": lambda x, y, i: (i & 3) | (i ^ 5), "int_cmp": lambda x, y, i: i >= 2,
+}
+_MIXED_DTYPES = {   # promotion and the ops whose forward is not a bare ufunc
+    "int_float_scalar": lambda x, y, i: i * 1.5, "int_div": lambda x, y, i: i / 2, "int_float": lambda x, y, i: i + x,
+    "rsub": lambda x, y, i: 2 - x, "rpow": lambda x, y, i: 2 ** x, "clamp": lambda x, y, i: x.clamp(-1, 1),
+    "clamp_min": lambda x, y, i: x.clamp(min=0.3), "where": lambda x, y, i: jitgrad.where(x > 0, x, y),
+    "sign": lambda x, y, i: jitgrad.sign(x), "erf": lambda x, y, i: jitgrad.erf(x), "clone": lambda x, y, i: x.clone(),
+}
+
+
+@pytest.mark.parametrize("dtype", [jitgrad.float64, jitgrad.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", list(_EXACT) + list(_MIXED_DTYPES))
+def test_tensor_comparisons_logic_integer_and_promoting_ops_on_cuda_match_cpu(name, dtype):
+    x, y = _pair(dtype)
+    i = jitgrad.tensor([[1, -2, 3], [4, 0, -1]])
+    fn = _EXACT.get(name) or _MIXED_DTYPES[name]
+    got, want = fn(x.cuda(), y.cuda(), i.cuda()), fn(x, y, i)
+    if name in _EXACT:
+        assert got.is_cuda and got.dtype == want.dtype and tuple(got.shape) == tuple(want.shape)
+        np.testing.assert_array_equal(got.cpu().numpy(), want.numpy())
+    else:
+        _same(got, want, dtype)
+
+
 def test_tensor_ops_mixing_devices_raise_torchs_error():
     x, y = _pair(jitgrad.float64)
     for op in (lambda a, b: a + b, lambda a, b: a * b, jitgrad.maximum, lambda a, b: a / b):
