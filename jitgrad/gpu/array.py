@@ -17,6 +17,7 @@ import numpy as np
 from jitgrad.gpu import driver
 
 UFUNCS = {}      # numpy ufunc -> fn(method, inputs, kwargs) (gpu/kernels/ fill it)
+UFUNC_METHODS = {}  # (ufunc, method other than "__call__") -> fn(inputs, kwargs): np.add.reduce, np.add.at...
 FUNCTIONS = {}   # numpy function -> implementation with numpy's signature
 KERNELS = {}     # name -> launcher the array core itself needs ("copy", "fill")
 
@@ -148,6 +149,8 @@ class DeviceArray:
 
     # -- the protocols -----------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if (ufunc, method) in UFUNC_METHODS:
+            return UFUNC_METHODS[ufunc, method](inputs, kwargs)
         fn = UFUNCS.get(ufunc)
         if fn is None:
             return _unsupported(f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}"))

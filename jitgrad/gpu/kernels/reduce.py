@@ -1,0 +1,357 @@
+"""Reductions on the device: sum, prod, mean, max/min, argmax/argmin, all/any,
+count_nonzero, trace, and the ufuncs' `.reduce` (np.add.reduce, np.maximum.reduce...).
+
+Every reduction is one kernel over a (rows, cols) view of the input: rows are the kept
+dims, cols the reduced ones, both read straight from the input's strides (no copy to
+move the reduced axes last). Two layouts of the work:
+- a thread per row, when rows are many or short: no synchronisation, but a thread walks
+  its row alone, so it is slow for a few long rows;
+- a block per row, otherwise: the block's threads stride over the row and combine their
+  partials in shared memory (a tree, which also keeps float sums accurate; the order of
+  additions differs from numpy's pairwise sum, so float results agree to rounding).
+Accumulators have numpy's dtypes (int sums in int64, float16 means in float32), and the
+result dtypes are numpy's.
+"""
+import math
+
+import numba
+import numpy as np
+from numba import cuda
+
+from jitgrad.gpu import driver
+from jitgrad.gpu.array import FUNCTIONS, UFUNC_METHODS, DeviceArray
+from jitgrad.gpu.kernels.functions import MIXED, diagonal, normalize_axes
+
+SUM, MEAN, PROD, MAX, MIN, ALL, ANY, COUNT, ARGMAX, ARGMIN = range(10)
+_NAMES = {SUM: "add", PROD: "multiply", MAX: "maximum", MIN: "minimum"}
+
+# Rows at least this long go to a block each (when there are few enough rows for the
+# blocks to fill the device).
+BLOCK_COLS = 32
+BLOCK_ROWS = 8192
+
+
+@cuda.jit(device=True)
+def _offset(flat, off, shape, strides):
+    for k in range(len(shape) - 1, -1, -1):
+        off += (flat % shape[k]) * strides[k]
+        flat //= shape[k]
+    return off
+
+
+def _combiners(op, acc_t):
+    """(step(acc, x), merge(acc, acc)) of op: step folds an input element (of any dtype)
+    into an accumulator of type acc_t, merge joins two partials. max/min keep a NaN, as
+    numpy's do."""
+    dev = cuda.jit(device=True)
+    if op in (SUM, MEAN):
+        merge = dev(lambda a, b: a + b)
+    elif op == PROD:
+        merge = dev(lambda a, b: a * b)
+    elif op == MAX:
+        merge = dev(lambda a, b: a if (a != a or a >= b) else b)
+    elif op == MIN:
+        merge = dev(lambda a, b: a if (a != a or a <= b) else b)
+    elif op == ALL:
+        return dev(lambda a, x: a and x != 0), dev(lambda a, b: a and b)
+    elif op == ANY:
+        return dev(lambda a, x: a or x != 0), dev(lambda a, b: a or b)
+    else:  # COUNT
+        return dev(lambda a, x: a + 1 if x != 0 else a), dev(lambda a, b: a + b)
+    return dev(lambda a, x: merge(a, acc_t(x))), merge
+
+
+_KERNELS = {}
+
+
+def _value_kernels(op, acc_dtype):
+    """(thread-per-row, block-per-row) kernels of op with accumulator acc_dtype. Both
+    write out[row] = combined / div (div is 1 except for means)."""
+    key = (op, acc_dtype)
+    if key in _KERNELS:
+        return _KERNELS[key]
+    acc_t = numba.from_dtype(acc_dtype)
+    step, merge = _combiners(op, acc_t)
+    finish = (lambda a, div: a / div) if op == MEAN else (lambda a, div: a)
+    finish = cuda.jit(device=True)(finish)
+    nthreads = driver.THREADS
+
+    @cuda.jit
+    def by_thread(src, off, kshape, kst, rshape, rst, nrows, ncols, init, div, out):
+        row = cuda.grid(1)
+        while row < nrows:
+            base = _offset(row, off, kshape, kst)
+            acc = init
+            for j in range(ncols):
+                acc = step(acc, src[_offset(j, base, rshape, rst)])
+            out[row] = finish(acc, div)
+            row += cuda.gridsize(1)
+
+    @cuda.jit
+    def by_block(src, off, kshape, kst, rshape, rst, nrows, ncols, init, div, out):
+        part = cuda.shared.array(nthreads, acc_t)
+        t = cuda.threadIdx.x
+        width = cuda.blockDim.x
+        row = cuda.blockIdx.x
+        while row < nrows:
+            base = _offset(row, off, kshape, kst)
+            acc = init
+            j = t
+            while j < ncols:
+                acc = step(acc, src[_offset(j, base, rshape, rst)])
+                j += width
+            part[t] = acc
+            cuda.syncthreads()
+            gap = 1
+            while gap < width:  # a tree over any block width, not only powers of two
+                if t % (2 * gap) == 0 and t + gap < width:
+                    part[t] = merge(part[t], part[t + gap])
+                gap *= 2
+                cuda.syncthreads()
+            if t == 0:
+                out[row] = finish(part[0], div)
+            cuda.syncthreads()
+            row += cuda.gridDim.x
+
+    _KERNELS[key] = (by_thread, by_block)
+    return _KERNELS[key]
+
+
+@cuda.jit(device=True)
+def _better(op, v, i, bv, bi):
+    """Whether (v, i) beats the best so far (bv, bi): a NaN beats any number (numpy's
+    argmax returns the first NaN), ties go to the lower index."""
+    if bi < 0:
+        return True
+    if bv != bv:
+        return v != v and i < bi
+    if v != v:
+        return True
+    if op == ARGMAX:
+        return v > bv or (v == bv and i < bi)
+    return v < bv or (v == bv and i < bi)
+
+
+def _arg_kernels(op, dtype):
+    key = (op, dtype)
+    if key in _KERNELS:
+        return _KERNELS[key]
+    val_t = numba.from_dtype(dtype)
+    nthreads = driver.THREADS
+
+    @cuda.jit
+    def by_thread(src, off, kshape, kst, rshape, rst, nrows, ncols, out):
+        row = cuda.grid(1)
+        while row < nrows:
+            base = _offset(row, off, kshape, kst)
+            bv = src[base]
+            bi = -1
+            for j in range(ncols):
+                v = src[_offset(j, base, rshape, rst)]
+                if _better(op, v, j, bv, bi):
+                    bv = v
+                    bi = j
+            out[row] = bi
+            row += cuda.gridsize(1)
+
+    @cuda.jit
+    def by_block(src, off, kshape, kst, rshape, rst, nrows, ncols, out):
+        vals = cuda.shared.array(nthreads, val_t)
+        idxs = cuda.shared.array(nthreads, numba.int64)
+        t = cuda.threadIdx.x
+        width = cuda.blockDim.x
+        row = cuda.blockIdx.x
+        while row < nrows:
+            base = _offset(row, off, kshape, kst)
+            bv = src[base]
+            bi = -1
+            j = t
+            while j < ncols:
+                v = src[_offset(j, base, rshape, rst)]
+                if _better(op, v, j, bv, bi):
+                    bv = v
+                    bi = j
+                j += width
+            vals[t] = bv
+            idxs[t] = bi
+            cuda.syncthreads()
+            gap = 1
+            while gap < width:
+                if t % (2 * gap) == 0 and t + gap < width and idxs[t + gap] >= 0:
+                    if _better(op, vals[t + gap], idxs[t + gap], vals[t], idxs[t]):
+                        vals[t] = vals[t + gap]
+                        idxs[t] = idxs[t + gap]
+                gap *= 2
+                cuda.syncthreads()
+            if t == 0:
+                out[row] = idxs[0]
+            cuda.syncthreads()
+            row += cuda.gridDim.x
+
+    _KERNELS[key] = (by_thread, by_block)
+    return _KERNELS[key]
+
+
+# -- the host side: plan, result dtype, launch -----------------------------------------------------
+def _plan(a, axis):
+    """(kept dims, reduced dims, rows, cols) of reducing a over axis."""
+    red = normalize_axes(axis, a.ndim)
+    kept = tuple(d for d in range(a.ndim) if d not in red)
+    return kept, red, math.prod(a.shape[d] for d in kept), math.prod(a.shape[d] for d in red)
+
+
+def _geom(a, dims):
+    # kernels index with UniTuples; no dims is one position of size 1
+    if not dims:
+        return (1,), (0,)
+    return tuple(a.shape[d] for d in dims), tuple(a.estrides[d] for d in dims)
+
+
+def _out_shape(a, red, keepdims):
+    if keepdims:
+        return tuple(1 if d in red else n for d, n in enumerate(a.shape))
+    return tuple(n for d, n in enumerate(a.shape) if d not in red)
+
+
+def _launch(kernels, a, kept, red, rows, cols, out, *extra):
+    by_thread, by_block = kernels
+    if cols >= BLOCK_COLS and rows < BLOCK_ROWS:
+        blocks, threads = driver.grid(rows * driver.THREADS)
+        kernel = by_block
+    else:
+        blocks, threads = driver.grid(rows)
+        kernel = by_thread
+    kernel[blocks, threads](a.buf, a.offset, *_geom(a, kept), *_geom(a, red), rows, cols, *extra, out.buf)
+
+
+def _sum_dtype(dtype):
+    """np.sum's / np.prod's result dtype: small ints widen to the platform int, as numpy."""
+    if dtype.kind == "b" or (dtype.kind == "i" and dtype.itemsize < 8):
+        return np.dtype(np.int64)
+    if dtype.kind == "u" and dtype.itemsize < 8:
+        return np.dtype(np.uint64)
+    return dtype
+
+
+def _init(op, dtype):
+    if op in (SUM, MEAN, ANY, COUNT):
+        return dtype.type(0)
+    if op in (PROD, ALL):
+        return dtype.type(1)
+    if dtype.kind == "f":
+        return dtype.type(-np.inf if op == MAX else np.inf)
+    if dtype.kind == "b":
+        return dtype.type(op == MIN)
+    info = np.iinfo(dtype)
+    return dtype.type(info.min if op == MAX else info.max)
+
+
+def _reject_out(out, where=True, initial=None):
+    if out is not None or where is not True or initial is not None:
+        raise TypeError("numpy reductions with out=, where= or initial= are not supported on cuda tensors by "
+                        "jitgrad yet")
+
+
+def reduce(op, a, axis=None, dtype=None, keepdims=False, out_dtype=None, div=1):
+    """The reduction op of a over axis: result dtype out_dtype, accumulated in dtype."""
+    kept, red, rows, cols = _plan(a, axis)
+    if cols == 0 and op in (MAX, MIN) and rows:
+        raise ValueError(f"zero-size array to reduction operation {_NAMES[op]} which has no identity")
+    res = DeviceArray.empty(_out_shape(a, red, keepdims), out_dtype or dtype)
+    if rows:
+        kernels = _value_kernels(op, np.dtype(dtype))
+        _launch(kernels, a, kept, red, rows, cols, res, _init(op, np.dtype(dtype)), np.dtype(dtype).type(div))
+    return res
+
+
+def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    _reject_out(out, where, initial)
+    dt = np.dtype(dtype) if dtype is not None else _sum_dtype(a.dtype)
+    return reduce(SUM, a, axis, dt, keepdims)
+
+
+def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    _reject_out(out, where, initial)
+    dt = np.dtype(dtype) if dtype is not None else _sum_dtype(a.dtype)
+    return reduce(PROD, a, axis, dt, keepdims)
+
+
+def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+    _reject_out(out, where)
+    _, red, _, cols = _plan(a, axis)
+    if dtype is not None:
+        acc = res = np.dtype(dtype)
+    elif a.dtype.kind in "biu":
+        acc = res = np.dtype(np.float64)
+    elif a.dtype == np.float16:
+        acc, res = np.dtype(np.float32), a.dtype  # numpy sums float16 in float32
+    else:
+        acc = res = a.dtype
+    # an empty mean is 0/0: NaN, as numpy's (without its warning)
+    return reduce(MEAN, a, axis, acc, keepdims, out_dtype=res, div=cols)
+
+
+def _extremum(op):
+    def fn(a, axis=None, out=None, keepdims=False, initial=None, where=True):
+        _reject_out(out, where, initial)
+        return reduce(op, a, axis, a.dtype, keepdims)
+    return fn
+
+
+def _logical(op):
+    def fn(a, axis=None, out=None, keepdims=False, *, where=True):
+        _reject_out(out, where)
+        return reduce(op, a, axis, np.dtype(bool), keepdims)
+    return fn
+
+
+def _arg(op):
+    name = "argmax" if op == ARGMAX else "argmin"
+
+    def fn(a, axis=None, out=None, *, keepdims=False):
+        _reject_out(out)
+        if axis is None:
+            flat = a.reshape(-1)
+            res = fn(flat, 0)
+            return res.reshape((1,) * a.ndim) if keepdims else res
+        kept, red, rows, cols = _plan(a, axis)
+        if cols == 0:
+            raise ValueError(f"attempt to get {name} of an empty sequence")
+        res = DeviceArray.empty(_out_shape(a, red, keepdims), np.int64)
+        if rows:
+            _launch(_arg_kernels(op, a.dtype), a, kept, red, rows, cols, res)
+        return res
+    return fn
+
+
+def _count_nonzero(a, axis=None, *, keepdims=False):
+    return reduce(COUNT, a, axis, np.dtype(np.int64), keepdims)
+
+
+def _trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    return _sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype, out=out)
+
+
+FUNCTIONS.update({
+    np.sum: _sum, np.prod: _prod, np.mean: _mean,
+    np.max: _extremum(MAX), np.amax: _extremum(MAX), np.min: _extremum(MIN), np.amin: _extremum(MIN),
+    np.all: _logical(ALL), np.any: _logical(ANY), np.argmax: _arg(ARGMAX), np.argmin: _arg(ARGMIN),
+    np.count_nonzero: _count_nonzero, np.trace: _trace,
+})
+
+
+def _ufunc_reduce(fn):
+    """ufunc.reduce(a, axis=0, ...): the reduction function, with the ufunc's default axis 0."""
+    def method(inputs, kwargs):
+        (a,) = inputs
+        if not isinstance(a, DeviceArray):
+            raise RuntimeError(MIXED)
+        kwargs = dict(kwargs)
+        kwargs.setdefault("axis", 0)
+        return fn(a, **kwargs)
+    return method
+
+
+for _ufunc, _fn in ((np.add, _sum), (np.multiply, _prod), (np.maximum, _extremum(MAX)),
+                    (np.minimum, _extremum(MIN)), (np.logical_and, _logical(ALL)), (np.logical_or, _logical(ANY))):
+    UFUNC_METHODS[_ufunc, "reduce"] = _ufunc_reduce(_fn)
