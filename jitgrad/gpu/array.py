@@ -57,7 +57,7 @@ class DeviceArray:
     @staticmethod
     def from_host(a):
         a = np.asarray(a)
-        c = np.ascontiguousarray(a)
+        c = np.ascontiguousarray(a).reshape(a.shape)  # ascontiguousarray makes a 0-d array 1-d
         return DeviceArray(driver.to_device(c), 0, c.shape, _c_strides(c.shape), c.dtype)
 
     def get(self):

@@ -215,6 +215,8 @@ def _index_array(k):
         host = np.asarray(k)
         if isinstance(k, list) and host.size == 0:
             host = host.astype(np.int64)
+        elif isinstance(k, list) and host.dtype.kind not in "biu":
+            raise IndexError(INVALID)  # numpy's message for a list, not an array, of non-integers
         arr = DeviceArray.from_host(host)
     if arr.dtype.kind not in "biu":
         raise IndexError("arrays used as indices must be of integer (or boolean) type")
@@ -237,6 +239,8 @@ def _items(a, key):
             items.append(("dummy", int(bool(k))))
         elif isinstance(k, (int, np.integer)):
             items.append(("int", int(k)))
+        elif isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "iu":
+            items.append(("int", int(k)))  # numpy takes a 0-d integer array as an integer
         elif isinstance(k, (DeviceArray, np.ndarray, list)):
             arr = _index_array(k)
             if arr.dtype.kind == "b":

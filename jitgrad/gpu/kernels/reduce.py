@@ -13,6 +13,7 @@ Accumulators have numpy's dtypes (int sums in int64, float16 means in float32), 
 result dtypes are numpy's.
 """
 import math
+import operator
 
 import numba
 import numpy as np
@@ -264,16 +265,17 @@ def reduce(op, a, axis=None, dtype=None, keepdims=False, out_dtype=None, div=1):
     return res
 
 
-def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
-    _reject_out(out, where, initial)
-    dt = np.dtype(dtype) if dtype is not None else _sum_dtype(a.dtype)
-    return reduce(SUM, a, axis, dt, keepdims)
+def _sum_or_prod(op):
+    def fn(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+        _reject_out(out, where, initial)
+        dt = np.dtype(dtype) if dtype is not None else _sum_dtype(a.dtype)
+        # float16 adds up in float32 (rounded once at the end: closer to numpy's pairwise sum)
+        acc = np.dtype(np.float32) if dt == np.float16 else dt
+        return reduce(op, a, axis, acc, keepdims, out_dtype=dt)
+    return fn
 
 
-def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
-    _reject_out(out, where, initial)
-    dt = np.dtype(dtype) if dtype is not None else _sum_dtype(a.dtype)
-    return reduce(PROD, a, axis, dt, keepdims)
+_sum, _prod = _sum_or_prod(SUM), _sum_or_prod(PROD)
 
 
 def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
@@ -314,6 +316,7 @@ def _arg(op):
             flat = a.reshape(-1)
             res = fn(flat, 0)
             return res.reshape((1,) * a.ndim) if keepdims else res
+        axis = operator.index(axis)  # one axis, as numpy's
         kept, red, rows, cols = _plan(a, axis)
         if cols == 0:
             raise ValueError(f"attempt to get {name} of an empty sequence")
