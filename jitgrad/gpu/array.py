@@ -329,6 +329,24 @@ class DeviceArray:
     def any(self, axis=None, keepdims=False):
         return np.any(self, axis=axis, keepdims=keepdims)
 
+    def prod(self, axis=None, dtype=None, keepdims=False):
+        return np.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        return np.argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return np.argmin(self, axis=axis, keepdims=keepdims)
+
+    def nonzero(self):
+        return np.nonzero(self)
+
+    def flatten(self):
+        return self.copy().reshape(-1)
+
+    def squeeze(self, axis=None):
+        return np.squeeze(self, axis)
+
 
 def assign(view, value):
     """view[...] = value: a DeviceArray (broadcast to view's shape, cast) or a number."""

@@ -116,6 +116,13 @@ def test_ufunc_reduce_methods_and_array_methods(x):
     same(d.mean(), x.mean())
     same(d.max(axis=0), x.max(axis=0))
     same(d.min(), x.min())
+    same(d.prod(axis=(0, 1)), x.prod(axis=(0, 1)))
+    same(d.argmax(axis=1), x.argmax(axis=1))
+    same(d.argmin(), x.argmin())
+    same(d.T.flatten(), x.T.flatten())
+    same(d[:, :1].squeeze(), x[:, :1].squeeze())
+    for got, want in zip(dev(b).nonzero(), b.nonzero()):
+        same(got, want)
     same(dev(b).all(axis=1), b.all(axis=1))
     same(dev(b).any(), b.any())
     assert float(np.sum(d)) == pytest.approx(float(x.sum()), rel=1e-12)
@@ -445,8 +452,23 @@ def test_host_arrays_are_another_device():
     same(np.where(mask, d, np.array(2.0)), np.ones((2, 3)))  # a host 0-d array is a scalar
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.bool_])
+def test_unique_of_integers(dtype, rng):
+    x = rng.integers(0, 2 if dtype == np.bool_ else 9, (4, 7)).astype(dtype)
+    same(np.unique(dev(x)), np.unique(x))
+    same(np.unique(dev(x).T[1:]), np.unique(x.T[1:]))
+    same(np.unique(dev(np.zeros(0, dtype))), np.unique(np.zeros(0, dtype)))
+    if dtype != np.bool_ and dtype != np.uint8:
+        neg = np.array([-7, 3, -7, 100, 0], dtype)
+        same(np.unique(dev(neg)), np.unique(neg))
+
+
 def test_unsupported_functions_name_themselves():
-    with pytest.raises(TypeError, match=r"^numpy\.unique is not supported on cuda tensors by jitgrad yet"):
+    with pytest.raises(TypeError, match=r"^numpy\.unique on cuda tensors is supported by jitgrad for integer arrays"):
         np.unique(dev(np.ones(3)))
+    with pytest.raises(TypeError, match=r"^numpy\.unique on cuda tensors is supported by jitgrad for integer arrays"):
+        np.unique(dev(np.ones(3, np.int64)), return_counts=True)
+    with pytest.raises(TypeError, match=r"^numpy\.searchsorted is not supported on cuda tensors by jitgrad yet"):
+        np.searchsorted(dev(np.arange(3)), dev(np.ones(3)))
     with pytest.raises(TypeError, match="per-element repeat counts is not supported"):
         np.repeat(dev(np.ones(3)), [1, 2, 3])

@@ -535,9 +535,53 @@ def _nonzero(a):
     return nonzero(as_device(a))
 
 
+@cuda.jit
+def _mark(x, n, lo, marks):
+    i = cuda.grid(1)
+    while i < n:
+        marks[x[i] - lo] = True
+        i += cuda.gridsize(1)
+
+
+@cuda.jit
+def _shift(pos, n, lo, out):
+    i = cuda.grid(1)
+    while i < n:
+        out[i] = pos[i] + lo
+        i += cuda.gridsize(1)
+
+
+UNIQUE_SPAN = 1 << 26  # the most distinct values a unique's marks may cover (64 MiB of bools)
+
+
+def _unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, **_):
+    """The sorted distinct values of an integer array: each value marks its place in a
+    [min, max] table, whose marked places are the result (no sort on the device)."""
+    ar = as_device(ar)
+    if return_index or return_inverse or return_counts or axis is not None or ar.dtype.kind not in "biu":
+        raise TypeError("numpy.unique on cuda tensors is supported by jitgrad for integer arrays without options "
+                        "only")
+    x = ar.astype(np.int64)
+    n = x.size
+    if n == 0:
+        return DeviceArray.empty((0,), ar.dtype)
+    lo, hi = int(np.min(x)), int(np.max(x))
+    if hi - lo + 1 > UNIQUE_SPAN:
+        raise TypeError(f"numpy.unique of integers spanning more than {UNIQUE_SPAN} values is not supported on cuda "
+                        "tensors by jitgrad yet")
+    marks = full_device((hi - lo + 1,), False, np.bool_)
+    blocks, threads = driver.grid(n)
+    _mark[blocks, threads](x.buf, n, lo, marks.buf)
+    pos = flatnonzero_of(marks)
+    out = DeviceArray.empty(pos.shape, ar.dtype)
+    blocks, threads = driver.grid(pos.size)
+    _shift[blocks, threads](pos.buf, pos.size, lo, out.buf)
+    return out
+
+
 FUNCTIONS.update({
     "getitem_advanced": getitem_advanced, "setitem_advanced": setitem_advanced,
     np.take: _take, np.take_along_axis: _take_along_axis, np.put_along_axis: _put_along_axis,
-    np.nonzero: _nonzero, np.flatnonzero: _flatnonzero, np.bincount: _bincount,
+    np.nonzero: _nonzero, np.flatnonzero: _flatnonzero, np.bincount: _bincount, np.unique: _unique,
 })
 UFUNC_METHODS[(np.add, "at")] = add_at
