@@ -86,20 +86,17 @@ def test_reductions_read_views_in_place(view, x):
             same(fn(view(dev(x)), axis=axis), fn(view(x), axis=axis))
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.bool_, np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.float32, np.float64])  # jitgrad's dtypes
 def test_result_dtypes_are_numpys(dtype, rng):
-    x = (rng.integers(0, 3, (4, 6)) if dtype != np.float16 else rng.uniform(0, 2, (4, 6))).astype(dtype)
+    x = rng.integers(0, 3, (4, 6)).astype(dtype)
     d = dev(x)
     for fn in (np.sum, np.prod, np.max, np.min, np.all, np.any, np.argmax, np.count_nonzero):
         same(fn(d, axis=0), fn(x, axis=0))
         same(fn(d), fn(x))
-    if dtype == np.float16:  # numpy sums float16 in float32: agree to float16's rounding
-        np.testing.assert_allclose(np.mean(d, axis=1).get(), np.mean(x, axis=1), rtol=1e-3)
-        assert np.mean(d).dtype == np.float16
-    else:
-        same(np.mean(d, axis=1), np.mean(x, axis=1))
+    same(np.mean(d, axis=1), np.mean(x, axis=1))
     same(np.sum(d, axis=1, dtype=np.float64), np.sum(x, axis=1, dtype=np.float64))
-    same(np.mean(d, dtype=np.float64), np.mean(x, dtype=np.float64))
+    same(np.sum(d, axis=0, dtype=np.int32), np.sum(x, axis=0, dtype=np.int32))
+    same(np.mean(d, dtype=np.float32), np.mean(x, dtype=np.float32))
 
 
 def test_ufunc_reduce_methods_and_array_methods(x):
@@ -452,13 +449,13 @@ def test_host_arrays_are_another_device():
     same(np.where(mask, d, np.array(2.0)), np.ones((2, 3)))  # a host 0-d array is a scalar
 
 
-@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.bool_])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_])
 def test_unique_of_integers(dtype, rng):
     x = rng.integers(0, 2 if dtype == np.bool_ else 9, (4, 7)).astype(dtype)
     same(np.unique(dev(x)), np.unique(x))
     same(np.unique(dev(x).T[1:]), np.unique(x.T[1:]))
     same(np.unique(dev(np.zeros(0, dtype))), np.unique(np.zeros(0, dtype)))
-    if dtype != np.bool_ and dtype != np.uint8:
+    if dtype != np.bool_:
         neg = np.array([-7, 3, -7, 100, 0], dtype)
         same(np.unique(dev(neg)), np.unique(neg))
 

@@ -9,6 +9,7 @@ too.
 """
 import operator
 
+import numba
 import numpy as np
 from numba import cuda
 
@@ -16,6 +17,26 @@ from jitgrad.gpu import driver
 from jitgrad.gpu.array import FUNCTIONS, KERNELS, DeviceArray
 
 MIXED = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+
+
+# -- the argument types kernels are launched with, for the PTX check (gpu/ptx.py reads each
+# kernel module's PTX_SIGNATURES: {kernel: [argument type tuples]}) -----------------------------
+TENSOR_DTYPES = ("float32", "float64", "int64", "int32", "bool")
+INT = numba.types.int64  # a Python int argument (a size, an offset)
+
+
+def scalar(dtype):
+    return numba.from_dtype(np.dtype(dtype))
+
+
+def array(dtype):
+    """A device buffer (DeviceArray.buf: 1-D, C-contiguous)."""
+    return numba.types.Array(scalar(dtype), 1, "C")
+
+
+def index(rank=1):
+    """A shape or strides tuple (one rank stands for all: they type the same code)."""
+    return numba.types.UniTuple(numba.types.int64, rank)
 
 
 # -- operands ------------------------------------------------------------------------------------
@@ -411,3 +432,9 @@ FUNCTIONS.update({
     np.result_type: _result_type, np.repeat: _repeat, np.concatenate: _concatenate, np.stack: _stack,
     np.where: _where, np.shape: _shape_fn, np.ndim: _ndim_fn, np.size: _size_fn, np.clip: _clip,
 })
+
+PTX_SIGNATURES = {
+    _arange_kernel: [(array(d), scalar(d), scalar(d), INT) for d in TENSOR_DTYPES if d != "bool"],
+    _where_kernel: [(array("bool"), INT, index(), array(d), INT, index(), array(d), INT, index(), array(d), index(),
+                     INT) for d in TENSOR_DTYPES],
+}

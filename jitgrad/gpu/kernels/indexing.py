@@ -21,12 +21,16 @@ from numba import cuda
 from jitgrad.gpu import driver
 from jitgrad.gpu.array import FUNCTIONS, KERNELS, UFUNC_METHODS, DeviceArray
 from jitgrad.gpu.kernels.functions import (
+    INT,
     MIXED,
+    TENSOR_DTYPES,
     _arange,
+    array,
     as_device,
     check_device,
     full_device,
     geometry,
+    index,
     is_scalar,
     scalar_value,
 )
@@ -414,7 +418,7 @@ def setitem_advanced(a, key, value):
     _scatter_into(_scatter, a, key, value)
 
 
-_ATOMIC_ADD = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint64)}
+_ATOMIC_ADD = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)}
 
 
 def add_at(inputs, kwargs):
@@ -520,14 +524,14 @@ def _bincount(x, weights=None, minlength=0):
             blocks, threads = driver.grid(n)
             _bincount_ones[blocks, threads](x.buf, n, out.buf)
         return out
-    w = as_device(check_device(weights), np.float64)
+    w = as_device(check_device(weights))
     if w.shape != x.shape:
         raise ValueError("The weights and list don't have the same length.")
-    w = w if w.is_c_contiguous() else w.copy()
+    w = w.astype(np.float64)  # a contiguous copy, as x
     out = full_device((size,), 0, np.float64)
     if n:
         blocks, threads = driver.grid(n)
-        _bincount_kernel[blocks, threads](x.buf[x.offset:], n, w.buf[w.offset:], out.buf)
+        _bincount_kernel[blocks, threads](x.buf, n, w.buf, out.buf)
     return out
 
 
@@ -585,3 +589,20 @@ FUNCTIONS.update({
     np.nonzero: _nonzero, np.flatnonzero: _flatnonzero, np.bincount: _bincount, np.unique: _unique,
 })
 UFUNC_METHODS[(np.add, "at")] = add_at
+
+_PLAN = (INT, index(), index(), index(), array("int64"), INT, INT, index(), index(), INT)  # Plan.launch_args()
+_MASK = (INT, index(), index(), INT, INT, INT)
+PTX_SIGNATURES = {
+    _check: [(array("int64"), INT, index(), index(), INT, array("int64"))],
+    _gather: [(array(d),) + _PLAN + (array(d),) for d in TENSOR_DTYPES],
+    _scatter: [(array(d),) + _PLAN + (array(d), INT, index()) for d in TENSOR_DTYPES],
+    _scatter_add: [(array(d),) + _PLAN + (array(d), INT, index()) for d in sorted(map(str, _ATOMIC_ADD))],
+    _count_chunks: [(array(d),) + _MASK + (array("int64"),) for d in TENSOR_DTYPES],
+    _scan: [(array("int64"), INT, array("int64"))],
+    _write_chunks: [(array(d),) + _MASK + (array("int64"), array("int64")) for d in TENSOR_DTYPES],
+    _unravel: [(array("int64"), INT, index(), array("int64"))],
+    _bincount_kernel: [(array("int64"), INT, array("float64"), array("float64"))],
+    _bincount_ones: [(array("int64"), INT, array("int64"))],
+    _mark: [(array("int64"), INT, INT, array("bool"))],
+    _shift: [(array("int64"), INT, INT, array(d)) for d in ("int64", "int32", "bool")],
+}

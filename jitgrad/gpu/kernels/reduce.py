@@ -21,6 +21,7 @@ from numba import cuda
 
 from jitgrad.gpu import driver
 from jitgrad.gpu.array import FUNCTIONS, UFUNC_METHODS, DeviceArray
+from jitgrad.gpu.kernels import functions as sig
 from jitgrad.gpu.kernels.functions import MIXED, diagonal, normalize_axes
 
 SUM, MEAN, PROD, MAX, MIN, ALL, ANY, COUNT, ARGMAX, ARGMIN = range(10)
@@ -62,15 +63,20 @@ def _combiners(op, acc_t):
     return dev(lambda a, x: merge(a, acc_t(x))), merge
 
 
-_KERNELS = {}
+def _family(dtype):
+    """The accumulator dtype a reduction of dtype's values uses: the widest of its kind
+    (float16 in float32). One kernel per op and family, all made at import."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.dtype(np.float64 if dtype.itemsize == 8 else np.float32)
+    # unsigned ints too: sums and products wrap the same in int64, and jitgrad's tensors
+    # have no uint64 (whose values past 2**63 would compare wrongly in max/min)
+    return np.dtype(np.bool_ if dtype.kind == "b" else np.int64)
 
 
 def _value_kernels(op, acc_dtype):
     """(thread-per-row, block-per-row) kernels of op with accumulator acc_dtype. Both
     write out[row] = combined / div (div is 1 except for means)."""
-    key = (op, acc_dtype)
-    if key in _KERNELS:
-        return _KERNELS[key]
     acc_t = numba.from_dtype(acc_dtype)
     step, merge = _combiners(op, acc_t)
     finish = (lambda a, div: a / div) if op == MEAN else (lambda a, div: a)
@@ -114,8 +120,7 @@ def _value_kernels(op, acc_dtype):
             cuda.syncthreads()
             row += cuda.gridDim.x
 
-    _KERNELS[key] = (by_thread, by_block)
-    return _KERNELS[key]
+    return by_thread, by_block
 
 
 @cuda.jit(device=True)
@@ -133,11 +138,8 @@ def _better(op, v, i, bv, bi):
     return v < bv or (v == bv and i < bi)
 
 
-def _arg_kernels(op, dtype):
-    key = (op, dtype)
-    if key in _KERNELS:
-        return _KERNELS[key]
-    val_t = numba.from_dtype(dtype)
+def _arg_kernels(op, family):
+    val_t = numba.from_dtype(family)
     nthreads = driver.THREADS
 
     @cuda.jit
@@ -189,8 +191,37 @@ def _arg_kernels(op, dtype):
             cuda.syncthreads()
             row += cuda.gridDim.x
 
-    _KERNELS[key] = (by_thread, by_block)
-    return _KERNELS[key]
+    return by_thread, by_block
+
+
+F32, F64, I64, BOOL = (np.dtype(t) for t in (np.float32, np.float64, np.int64, np.bool_))
+FAMILIES = {SUM: (F32, F64, I64), MEAN: (F32, F64), PROD: (F32, F64, I64), MAX: (F32, F64, I64, BOOL),
+            MIN: (F32, F64, I64, BOOL), ALL: (BOOL,), ANY: (BOOL,), COUNT: (I64,),
+            ARGMAX: (F32, F64, I64, BOOL), ARGMIN: (F32, F64, I64, BOOL)}
+KERNELS = {(op, fam): (_arg_kernels if op in (ARGMAX, ARGMIN) else _value_kernels)(op, fam)
+           for op, fams in FAMILIES.items() for fam in fams}
+
+
+def _signatures(op, fam):
+    """The argument types op's kernels of family fam are launched with, for each tensor
+    dtype read (gpu/ptx.py compiles them; shape tuples of any rank type the same code)."""
+    geometry = (sig.INT,) + (sig.index(),) * 4 + (sig.INT, sig.INT)
+    if op in (ARGMAX, ARGMIN):
+        return [(sig.array(src),) + geometry + (sig.array(I64),) for src in sig.TENSOR_DTYPES
+                if _family(src) == fam]
+    if op in (SUM, PROD, MEAN):  # numpy's result dtype, or one asked for with dtype=
+        outs = [np.dtype(d) for d in sig.TENSOR_DTYPES if d != "bool" and _family(d) == fam]
+        srcs = sig.TENSOR_DTYPES
+    elif op in (MAX, MIN):
+        srcs = [d for d in sig.TENSOR_DTYPES if _family(d) == fam]
+        outs = None
+    else:
+        srcs, outs = sig.TENSOR_DTYPES, [fam]
+    return [(sig.array(src),) + geometry + (sig.scalar(fam), sig.scalar(fam), sig.array(out))
+            for src in srcs for out in (outs or [src])]
+
+
+PTX_SIGNATURES = {k: _signatures(op, fam) for (op, fam), pair in KERNELS.items() for k in pair}
 
 
 # -- the host side: plan, result dtype, launch -----------------------------------------------------
@@ -253,15 +284,18 @@ def _reject_out(out, where=True, initial=None):
                         "jitgrad yet")
 
 
-def reduce(op, a, axis=None, dtype=None, keepdims=False, out_dtype=None, div=1):
-    """The reduction op of a over axis: result dtype out_dtype, accumulated in dtype."""
+def reduce(op, a, axis, dtype, keepdims=False, div=1):
+    """The reduction op of a over axis with result dtype `dtype` (accumulated in its family)."""
     kept, red, rows, cols = _plan(a, axis)
     if cols == 0 and op in (MAX, MIN) and rows:
         raise ValueError(f"zero-size array to reduction operation {_NAMES[op]} which has no identity")
-    res = DeviceArray.empty(_out_shape(a, red, keepdims), out_dtype or dtype)
+    res = DeviceArray.empty(_out_shape(a, red, keepdims), dtype)
     if rows:
-        kernels = _value_kernels(op, np.dtype(dtype))
-        _launch(kernels, a, kept, red, rows, cols, res, _init(op, np.dtype(dtype)), np.dtype(dtype).type(div))
+        fam = _family(dtype)
+        if (op, fam) not in KERNELS:
+            raise TypeError(f"numpy.{_NAMES.get(op, 'mean')} reduction to {np.dtype(dtype)} is not supported on "
+                            "cuda tensors by jitgrad yet")
+        _launch(KERNELS[op, fam], a, kept, red, rows, cols, res, _init(op, fam), fam.type(div))
     return res
 
 
@@ -269,9 +303,9 @@ def _sum_or_prod(op):
     def fn(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
         _reject_out(out, where, initial)
         dt = np.dtype(dtype) if dtype is not None else _sum_dtype(a.dtype)
-        # float16 adds up in float32 (rounded once at the end: closer to numpy's pairwise sum)
-        acc = np.dtype(np.float32) if dt == np.float16 else dt
-        return reduce(op, a, axis, acc, keepdims, out_dtype=dt)
+        if dt.kind == "b":  # numpy's add / multiply of bools are `or` / `and`
+            return reduce(ANY if op == SUM else ALL, a, axis, dt, keepdims)
+        return reduce(op, a, axis, dt, keepdims)
     return fn
 
 
@@ -282,15 +316,11 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     _reject_out(out, where)
     _, red, _, cols = _plan(a, axis)
     if dtype is not None:
-        acc = res = np.dtype(dtype)
-    elif a.dtype.kind in "biu":
-        acc = res = np.dtype(np.float64)
-    elif a.dtype == np.float16:
-        acc, res = np.dtype(np.float32), a.dtype  # numpy sums float16 in float32
+        res = np.dtype(dtype)
     else:
-        acc = res = a.dtype
-    # an empty mean is 0/0: NaN, as numpy's (without its warning)
-    return reduce(MEAN, a, axis, acc, keepdims, out_dtype=res, div=cols)
+        res = np.dtype(np.float64) if a.dtype.kind in "biu" else a.dtype
+    # float16 adds up in float32, as numpy's; an empty mean is 0/0: NaN, as numpy's
+    return reduce(MEAN, a, axis, res, keepdims, div=cols)
 
 
 def _extremum(op):
@@ -322,7 +352,7 @@ def _arg(op):
             raise ValueError(f"attempt to get {name} of an empty sequence")
         res = DeviceArray.empty(_out_shape(a, red, keepdims), np.int64)
         if rows:
-            _launch(_arg_kernels(op, a.dtype), a, kept, red, rows, cols, res)
+            _launch(KERNELS[op, _family(a.dtype)], a, kept, red, rows, cols, res)
         return res
     return fn
 
