@@ -314,6 +314,17 @@ def test_setitem_advanced_matches_numpy(key, rng):
     same(d, want, exact=True)
 
 
+def test_setitem_from_the_same_array_reads_a_copy():
+    a = np.arange(10.0)
+    d = dev(a)
+    d[[1, 2, 3]] = d[0:3]  # overlapping: numpy reads the values before writing
+    a[[1, 2, 3]] = a[0:3]
+    same(d, a, exact=True)
+    d[dev(np.array([9, 8, 7]))] = d[7:]
+    a[[9, 8, 7]] = a[7:]
+    same(d, a, exact=True)
+
+
 def test_setitem_mask_and_cast():
     a = np.arange(6, dtype=np.int64)
     d = dev(a)

@@ -361,9 +361,13 @@ class Plan:
         checked against their dims' sizes."""
         if not arrays or self.bsize == 0:
             return driver.alloc(1, np.int64)
-        idx = DeviceArray.empty((len(arrays),) + tuple(self.bshape), np.int64)
-        for k, x in enumerate(arrays):
-            KERNELS["copy"](x.broadcast_to(self.bshape), idx[k])
+        (x, *more) = arrays
+        if not more and x.dtype == np.int64 and x.offset == 0 and x.shape == self.bshape and x.is_c_contiguous():
+            idx = x  # already the layout (a flat index array): no copy
+        else:
+            idx = DeviceArray.empty((len(arrays),) + tuple(self.bshape), np.int64)
+            for k, x in enumerate(arrays):
+                KERNELS["copy"](x.broadcast_to(self.bshape), idx[k])
         err = driver.alloc(3, np.int64)
         KERNELS["fill"](DeviceArray(err, 0, (3,), (1,), np.dtype(np.int64)), 0)
         n = idx.size
@@ -405,6 +409,8 @@ def _values(plan, dst, value):
 def _scatter_into(kernel, a, key, value):
     plan = Plan(a, key)
     v = _values(plan, a, value)
+    if v.buf is a.buf:  # the values read while a is written (a[i] = a[j]): read a copy, as numpy
+        v = v.copy().broadcast_to(plan.out_shape)
     n = math.prod(plan.out_shape)
     if n:
         buf, voff, vstr = geometry(v, plan.out_shape)
