@@ -68,6 +68,21 @@ def test_long_rows_take_the_block_per_row_kernel(fn, shape, axis, rng):
     same(fn(dev(x), axis=axis), fn(x, axis=axis))
 
 
+@pytest.mark.parametrize("fn", [np.sum, np.mean, np.max, np.min, np.prod, np.all, np.any, np.count_nonzero],
+                         ids=lambda f: f.__name__)
+def test_few_long_rows_are_split_over_blocks(fn, rng, monkeypatch):
+    # the thresholds scaled down to simulator sizes: segments of 16, rows of at least 100
+    monkeypatch.setattr(gpu_reduce, "SPLIT_COLS", 100)
+    monkeypatch.setattr(gpu_reduce, "SEGMENT", 16)
+    x = rng.uniform(0.95, 1.05, (2, 130, 3))
+    x[1, 5:, 0] = 0.0
+    t = x.transpose(1, 0, 2)
+    for a, axis in [(x, None), (x, (1, 2)), (t, (0, 2)), (t, None), (x, 1)]:
+        rows, cols = gpu_reduce._plan(dev(a), axis)[2:]
+        assert (gpu_reduce._segments(gpu_reduce.SUM, rows, cols) > 1) == (cols >= 100)
+        same(fn(dev(a), axis=axis), fn(a, axis=axis))
+
+
 def test_argmax_ties_and_nan_follow_numpy():
     x = np.array([[1.0, 3.0, 3.0, 0.0], [np.nan, 2.0, np.nan, 5.0], [2.0, 2.0, 2.0, 2.0]])
     long = np.tile(x, (1, 20))  # the same, through the block kernel

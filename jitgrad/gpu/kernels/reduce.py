@@ -95,16 +95,20 @@ def _value_kernels(op, acc_dtype):
             row += cuda.gridsize(1)
 
     @cuda.jit
-    def by_block(src, off, kshape, kst, rshape, rst, nrows, ncols, init, div, out):
+    def by_block(src, off, kshape, kst, rshape, rst, nrows, ncols, nseg, init, div, out):
+        # a block per (row, segment): nseg > 1 splits few long rows over many blocks,
+        # whose partials (rows, nseg) a second launch reduces
         part = cuda.shared.array(nthreads, acc_t)
         t = cuda.threadIdx.x
         width = cuda.blockDim.x
-        row = cuda.blockIdx.x
-        while row < nrows:
-            base = _offset(row, off, kshape, kst)
+        seg = (ncols + nseg - 1) // nseg
+        v = cuda.blockIdx.x
+        while v < nrows * nseg:
+            base = _offset(v // nseg, off, kshape, kst)
             acc = init
-            j = t
-            while j < ncols:
+            j = (v % nseg) * seg + t
+            end = min(ncols, (v % nseg + 1) * seg)
+            while j < end:
                 acc = step(acc, src[_offset(j, base, rshape, rst)])
                 j += width
             part[t] = acc
@@ -116,9 +120,9 @@ def _value_kernels(op, acc_dtype):
                 gap *= 2
                 cuda.syncthreads()
             if t == 0:
-                out[row] = finish(part[0], div)
+                out[v] = finish(part[0], div)
             cuda.syncthreads()
-            row += cuda.gridDim.x
+            v += cuda.gridDim.x
 
     return by_thread, by_block
 
@@ -221,7 +225,16 @@ def _signatures(op, fam):
             for src in srcs for out in (outs or [src])]
 
 
-PTX_SIGNATURES = {k: _signatures(op, fam) for (op, fam), pair in KERNELS.items() for k in pair}
+def _with_nseg(sigs):
+    # a value reduction's block kernel takes its segment count after the geometry
+    return [s[:8] + (sig.INT,) + s[8:] for s in sigs]
+
+
+PTX_SIGNATURES = {}
+for (_op, _fam), (_by_thread, _by_block) in KERNELS.items():
+    PTX_SIGNATURES[_by_thread] = _signatures(_op, _fam)
+    PTX_SIGNATURES[_by_block] = PTX_SIGNATURES[_by_thread] if _op in (ARGMAX, ARGMIN) else \
+        _with_nseg(PTX_SIGNATURES[_by_thread])
 
 
 # -- the host side: plan, result dtype, launch -----------------------------------------------------
@@ -245,15 +258,28 @@ def _out_shape(a, red, keepdims):
     return tuple(n for d, n in enumerate(a.shape) if d not in red)
 
 
-def _launch(kernels, a, kept, red, rows, cols, out, *extra):
+def _launch(kernels, a, kept, red, rows, cols, out, *extra, nseg=1, arg=False):
     by_thread, by_block = kernels
-    if cols >= BLOCK_COLS and rows < BLOCK_ROWS:
-        blocks, threads = driver.grid(rows * driver.THREADS)
-        kernel = by_block
+    geometry = (a.buf, a.offset, *_geom(a, kept), *_geom(a, red), rows, cols)
+    if nseg > 1 or (cols >= BLOCK_COLS and rows < BLOCK_ROWS):
+        blocks, threads = driver.grid(rows * nseg * driver.THREADS)
+        by_block[blocks, threads](*geometry, *(() if arg else (nseg,)), *extra, out.buf)
     else:
         blocks, threads = driver.grid(rows)
-        kernel = by_thread
-    kernel[blocks, threads](a.buf, a.offset, *_geom(a, kept), *_geom(a, red), rows, cols, *extra, out.buf)
+        by_thread[blocks, threads](*geometry, *extra, out.buf)
+
+
+# Few rows this long are split over blocks (a row's segments are reduced by a block each,
+# then their partials by a second launch): one block per row would leave the GPU idle.
+SPLIT_COLS = 1 << 14
+SPLIT_ROWS = 64
+SEGMENT = 1 << 12
+
+
+def _segments(op, rows, cols):
+    if op in (ARGMAX, ARGMIN) or cols < SPLIT_COLS or rows >= SPLIT_ROWS:
+        return 1
+    return max(1, min(cols // SEGMENT, driver.MAX_BLOCKS // rows))
 
 
 def _sum_dtype(dtype):
@@ -295,7 +321,15 @@ def reduce(op, a, axis, dtype, keepdims=False, div=1):
         if (op, fam) not in KERNELS:
             raise TypeError(f"numpy.{_NAMES.get(op, 'mean')} reduction to {np.dtype(dtype)} is not supported on "
                             "cuda tensors by jitgrad yet")
-        _launch(KERNELS[op, fam], a, kept, red, rows, cols, res, _init(op, fam), fam.type(div))
+        nseg = _segments(op, rows, cols)
+        if nseg == 1:
+            _launch(KERNELS[op, fam], a, kept, red, rows, cols, res, _init(op, fam), fam.type(div))
+            return res
+        # partials per segment (a mean's are sums, a count's are added), then their reduction
+        first, second = {MEAN: (SUM, MEAN), COUNT: (COUNT, SUM)}.get(op, (op, op))
+        part = DeviceArray.empty((rows, nseg), fam)
+        _launch(KERNELS[first, fam], a, kept, red, rows, cols, part, _init(first, fam), fam.type(1), nseg=nseg)
+        _launch(KERNELS[second, fam], part, (0,), (1,), rows, nseg, res, _init(second, fam), fam.type(div))
     return res
 
 
@@ -352,7 +386,7 @@ def _arg(op):
             raise ValueError(f"attempt to get {name} of an empty sequence")
         res = DeviceArray.empty(_out_shape(a, red, keepdims), np.int64)
         if rows:
-            _launch(KERNELS[op, _family(a.dtype)], a, kept, red, rows, cols, res)
+            _launch(KERNELS[op, _family(a.dtype)], a, kept, red, rows, cols, res, arg=True)
         return res
     return fn
 
