@@ -249,6 +249,17 @@ def test_where(rng):
         same(got, want)
 
 
+def test_isclose_and_allclose():
+    a = np.array([1.0, np.nan, np.inf, -np.inf, 1e-9, 5.0, np.nan])
+    b = np.array([[1.0 + 1e-7, np.nan, np.inf, np.inf, 0.0, 5.1, 1.0]])
+    for kw in ({}, {"equal_nan": True}, {"rtol": 0.05}, {"atol": 0.0}):
+        same(np.isclose(dev(a), dev(b), **kw), np.isclose(a, b, **kw))
+    assert np.allclose(dev(a[:1]), dev(b[:, :1])) is True
+    assert np.allclose(dev(a), dev(a), equal_nan=True) and not np.allclose(dev(a), dev(a))
+    i = np.arange(4, dtype=np.int64)
+    same(np.isclose(dev(i), 2), np.isclose(i, 2))
+
+
 def test_views_share_the_buffer(x):
     d = dev(x)
     cases = [

@@ -7,6 +7,7 @@ slice of the result. Only `arange` and `where` compute values here. The helpers 
 top (device operands, the same-device check, scalars) serve reduce.py and indexing.py
 too.
 """
+import math
 import operator
 
 import numba
@@ -405,6 +406,48 @@ def _where(condition, x=None, y=None):
     return out
 
 
+@cuda.jit
+def _isclose_kernel(x, xoff, xst, y, yoff, yst, out, shape, n, rtol, atol, equal_nan):
+    i = cuda.grid(1)
+    while i < n:
+        r = i
+        xi = xoff
+        yi = yoff
+        for k in range(len(shape) - 1, -1, -1):
+            q = r % shape[k]
+            r //= shape[k]
+            xi += q * xst[k]
+            yi += q * yst[k]
+        a = numba.float64(x[xi])
+        b = numba.float64(y[yi])
+        if a == b:  # equal infinities too
+            out[i] = True
+        elif a != a or b != b:
+            out[i] = equal_nan and a != a and b != b
+        elif abs(a) == math.inf or abs(b) == math.inf:  # unequal, one infinite: never close
+            out[i] = False
+        else:
+            out[i] = abs(a - b) <= atol + rtol * abs(b)
+        i += cuda.gridsize(1)
+
+
+def _isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """numpy's isclose, computed in float64: |a - b| <= atol + rtol * |b|."""
+    a, b = as_device(a), as_device(b)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    out = DeviceArray.empty(shape, np.bool_)
+    n = out.size
+    if n:
+        blocks, threads = driver.grid(n)
+        _isclose_kernel[blocks, threads](*geometry(a, shape), *geometry(b, shape), out.buf, shape or (1,), n,
+                                         float(rtol), float(atol), bool(equal_nan))
+    return out
+
+
+def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return bool(np.all(_isclose(a, b, rtol, atol, equal_nan)))
+
+
 def _shape_fn(a):
     return a.shape
 
@@ -431,10 +474,13 @@ FUNCTIONS.update({
     np.broadcast_to: _broadcast_to, np.ascontiguousarray: _ascontiguousarray, np.copy: _copy, np.ravel: _ravel,
     np.result_type: _result_type, np.repeat: _repeat, np.concatenate: _concatenate, np.stack: _stack,
     np.where: _where, np.shape: _shape_fn, np.ndim: _ndim_fn, np.size: _size_fn, np.clip: _clip,
+    np.isclose: _isclose, np.allclose: _allclose,
 })
 
 PTX_SIGNATURES = {
     _arange_kernel: [(array(d), scalar(d), scalar(d), INT) for d in TENSOR_DTYPES if d != "bool"],
     _where_kernel: [(array("bool"), INT, index(), array(d), INT, index(), array(d), INT, index(), array(d), index(),
                      INT) for d in TENSOR_DTYPES],
+    _isclose_kernel: [(array(d), INT, index(), array(d), INT, index(), array("bool"), index(), INT, scalar("float64"),
+                       scalar("float64"), scalar("bool")) for d in TENSOR_DTYPES],
 }
