@@ -101,6 +101,17 @@ def test_reductions_read_views_in_place(view, x):
             same(fn(view(dev(x)), axis=axis), fn(view(x), axis=axis))
 
 
+def test_contiguous_dims_are_merged_for_the_kernels(rng):
+    x = rng.standard_normal((2, 3, 1, 4, 5))
+    kept, red = gpu_reduce._geom(dev(x), (0, 1)), gpu_reduce._geom(dev(x), (2, 3, 4))
+    assert kept == ((6,), (20,)) and red == ((20,), (1,))
+    assert gpu_reduce._geom(dev(x).transpose(4, 3, 2, 1, 0), (0, 1, 2)) == ((5, 4), (1, 5))
+    assert gpu_reduce._geom(dev(x), ()) == ((1,), (0,))
+    for axis in ((0, 1), (2, 3, 4), (0, 3), (1, 2)):
+        same(np.sum(dev(x), axis=axis), np.sum(x, axis=axis))
+        same(np.argmax(dev(x).reshape(6, 20), axis=1), np.argmax(x.reshape(6, 20), axis=1))
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.float32, np.float64])  # jitgrad's dtypes
 def test_result_dtypes_are_numpys(dtype, rng):
     x = rng.integers(0, 3, (4, 6)).astype(dtype)

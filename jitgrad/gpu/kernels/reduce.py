@@ -3,14 +3,19 @@ count_nonzero, trace, and the ufuncs' `.reduce` (np.add.reduce, np.maximum.reduc
 
 Every reduction is one kernel over a (rows, cols) view of the input: rows are the kept
 dims, cols the reduced ones, both read straight from the input's strides (no copy to
-move the reduced axes last). Two layouts of the work:
-- a thread per row, when rows are many or short: no synchronisation, but a thread walks
-  its row alone, so it is slow for a few long rows;
-- a block per row, otherwise: the block's threads stride over the row and combine their
-  partials in shared memory (a tree, which also keeps float sums accurate; the order of
-  additions differs from numpy's pairwise sum, so float results agree to rounding).
-Accumulators have numpy's dtypes (int sums in int64, float16 means in float32), and the
-result dtypes are numpy's.
+move the reduced axes last; the price is a div/mod per dim per element read). Three
+layouts of the work, picked by (rows, cols):
+- a thread per row, when rows are many or short: no synchronisation, and adjacent
+  threads read adjacent rows (coalesced when the kept dims are innermost), but a thread
+  walks its row alone;
+- a block per row, when rows are long and not too many: the block's threads stride over
+  the row and combine their partials in shared memory (a tree, which also keeps float
+  sums accurate; the order of additions differs from numpy's pairwise sum, so float
+  results agree to rounding);
+- a block per row segment, when few rows are very long (a full reduction of a large
+  array): the segments' partials are reduced by a second launch, so the whole GPU works.
+Accumulators are the widest of the result's kind (float32 for float16, int64 for ints),
+one kernel pair per op and accumulator, all made at import; result dtypes are numpy's.
 """
 import math
 import operator
@@ -246,10 +251,21 @@ def _plan(a, axis):
 
 
 def _geom(a, dims):
-    # kernels index with UniTuples; no dims is one position of size 1
-    if not dims:
-        return (1,), (0,)
-    return tuple(a.shape[d] for d in dims), tuple(a.estrides[d] for d in dims)
+    """(shape, strides) of a's dims, with size-1 dims dropped and neighbours that step as
+    one dim merged (fewer div/mods per element in the kernels; the same C-order positions).
+    Kernels index with UniTuples: no dims is one position of size 1."""
+    shape, st = [], []
+    for d in dims:
+        n, s = a.shape[d], a.estrides[d]
+        if n == 1:
+            continue
+        if shape and st[-1] == s * n:
+            shape[-1] *= n
+            st[-1] = s
+        else:
+            shape.append(n)
+            st.append(s)
+    return (tuple(shape), tuple(st)) if shape else ((1,), (0,))
 
 
 def _out_shape(a, red, keepdims):
