@@ -517,3 +517,42 @@ def test_unsupported_functions_name_themselves():
         np.searchsorted(dev(np.arange(3)), dev(np.ones(3)))
     with pytest.raises(TypeError, match="per-element repeat counts is not supported"):
         np.repeat(dev(np.ones(3)), [1, 2, 3])
+
+
+# -- every launch is one the PTX check compiles ------------------------------------------------------
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # int products wrap, as numpy's
+def test_launches_are_declared_for_the_ptx_check(rng):
+    """The argument types these functions launch their kernels with, over jitgrad's dtypes,
+    are all in the modules' PTX_SIGNATURES (which gpu/ptx.py compiles for a real GPU)."""
+    ptx = pytest.importorskip("jitgrad.gpu.ptx", reason="gpu/ptx.py (the PTX check) arrives with gpu-bench's branch")
+    if not ptx.config.ENABLE_CUDASIM:
+        pytest.skip("launches are recorded under the simulator (CI); on a GPU the PTX check covers them")
+    with ptx.recording_launches() as seen:
+        for dt in ("float32", "float64", "int64", "int32", "bool"):
+            x = dev((rng.standard_normal((3, 40, 2)) > 0).astype(dt) if dt == "bool"
+                    else (rng.standard_normal((3, 40, 2)) * 3).astype(dt))
+            for fn in (np.sum, np.prod, np.max, np.min, np.all, np.any, np.argmax, np.argmin, np.count_nonzero):
+                for axis in (None, 1, (0, 2)):
+                    if fn in (np.argmax, np.argmin) and isinstance(axis, tuple):
+                        continue
+                    fn(x, axis=axis)
+            np.mean(x, axis=1, dtype=np.float64)
+            np.sum(x, axis=0, dtype=np.float32)
+            np.trace(x[:, :, 0])
+            x[[0, 2]]
+            x[dev(np.array([True, False, True]))]
+            np.concatenate([x, x])
+            np.where(dev(np.ones((3, 40, 2), bool)), x, x)
+            np.isclose(x, x)
+            np.flatnonzero(x)
+            np.take_along_axis(x, dev(np.zeros((3, 1, 2), np.int64)), axis=1)
+            y = x.copy()
+            y[[0, 1]] = x[[2, 0]]
+            if dt != "bool":
+                np.arange(5, dtype=dt, like=x)
+                np.add.at(y, dev(np.array([0, 0])), x[:2])
+        np.unique(dev(np.array([3, 1, 3], np.int64)))
+        np.bincount(dev(np.array([3, 1, 3])), weights=dev(np.ones(3)))
+        np.bincount(dev(np.array([3, 1, 3])))
+    mine = [line for line in ptx.undeclared(seen) if ".kernels.copy." not in line]
+    assert not mine, "\n".join(mine)
