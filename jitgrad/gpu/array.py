@@ -57,7 +57,7 @@ class DeviceArray:
     @staticmethod
     def from_host(a):
         a = np.asarray(a)
-        c = np.ascontiguousarray(a)
+        c = np.ascontiguousarray(a).reshape(a.shape)  # ascontiguousarray makes a 0-d array 1-d
         return DeviceArray(driver.to_device(c), 0, c.shape, _c_strides(c.shape), c.dtype)
 
     def get(self):
@@ -149,6 +149,8 @@ class DeviceArray:
 
     # -- the protocols -----------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if (ufunc, method) in UFUNC_METHODS:
+            return UFUNC_METHODS[ufunc, method](inputs, kwargs)
         fn = UFUNCS.get(ufunc)
         if fn is None:
             return _unsupported(f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}"))
@@ -335,6 +337,24 @@ class DeviceArray:
 
     def any(self, axis=None, keepdims=False):
         return np.any(self, axis=axis, keepdims=keepdims)
+
+    def prod(self, axis=None, dtype=None, keepdims=False):
+        return np.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        return np.argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return np.argmin(self, axis=axis, keepdims=keepdims)
+
+    def nonzero(self):
+        return np.nonzero(self)
+
+    def flatten(self):
+        return self.copy().reshape(-1)
+
+    def squeeze(self, axis=None):
+        return np.squeeze(self, axis)
 
 
 def assign(view, value):
