@@ -3,15 +3,22 @@
 loss for loss; the CUDA benchmark workloads run at tiny sizes, so they do not rot while
 no GPU runs them."""
 import os
+import sys
 
 import numpy as np
 import pytest
+import torch
+from conftest import ROOT
 
 import jitgrad
 
 pytest.importorskip("sklearn")
+if ROOT not in sys.path:            # the benchmarks package, as asv and side_by_side.py import it
+    sys.path.insert(0, ROOT)
+from benchmarks import bench_cuda, cuda_workloads, side_by_side  # noqa: E402
 from jitgrad.examples import digits  # noqa: E402
 
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 SUBSET, BATCH = 48, 16          # 3 steps an epoch: the simulator runs each GPU thread in Python
 
 
@@ -72,3 +79,34 @@ def test_main_job_with_device_cuda(tmp_path, capsys):
             assert node in open(tmp_path / graphs[0]).read()
         except ImportError:
             assert "model graph: skipped" in out
+
+
+# --- the CUDA benchmarks (benchmarks/cuda_workloads.py, side_by_side.py, bench_cuda.py) ---
+
+def test_cuda_benchmark_workloads_agree_with_torch_at_tiny_sizes():
+    """Every CUDA workload, tiny, on jitgrad's device against PyTorch on the CPU."""
+    assert cuda_workloads.check(jitgrad, torch, "cuda", "cpu", tiny=True, rtol=1e-4) == []
+
+
+def test_cuda_rows_time_through_side_by_side():
+    """The rows side_by_side.py times on a GPU go through its timing and report code."""
+    rows = cuda_workloads.timed_rows(jitgrad, torch, tiny=True, torch_device="cpu")
+    assert [r["key"] for r in rows] == list(cuda_workloads.TARGETS)
+    results = {"timings": [], "memory": [], "startup": [], "agreement_problems": []}
+    for r in rows:
+        res = side_by_side.measure_phase(r["sides"], warmup=0, repeats=1, min_time=0, max_wall=0)
+        assert set(res) == {"jitgrad", "torch cuda"} and all(t > 0 for t in res.values())
+        ratio = res["jitgrad"] / res["torch cuda"]
+        results["timings"].append({"workload": r["key"][0], "phase": r["key"][1], "vs": r["vs"],
+                                   "target": r["target"], "jitgrad_s": res["jitgrad"], "ref_s": res["torch cuda"],
+                                   "ratio": ratio, "pass": ratio <= r["target"]})
+    side_by_side.print_report(results)
+
+
+@pytest.mark.skipif(not SIMULATED, reason="what a machine without a GPU says; a GPU times the rows instead")
+def test_without_a_gpu_the_cuda_benchmarks_say_so():
+    rows = cuda_workloads.cuda_comparisons(jitgrad, torch)
+    assert [r["skipped"] for r in rows] == ["skipped: simulator, no GPU"] * len(cuda_workloads.TARGETS)
+    for bench in (bench_cuda.ChainBackward(), bench_cuda.DigitsCNNStep()):
+        with pytest.raises(NotImplementedError, match="simulator, no GPU"):
+            bench.setup()
