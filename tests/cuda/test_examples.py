@@ -3,6 +3,7 @@
 loss for loss; the CUDA benchmark workloads run at tiny sizes, so they do not rot while
 no GPU runs them."""
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 from conftest import ROOT
 
 import jitgrad
+from jitgrad import __main__ as demo
 
 pytest.importorskip("sklearn")
 if ROOT not in sys.path:            # the benchmarks package, as asv and side_by_side.py import it
@@ -110,3 +112,25 @@ def test_without_a_gpu_the_cuda_benchmarks_say_so():
     for bench in (bench_cuda.ChainBackward(), bench_cuda.DigitsCNNStep()):
         with pytest.raises(NotImplementedError, match="simulator, no GPU"):
             bench.setup()
+
+
+# --- python -m jitgrad: the CUDA backward beside PyTorch CUDA, or "no CUDA device" ---------
+
+@pytest.mark.no_gpu
+def test_demo_shows_the_cuda_section():
+    out = subprocess.run([sys.executable, "-m", "jitgrad", "--nodes", "200", "--cuda-nodes", "200"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    at = lines.index("== CUDA backward: scalar chain of 200 nodes, float32 ==")
+    if SIMULATED or not jitgrad.cuda.is_available():
+        assert lines[at + 1].startswith("no CUDA device"), out.stdout
+    else:
+        assert any(ln.startswith("jitgrad cuda:") for ln in lines[at:]), out.stdout
+
+
+def test_demo_chain_runs_on_the_device():
+    """The timed CUDA chain (float32 on the device) gives the CPU chain's gradient."""
+    _, _, dx = demo._chain(jitgrad, 20, "cuda")
+    _, _, want = demo._chain(jitgrad, 20)
+    assert dx == pytest.approx(want, rel=1e-6)

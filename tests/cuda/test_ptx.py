@@ -39,11 +39,13 @@ def report():
     return _run_check()
 
 
+@pytest.mark.no_gpu  # compiles for a GPU without one
 def test_every_kernel_compiles_to_ptx(report):
     bad = ptx.problems(report)
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.no_gpu  # compiles for a GPU without one
 def test_the_check_found_the_kernels(report):
     # the walk really imported the kernel modules (an empty walk would pass vacuously)
     names = set(report["kernels"])
@@ -99,6 +101,7 @@ PTX_SIGNATURES = {
 '''
 
 
+@pytest.mark.no_gpu  # compiles for a GPU without one
 def test_the_check_catches_undeclared_and_rejected_kernels(tmp_path):
     pkg = tmp_path / "fakekernels"
     pkg.mkdir()
