@@ -41,7 +41,7 @@ from numba.np.numpy_support import from_dtype
 
 from jitgrad.gpu import driver
 
-CC = (8, 0)                      # the oldest architecture jitgrad supports: A100
+CC = (8, 0)                      # sm_80 (A100): its PTX also runs on newer GPUs (H100/H200: sm_90)
 DTYPES = ("float32", "float64", "int64", "int32", "bool")   # every dtype a jitgrad tensor has
 FLOATS = ("float32", "float64")
 # shape/strides tuples: representatives (flat, and 0-d as (1,); NCHW). Any length types the
