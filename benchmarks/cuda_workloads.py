@@ -27,7 +27,7 @@ WIDE_N = 20_000
 MLPS = {"MNIST MLP": (64, (784, 512, 512, 10)), "large MLP": (256, (2048, 2048, 2048, 10))}
 CNN_BATCH = 256
 # the same workloads at sizes the simulator runs in seconds
-TINY = {"chain": 10, "wide": 6, "mlp": (4, (12, 8, 8, 10)), "cnn": 8}
+TINY = {"chain": 10, "wide": 6, "mlp": (4, (12, 8, 8, 10)), "cnn": 2}
 
 # (workload, phase) -> max ratio jitgrad / PyTorch CUDA
 TARGETS = {
