@@ -56,7 +56,7 @@ class DeviceArray:
     @staticmethod
     def from_host(a):
         a = np.asarray(a)
-        c = np.ascontiguousarray(a)
+        c = np.ascontiguousarray(a).reshape(a.shape)  # ascontiguousarray makes a 0-d array 1-d
         return DeviceArray(driver.to_device(c), 0, c.shape, _c_strides(c.shape), c.dtype)
 
     def get(self):
@@ -103,6 +103,11 @@ class DeviceArray:
     @property
     def device(self):
         return "cuda:0"
+
+    @property
+    def base(self):
+        """The allocation, shared by every view: the storage version counters count on."""
+        return self.buf
 
     @property
     def ptr(self):

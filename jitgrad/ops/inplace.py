@@ -94,7 +94,7 @@ def _apply(t, compute, *others):
     else:
         with _grad_mode.no_grad():
             new = compute(t)
-    _write(t._array(), new._data)
+    _write(_storage(t), new._data)
     t._bump()
     if new.requires_grad:  # rebase: the tensor's history is now the op's node
         t._requires_grad = True
@@ -104,6 +104,11 @@ def _apply(t, compute, *others):
     if dual:
         _update_tangent(t, new)
     return t
+
+
+def _storage(t):
+    """t's data, to write into: the ndarray (a numpy scalar becomes one) or the device array."""
+    return t._data if type(t._data) is DeviceArray else t._array()
 
 
 def _write(d, value):
@@ -240,7 +245,7 @@ def setitem(t, index, value):
     value = _to_device_of(t, value)
     if not _needs_record(t, value):
         dual = _dual(t, (value,))
-        d = t._array()
+        d = _storage(t)
         d[F._norm_index(index, d)] = value._data
         t._bump()
         if dual:  # the tangent's elements at index <- value's tangent (zero without one)
