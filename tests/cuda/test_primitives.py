@@ -11,7 +11,7 @@ errors. A primitive added to the table without a case here fails
 """
 import numpy as np
 import pytest
-from conftest import ATOL64, RTOL64, stable_seed
+from conftest import ATOL32, ATOL64, RTOL32, RTOL64, stable_seed
 from ops.test_kernels_vs_rules import CASES
 
 import jitgrad as J
@@ -69,7 +69,7 @@ def _leaves(arrays, device, dtype, grad=True, strided=False):
         if strided:
             base = J.tensor(np.stack([a, np.full_like(a, np.nan)], axis=-1), dtype=dtype, device=device)
             t = base[..., 0].detach()
-            assert not t.is_contiguous()
+            assert t._data.size < 2 or not t._data.is_c_contiguous()
         else:
             t = J.tensor(a, dtype=dtype, device=device)
         out.append(t.requires_grad_(grad))
@@ -108,9 +108,13 @@ def _compare(name, make, fn, mode, dtype=J.float64, strided=False, rtol=RTOL64, 
         np.testing.assert_allclose(_host(dg), _host(cg), rtol=rtol, atol=atol, err_msg=f"{name}: grad of input {k}")
 
 
+# primitives with a test of their own here
+OWN_TESTS = {"to_device": "test_to_device_moves_the_value_and_the_gradient_back"}
+
+
 def test_every_primitive_has_a_cuda_case():
     primitives = {name for name, spec in REGISTRY.items() if spec.kind != "sink"}
-    missing = primitives - set(CUDA_CASES)
+    missing = primitives - set(CUDA_CASES) - set(OWN_TESTS)
     assert not missing, f"add a CUDA case for: {sorted(missing)}"
 
 
@@ -124,3 +128,194 @@ def test_cases_run_their_primitive():
 def test_primitive_forward_and_backward_as_on_cpu(name, mode):
     make, fn = CUDA_CASES[name]
     _compare(name, make, fn, mode)
+
+
+def test_to_device_moves_the_value_and_the_gradient_back():
+    """to_device (ToCopyBackward0) both ways: the gradient lands on the input's device."""
+    a = np.array([[0.7, -1.3], [1.1, 0.6]])
+    g = np.array([[0.5, 2.0], [-1.0, 3.0]])
+    for src, dst in (("cpu", "cuda"), ("cuda", "cpu")):
+        x = J.tensor(a, dtype=J.float64, device=src, requires_grad=True)
+        y = x.to(dst)
+        assert y.device.type == dst and type(y.grad_fn).__name__ == "ToCopyBackward0"
+        np.testing.assert_array_equal(_host(y), a)
+        (gx,) = J.autograd.grad(y * 3.0, x, J.tensor(g, dtype=J.float64, device=dst))
+        assert gx.device.type == src
+        np.testing.assert_array_equal(_host(gx), 3.0 * g)
+
+
+# --- float32, and inputs that are not contiguous ----------------------------------------------
+
+FLOAT32 = ("add", "mul", "div", "exp", "tanh", "sigmoid", "sum", "mean", "amax", "max_dim", "index", "cat",
+           "matmul", "addmm", "softmax", "log_softmax", "layer_norm", "convolution", "nll_loss")
+
+
+@pytest.mark.parametrize(("name", "mode"), _params(FLOAT32, ("sweep",)))
+def test_float32_as_on_cpu(name, mode):
+    make, fn = CUDA_CASES[name]
+    _compare(name, make, fn, mode, dtype=J.float32, rtol=RTOL32, atol=ATOL32)
+
+
+@pytest.mark.parametrize(("name", "mode"), _params(CUDA_CASES, ("sweep",)))
+def test_non_contiguous_inputs_as_on_cpu(name, mode):
+    make, fn = CUDA_CASES[name]
+    _compare(name, make, fn, mode, strided=True)
+
+
+# --- in-place ops ---------------------------------------------------------------------------
+
+def _setitem(z, index, value):
+    z[index] = value
+    return z
+
+
+# (x, y) -> result, on a copy of x (x is a leaf: writing into it is an error)
+INPLACE = {
+    "add_": lambda x, y: (x * 1.0).add_(y, alpha=2.0),
+    "sub_": lambda x, y: (x * 1.0).sub_(y),
+    "mul_": lambda x, y: (x * 1.0).mul_(y),
+    "div_": lambda x, y: (x * 1.0).div_(y),
+    "iadd": lambda x, y: _iadd(x * 1.0, y),
+    "clamp_": lambda x, y: (x * y).clamp_(-0.5, 0.5),
+    "copy_": lambda x, y: (x * 1.0).copy_(y) * x,
+    "copy_ from a row": lambda x, y: (x * 1.0).copy_(y[1]) * x,
+    "zero_": lambda x, y: (x * y).zero_() + x,
+    "fill_": lambda x, y: (x * y).fill_(1.5) * x,
+    "fill_ with a 0-d tensor": lambda x, y: (x * 1.0).fill_(y[1, 2]) * x,
+    "setitem slice": lambda x, y: _setitem(x * 1.0, (slice(0, 2), slice(1, None)), y[1:, :3]),
+    "setitem number": lambda x, y: _setitem(x * y, (1, 2), 0.25),
+    "setitem index tensor": lambda x, y: _setitem(x * 1.0, J.tensor([2, 0], device=x.device), y[:2]),
+    "setitem index list": lambda x, y: _setitem(x * 1.0, ([0, 2], [1, 3]), y[0, :2]),
+    "setitem mask": lambda x, y: _setitem(x * 1.0, x > 0, y[x > 0]),
+    "write through a view": lambda x, y: _view_write(x * 1.0, y),
+}
+
+
+def _iadd(z, y):
+    z += y
+    return z
+
+
+def _view_write(z, y):
+    z[1].mul_(y[0])  # a view of a non-leaf: the base's history takes the write (CopySlices)
+    z[:, 0].add_(y[:, 1])
+    return z
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE), ids=lambda n: n.replace(" ", "-"))
+def test_inplace_forward_and_backward_as_on_cpu(name):
+    rng = np.random.default_rng(stable_seed(name))
+    arrays = [rng.uniform(0.3, 1.5, (3, 4)) * rng.choice([-1.0, 1.0], (3, 4)) for _ in range(2)]
+    upstream = rng.standard_normal((3, 4))
+    results = {}
+    for device in ("cpu", "cuda"):
+        x, y = _leaves(arrays, device, J.float64)
+        out = INPLACE[name](x, y)
+        results[device] = out, J.autograd.grad(out, (x, y), J.tensor(upstream, device=device), allow_unused=True)
+    (cpu_out, cpu_grads), (dev_out, dev_grads) = results["cpu"], results["cuda"]
+    assert dev_out.device.type == "cuda" and type(dev_out.grad_fn).__name__ == type(cpu_out.grad_fn).__name__
+    np.testing.assert_allclose(_host(dev_out), _host(cpu_out), rtol=RTOL64, atol=ATOL64)
+    for dg, cg in zip(dev_grads, cpu_grads):
+        assert (dg is None) == (cg is None)
+        if cg is not None:
+            assert dg.device.type == "cuda"
+            np.testing.assert_allclose(_host(dg), _host(cg), rtol=RTOL64, atol=ATOL64)
+
+
+def test_inplace_without_grad_writes_the_storage_and_its_views():
+    x = J.tensor(np.arange(12.0).reshape(3, 4), device="cuda")
+    row = x[1]
+    x.add_(1.0)
+    row.mul_(2.0)
+    x[0, :2] = J.tensor([-1.0, -2.0], device="cuda")
+    x[:, 3] = 0.5
+    want = np.arange(12.0).reshape(3, 4) + 1.0
+    want[1] *= 2.0
+    want[0, :2] = [-1.0, -2.0]
+    want[:, 3] = 0.5
+    np.testing.assert_array_equal(_host(x), want)
+    np.testing.assert_array_equal(_host(row), want[1])
+    assert x._version == row._version == 4
+
+
+def test_copy_from_the_cpu_into_a_cuda_tensor_and_back():
+    """copy_ across devices is allowed, as in PyTorch, and differentiable: each side's
+    gradient stays on its device."""
+    src = J.tensor([1.0, 2.0, 3.0], dtype=J.float64, requires_grad=True)
+    dst = J.zeros(3, dtype=J.float64, device="cuda") * J.tensor([1.0, 1.0, 1.0], device="cuda", dtype=J.float64)
+    out = dst.copy_(src)
+    assert out.device.type == "cuda"
+    np.testing.assert_array_equal(_host(out), [1.0, 2.0, 3.0])
+    (g,) = J.autograd.grad(out, src, J.tensor([0.5, 1.0, 2.0], dtype=J.float64, device="cuda"))
+    assert g.device.type == "cpu"
+    np.testing.assert_array_equal(g.numpy(), [0.5, 1.0, 2.0])
+    host = J.zeros(3, dtype=J.float64)
+    host.copy_(J.tensor([4.0, 5.0, 6.0], dtype=J.float64, device="cuda"))
+    np.testing.assert_array_equal(host.numpy(), [4.0, 5.0, 6.0])
+
+
+def test_a_saved_value_written_in_place_fails_backward_as_in_torch():
+    x = J.tensor([0.5, 1.0, 1.5], dtype=J.float64, device="cuda", requires_grad=True)
+    y = x.exp()
+    y.add_(1.0)
+    with pytest.raises(RuntimeError, match=r"^one of the variables needed for gradient computation has been "
+                                           r"modified by an inplace operation: \[torch\.cuda\.DoubleTensor \[3\]\]"
+                                           r".* is at version 1; expected version 0 instead\."):
+        y.sum().backward()
+
+
+def test_a_view_written_in_place_bumps_the_shared_version():
+    x = J.tensor([[0.5, 1.0], [1.5, 2.0]], dtype=J.float64, device="cuda", requires_grad=True)
+    y = x * 2.0
+    z = y.sin()  # saves y
+    y[0].zero_()  # a write through a view of y
+    assert y._version == 1
+    with pytest.raises(RuntimeError, match=r"^one of the variables needed for gradient computation has been "
+                                           r"modified by an inplace operation"):
+        z.sum().backward()
+
+
+def test_inplace_on_a_leaf_that_requires_grad_is_torchs_error():
+    x = J.ones(3, dtype=J.float64, device="cuda", requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"^a leaf Variable that requires grad is being used in an in-place "
+                                           r"operation\.$"):
+        x.add_(1.0)
+    with J.no_grad():
+        x.mul_(3.0)
+    np.testing.assert_array_equal(_host(x), [3.0, 3.0, 3.0])
+
+
+# --- devices mixed in one op ---------------------------------------------------------------------
+
+MIXED = r"^Expected all tensors to be on the same device, but found at least two devices"
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "pow", "maximum", "where", "matmul", "cat", "lt",
+                                "add_", "mul_", "index"])
+def test_an_op_mixing_a_cpu_and_a_cuda_tensor_raises(op):
+    a = J.tensor([[1.0, 2.0], [3.0, 4.0]], device="cuda")
+    b = J.tensor([[0.5, 1.5], [2.5, 3.5]])
+    run = {
+        "add": lambda a, b: a + b, "sub": lambda a, b: b - a, "mul": lambda a, b: a * b, "div": lambda a, b: b / a,
+        "pow": lambda a, b: a ** b, "maximum": J.maximum, "where": lambda a, b: J.where(a > 2.0, a, b),
+        "matmul": lambda a, b: a @ b, "cat": lambda a, b: J.cat([a, b]), "lt": lambda a, b: a < b,
+        "add_": lambda a, b: a.add_(b), "mul_": lambda a, b: b.mul_(a),
+        "index": lambda a, b: b[J.tensor([0, 1], device="cuda")],
+    }[op]
+    msg = r"^indices should be either on cpu or on the same device as the indexed tensor" if op == "index" else MIXED
+    with pytest.raises(RuntimeError, match=msg):
+        run(a, b)
+
+
+def test_a_0d_cpu_tensor_and_numbers_go_with_a_cuda_tensor():
+    """As in PyTorch, a 0-d CPU tensor is a scalar beside a CUDA tensor: the result is on
+    the GPU, and its gradient is on the CPU."""
+    a = J.tensor([1.0, 2.0, 3.0], dtype=J.float64, device="cuda", requires_grad=True)
+    s = J.tensor(2.0, dtype=J.float64, requires_grad=True)
+    y = (a * s + 1.0) / s - J.tensor(0.5, dtype=J.float64)
+    assert y.device.type == "cuda"
+    np.testing.assert_allclose(_host(y), [1.0, 2.0, 3.0], rtol=RTOL64)
+    y.sum().backward()
+    assert a.grad.device.type == "cuda" and s.grad.device.type == "cpu"
+    np.testing.assert_allclose(_host(a.grad), [1.0, 1.0, 1.0], rtol=RTOL64)
+    np.testing.assert_allclose(s.grad.numpy(), -3.0 / 4.0, rtol=RTOL64)
