@@ -2,7 +2,7 @@
 
 PyTorch keeps the counter on the storage, shared by a tensor and its views. Here the
 storage is the base numpy array, so the counter is kept per base array (views reach it
-through .base); a CUDA array's (gpu/array.py) is its device allocation, `.buf`. Saved values record the version they had; backward compares. A global
+through .base). Saved values record the version they had; backward compares. A global
 generation counts every in-place write, so a tape checks its saved values only when some
 write happened after it started recording.
 """
@@ -17,14 +17,11 @@ generation = [0]     # in-place writes so far, in any storage
 def base_of(arr):
     while isinstance(arr, np.ndarray) and isinstance(arr.base, np.ndarray):
         arr = arr.base
-    return getattr(arr, "buf", arr)
+    return arr
 
 
 def version(arr):
-    return _count(arr if arr.base is None else base_of(arr))  # most arrays are not views
-
-
-def _count(base):
+    base = arr if arr.base is None else base_of(arr)  # most arrays are not views
     e = _versions.get(id(base))
     return e[1] if e is not None and e[0]() is base else 0
 
@@ -42,8 +39,8 @@ def bump(arr):
 def stamp(arr):
     """What a saved value remembers: its storage (weakly) and the version it had."""
     base = arr if arr.base is None else base_of(arr)  # most saved arrays are not views
-    if isinstance(base, np.generic):  # a 0-d result held as a numpy scalar (no weak reference)
-        return None, _count(base)
+    if not isinstance(base, np.ndarray):
+        return None, version(base)
     e = _versions.get(id(base))  # version(base), without finding the base again (once per saved array)
     return weakref.ref(base), (e[1] if e is not None and e[0]() is base else 0)
 
@@ -55,5 +52,5 @@ def changed(stamp_):
     base = ref()
     if base is None:
         return None
-    now = _count(base)
+    now = version(base)
     return now if now != ver else None

@@ -105,11 +105,6 @@ class DeviceArray:
         return "cuda:0"
 
     @property
-    def base(self):
-        """The allocation, shared by every view: the storage version counters count on."""
-        return self.buf
-
-    @property
     def ptr(self):
         """Device address of the first element (element `offset` of buf)."""
         return driver.pointer(self.buf) + self.offset * self.dtype.itemsize
