@@ -211,9 +211,9 @@ def copy_(t, src):
 
 
 def _to_device_of(t, value):
-    """value moved to t's device, as PyTorch's copy_ and item assignment do (a 0-d host
-    value stays: it is a scalar on any device)."""
-    if (type(value._data) is DeviceArray) != (type(t._data) is DeviceArray) and value._data.ndim:
+    """value moved to t's device, as PyTorch's copy_ and item assignment do (a copy
+    across devices; differentiable: the gradient goes back to value's device)."""
+    if (type(value._data) is DeviceArray) != (type(t._data) is DeviceArray):
         return value.to(t.device)
     return value
 
