@@ -15,6 +15,7 @@ from conftest import ATOL32, ATOL64, RTOL32, RTOL64, stable_seed
 from ops.test_kernels_vs_rules import CASES
 
 import jitgrad as J
+from jitgrad.autograd.gradcheck import GradcheckError
 from jitgrad.graph.spec import REGISTRY
 
 F = J.nn.functional
@@ -335,3 +336,39 @@ def test_a_0d_cpu_tensor_and_numbers_go_with_a_cuda_tensor():
     assert a.grad.device.type == "cuda" and s.grad.device.type == "cpu"
     np.testing.assert_allclose(_host(a.grad), [1.0, 1.0, 1.0], rtol=RTOL64)
     np.testing.assert_allclose(s.grad.numpy(), -3.0 / 4.0, rtol=RTOL64)
+
+
+# --- gradcheck on CUDA inputs --------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["mul", "matmul", "softmax", "index", "prod"])
+def test_gradcheck_on_cuda_inputs(name):
+    make, fn = CUDA_CASES[name]
+    ins = _leaves([_host(x) for x in make()], "cuda", J.float64)
+    assert J.autograd.gradcheck(fn, ins)
+    assert J.autograd.gradcheck(fn, ins, fast_mode=True)
+
+
+def test_gradgradcheck_and_forward_ad_check_on_cuda_inputs():
+    x, w = _leaves([np.array([[0.5, 1.2], [0.7, 0.9]]), np.array([[0.3, -1.2], [0.4, 0.8]])], "cuda", J.float64)
+
+    def f(a, b):
+        return ((a @ b).exp() * a).sum(0)
+    assert J.autograd.gradcheck(f, (x, w), check_forward_ad=True, check_batched_grad=True)
+    assert J.autograd.gradgradcheck(f, (x, w), gen_non_contig_grad_outputs=True)
+
+
+def test_gradcheck_on_cuda_inputs_catches_a_wrong_backward():
+    class WrongSquare(J.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x  # the factor 2 forgotten
+
+    x = J.tensor([[0.5, 1.25], [1.5, 0.75]], dtype=J.float64, device="cuda", requires_grad=True)
+    with pytest.raises(GradcheckError, match=r"^Jacobian mismatch for output 0 with respect to input 0,\nnumerical:tensor\(\[\[1\.0000,"):
+        J.autograd.gradcheck(WrongSquare.apply, (x,))
