@@ -473,7 +473,7 @@ def _affine_view(a, flat):
     index `flat` there: basic indexing's indices are affine in the position, so the view
     starts at flat's first index and steps, along each dim, by the difference it makes
     in a's multi-index (a's own strides: a tangent need not be laid out as its primal)."""
-    start = np.unravel_index(int(flat.flat[0]), a.shape)
+    start = np.unravel_index(int(flat.reshape(-1)[0]), a.shape)
     strides = []
     for d, n in enumerate(flat.shape):
         if n < 2:
@@ -481,6 +481,9 @@ def _affine_view(a, flat):
             continue
         step = np.unravel_index(int(flat[(0,) * d + (1,) + (0,) * (flat.ndim - d - 1)]), a.shape)
         strides.append(sum((q - p) * s for p, q, s in zip(start, step, a.strides)))
+    if type(a) is DeviceArray:  # the same view over the device allocation (strides in elements there)
+        offset = a.offset + sum(p * s for p, s in zip(start, a.estrides))
+        return DeviceArray(a.buf, offset, flat.shape, tuple(s // a.itemsize for s in strides), a.dtype)
     head = a[tuple(slice(p, None) for p in start)]
     return np.lib.stride_tricks.as_strided(head, flat.shape, strides, writeable=a.flags.writeable)
 

@@ -4,9 +4,10 @@ Each primitive's case (tests/ops/test_kernels_vs_rules.py has one per primitive;
 and the device-bound constants of a few cases are given here) runs on CPU tensors and on
 CUDA tensors holding the same float64 data. The output and the gradient of every input,
 from the same random upstream gradient, must agree: through the backward sweep (a plain
-`grad`) and through the Tensor-level rules (`create_graph=True` runs the Python engine).
-Then float32 on a subset, non-contiguous CUDA inputs, the in-place ops, and the device
-errors. A primitive added to the table without a case here fails
+`grad`) and through the Tensor-level rules (`create_graph=True` runs the Python engine);
+so must forward-mode tangents. Then float32 on a subset, non-contiguous CUDA inputs,
+indexing by every kind of index, the in-place ops and their version counters, the
+device errors, and gradcheck on CUDA inputs. A primitive added to the table without a case here fails
 `test_every_primitive_has_a_cuda_case`.
 """
 import numpy as np
@@ -15,6 +16,7 @@ from conftest import ATOL32, ATOL64, RTOL32, RTOL64, stable_seed
 from ops.test_kernels_vs_rules import CASES
 
 import jitgrad as J
+import jitgrad.autograd.forward_ad as fwAD
 from jitgrad.autograd.gradcheck import GradcheckError
 from jitgrad.graph.spec import REGISTRY
 
@@ -43,9 +45,7 @@ CUDA_CASES = {**{name: (make, DEVICE_FNS.get(name, fn)) for name, (make, fn) in 
 
 # cases that cannot pass yet, by case name, with what they wait for: strict, so that each
 # marker must go when what it names lands
-_CLIP = ("np.clip on a DeviceArray (gpu/kernels/functions.py) calls the ufunc numpy._core.umath.clip, "
-         "which gpu/kernels/elementwise.py does not register")
-XFAIL = {"clamp": _CLIP, "clamp_": _CLIP}
+XFAIL = {}
 
 MODES = ("forward", "sweep", "rules")  # no grad; backward by the sweep; by the Tensor-level rules
 
@@ -126,6 +126,25 @@ def test_every_primitive_has_a_cuda_case():
 def test_primitive_forward_and_backward_as_on_cpu(name, mode):
     make, fn = CUDA_CASES[name]
     _compare(name, make, fn, mode)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_xfail(n)) for n in sorted(CUDA_CASES)])
+def test_primitive_jvp_as_on_cpu(name):
+    """Forward-mode AD: the output's tangent from random input tangents, as on the CPU."""
+    make, fn = CUDA_CASES[name]
+    arrays = [_host(x) for x in make()]
+    rng = np.random.default_rng(stable_seed(name, "jvp"))
+    tangents = [rng.standard_normal(a.shape) for a in arrays]
+    results = {}
+    for device in ("cpu", "cuda"):
+        with fwAD.dual_level():
+            duals = [fwAD.make_dual(p, t) for p, t in zip(_leaves(arrays, device, J.float64, grad=False),
+                                                          _leaves(tangents, device, J.float64, grad=False))]
+            results[device] = fwAD.unpack_dual(fn(*duals))
+    (cpu_primal, cpu_tangent), (dev_primal, dev_tangent) = results["cpu"], results["cuda"]
+    assert dev_tangent.device.type == "cuda" and dev_tangent.dtype == cpu_tangent.dtype
+    np.testing.assert_allclose(_host(dev_primal), _host(cpu_primal), rtol=RTOL64, atol=ATOL64)
+    np.testing.assert_allclose(_host(dev_tangent), _host(cpu_tangent), rtol=RTOL64, atol=ATOL64)
 
 
 def test_to_device_moves_the_value_and_the_gradient_back():
