@@ -222,7 +222,13 @@ INPLACE = {
     "setitem index list": lambda x, y: _setitem(x * 1.0, ([0, 2], [1, 3]), y[0, :2]),
     "setitem mask": lambda x, y: _setitem(x * 1.0, x > 0, y[x > 0]),
     "write through a view": lambda x, y: _view_write(x * 1.0, y),
+    "add_ through a transposed view": lambda x, y: _transposed_write(x * 1.0, y),
 }
+
+
+def _transposed_write(z, y):
+    z.t().add_(y.t() * 2.0)  # strided writes into z's storage
+    return z
 
 
 def _iadd(z, y):
@@ -391,3 +397,23 @@ def test_gradcheck_on_cuda_inputs_catches_a_wrong_backward():
     x = J.tensor([[0.5, 1.25], [1.5, 0.75]], dtype=J.float64, device="cuda", requires_grad=True)
     with pytest.raises(GradcheckError, match=r"^Jacobian mismatch for output 0 with respect to input 0,\nnumerical:tensor\(\[\[1\.0000,"):
         J.autograd.gradcheck(WrongSquare.apply, (x,))
+
+
+@pytest.mark.parametrize("how", [{}, {"vectorize": True}, {"vectorize": True, "strategy": "forward-mode"}],
+                         ids=["rows", "vectorized", "forward-mode"])
+def test_jacobian_and_hessian_of_cuda_inputs_as_on_cpu(how):
+    arrays = [np.array([0.5, 1.2, 0.7]), np.array([[0.5, -1.2, 0.7], [0.1, 0.2, -0.3]])]
+
+    def f(a, b):
+        return (b @ a.exp()) * a[:2]
+
+    def g(a):
+        return (a.exp() * a.sin()).sum()
+    results = {}
+    for device in ("cpu", "cuda"):
+        ins = tuple(_leaves(arrays, device, J.float64, grad=False))
+        hess = J.autograd.functional.hessian(g, ins[0], vectorize=how.get("vectorize", False))
+        results[device] = (*J.autograd.functional.jacobian(f, ins, **how), hess)
+    for dev, cpu in zip(results["cuda"], results["cpu"]):
+        assert dev.device.type == "cuda"
+        np.testing.assert_allclose(_host(dev), _host(cpu), rtol=RTOL64, atol=ATOL64)
