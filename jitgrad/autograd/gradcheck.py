@@ -28,6 +28,7 @@ from jitgrad.autograd.function import Function
 from jitgrad.engine.run import grad as _grad
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import Tensor, rand, randn_like, wrap
+from jitgrad.ops._common import storage
 
 __all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]
 
@@ -130,11 +131,6 @@ def _host(t):
     return d.get() if type(d) is DeviceArray else np.array(t._array())
 
 
-def _storage(t):
-    """t's array, to perturb in place: its ndarray or its device array."""
-    return t._data if type(t._data) is DeviceArray else t._array()
-
-
 def _beside(arr, t):
     """Host array arr on t's device: the vectors given to func, its backward and its duals."""
     return DeviceArray.from_host(arr) if type(t._data) is DeviceArray else arr
@@ -209,7 +205,7 @@ def _numerical_jacobians(func, inputs, func_out, eps):
     output p of func_out (None for the others)."""
     jacobians = []
     for _, t in _diff_inputs(inputs):
-        arr = _storage(t)
+        arr = storage(t)  # perturbed in place
         jacs = [np.zeros((arr.size, o._data.size), o._data.dtype) if _is_float(o) else None for o in func_out]
         for k, idx in enumerate(np.ndindex(arr.shape)):
             for jac, col in zip(jacs, _central_difference(func, inputs, arr, idx, eps, eps, idx)):
@@ -445,7 +441,7 @@ def _fast_check(func, func_out, inputs, eps, rtol, atol, check_grad_dtypes, nond
     all_u, all_v = _make_vectors([t for _, t in diff], outputs, forward_ad)
     numerical = []  # [input][checked output]
     for (_, t), u in zip(diff, all_u):
-        arr = _storage(t)
+        arr = storage(t)
         ju = _central_difference(func, inputs, arr, Ellipsis, _beside(u.reshape(arr.shape) * eps, t), eps)
         if not keep and not forward_ad:
             for d in ju:  # no output requires grad: moving an input must not move one

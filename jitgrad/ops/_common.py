@@ -79,6 +79,12 @@ def asarray(x, dtype=None):
     return np.asarray(x, dtype=dtype)
 
 
+def storage(t):
+    """Tensor t's array, to write into in place: its ndarray (a 0-d result held as a numpy
+    scalar becomes one) or its device array."""
+    return t._data if type(t._data) is DeviceArray else t._array()
+
+
 def copy_array(d):
     """A copy of a tensor's data, on its device (a 0-d result held as a numpy scalar gives
     a 0-d array)."""

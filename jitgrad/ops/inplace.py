@@ -18,7 +18,7 @@ from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import _forward
 from jitgrad.ops import functional as F
-from jitgrad.ops._common import asarray, copy_array, like
+from jitgrad.ops._common import asarray, copy_array, like, storage
 
 
 def _needs_record(t, *others):
@@ -94,7 +94,7 @@ def _apply(t, compute, *others):
     else:
         with _grad_mode.no_grad():
             new = compute(t)
-    _write(_storage(t), new._data)
+    _write(storage(t), new._data)
     t._bump()
     if new.requires_grad:  # rebase: the tensor's history is now the op's node
         t._requires_grad = True
@@ -104,11 +104,6 @@ def _apply(t, compute, *others):
     if dual:
         _update_tangent(t, new)
     return t
-
-
-def _storage(t):
-    """t's data, to write into: the ndarray (a numpy scalar becomes one) or the device array."""
-    return t._data if type(t._data) is DeviceArray else t._array()
 
 
 def _write(d, value):
@@ -245,7 +240,7 @@ def setitem(t, index, value):
     value = _to_device_of(t, value)
     if not _needs_record(t, value):
         dual = _dual(t, (value,))
-        d = _storage(t)
+        d = storage(t)
         d[F._norm_index(index, d)] = value._data
         t._bump()
         if dual:  # the tangent's elements at index <- value's tangent (zero without one)
