@@ -178,6 +178,26 @@ def test_indexing_kinds_as_on_cpu(kind):
     _compare(kind, make, INDEXING[kind], "sweep")
 
 
+# the rules' other branches: zeros in a product, ties at a maximum
+def _const(*data):
+    return lambda: (J.tensor(np.array(data, dtype=np.float64)),)
+
+
+BRANCHES = {
+    "prod with a zero": (_const([0.5, 0.0, 2.0], [1.5, 0.7, -0.4]), lambda a: a.prod(1)),
+    "prod_all with two zeros": (_const([0.5, 0.0], [0.0, 0.7]), lambda a: a.prod()),
+    "max with ties": (_const([0.5, 2.0], [2.0, -0.7]), lambda a: a.max()),
+    "amax with ties": (_const([0.5, 2.0, 2.0], [1.0, 1.0, -0.7]), lambda a: a.amax(1)),
+    "max along a dim with ties": (_const([0.5, 2.0, 2.0], [1.0, 1.0, -0.7]), lambda a: a.max(1).values),
+}
+
+
+@pytest.mark.parametrize(("label", "mode"), _params(BRANCHES, ("sweep", "rules")))
+def test_rule_branches_as_on_cpu(label, mode):
+    make, fn = BRANCHES[label]
+    _compare(label, make, fn, mode)
+
+
 # --- float32, and inputs that are not contiguous ----------------------------------------------
 
 FLOAT32 = ("add", "mul", "div", "exp", "tanh", "sigmoid", "sum", "mean", "amax", "max_dim", "index", "cat",
