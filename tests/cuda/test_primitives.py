@@ -6,8 +6,9 @@ CUDA tensors holding the same float64 data. The output and the gradient of every
 from the same random upstream gradient, must agree: through the backward sweep (a plain
 `grad`) and through the Tensor-level rules (`create_graph=True` runs the Python engine);
 so must forward-mode tangents. Then float32 on a subset, non-contiguous CUDA inputs,
-indexing by every kind of index, the in-place ops and their version counters, the
-device errors, and gradcheck on CUDA inputs. A primitive added to the table without a case here fails
+indexing by every kind of index, the rules' other branches (zeros, ties), the in-place
+ops and their version counters, devices mixed in one op, gradcheck and jacobian /
+hessian on CUDA inputs. A primitive added to the table without a case here fails
 `test_every_primitive_has_a_cuda_case`.
 """
 import numpy as np
@@ -80,9 +81,9 @@ def _leaves(arrays, device, dtype, grad=True, strided=False):
 
 def _run(fn, ins, upstream, mode):
     """The output and, unless mode is "forward", the gradients of ins from `upstream`."""
-    if mode == "forward":
-        return fn(*ins), ()
     out = fn(*ins)
+    if mode == "forward":
+        return out, ()
     g = J.tensor(upstream, dtype=out.dtype, device=out.device)
     return out, J.autograd.grad(out, ins, g, allow_unused=True, create_graph=mode == "rules")
 
@@ -415,7 +416,8 @@ def test_gradcheck_on_cuda_inputs_catches_a_wrong_backward():
             return g * x  # the factor 2 forgotten
 
     x = J.tensor([[0.5, 1.25], [1.5, 0.75]], dtype=J.float64, device="cuda", requires_grad=True)
-    with pytest.raises(GradcheckError, match=r"^Jacobian mismatch for output 0 with respect to input 0,\nnumerical:tensor\(\[\[1\.0000,"):
+    with pytest.raises(GradcheckError, match=r"^Jacobian mismatch for output 0 with respect to input 0,\n"
+                                             r"numerical:tensor\(\[\[1\.0000,"):
         J.autograd.gradcheck(WrongSquare.apply, (x,))
 
 
