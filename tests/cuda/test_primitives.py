@@ -370,8 +370,6 @@ def test_an_op_mixing_a_cpu_and_a_cuda_tensor_raises(op):
         run(a, b)
 
 
-@pytest.mark.xfail(strict=True, reason="the backward hands a 0-d CPU input its gradient on the GPU: the engine "
-                                      "must move it to the input's device, as torch's validate_outputs does")
 def test_a_0d_cpu_tensor_and_numbers_go_with_a_cuda_tensor():
     """As in PyTorch, a 0-d CPU tensor is a scalar beside a CUDA tensor: the result is on
     the GPU, and its gradient is on the CPU."""
