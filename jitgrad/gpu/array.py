@@ -17,6 +17,7 @@ import numpy as np
 from jitgrad.gpu import driver
 
 UFUNCS = {}      # numpy ufunc -> fn(method, inputs, kwargs) (gpu/kernels/ fill it)
+UFUNC_METHODS = {}  # (ufunc, method other than "__call__") -> fn(inputs, kwargs): np.add.reduce, np.add.at...
 FUNCTIONS = {}   # numpy function -> implementation with numpy's signature
 KERNELS = {}     # name -> launcher the array core itself needs ("copy", "fill")
 
@@ -148,6 +149,8 @@ class DeviceArray:
 
     # -- the protocols -----------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if (ufunc, method) in UFUNC_METHODS:
+            return UFUNC_METHODS[ufunc, method](inputs, kwargs)
         fn = UFUNCS.get(ufunc)
         if fn is None:
             return _unsupported(f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}"))
@@ -305,6 +308,15 @@ class DeviceArray:
     def __invert__(self):
         return np.invert(self)
 
+    def __xor__(self, o):
+        return np.bitwise_xor(self, o)
+
+    def __rpow__(self, o):
+        return np.power(o, self)
+
+    def __abs__(self):
+        return np.absolute(self)
+
     __hash__ = None
 
     # -- reductions as methods: the same as the numpy functions -----------------------------------
@@ -325,6 +337,24 @@ class DeviceArray:
 
     def any(self, axis=None, keepdims=False):
         return np.any(self, axis=axis, keepdims=keepdims)
+
+    def prod(self, axis=None, dtype=None, keepdims=False):
+        return np.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        return np.argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return np.argmin(self, axis=axis, keepdims=keepdims)
+
+    def nonzero(self):
+        return np.nonzero(self)
+
+    def flatten(self):
+        return self.copy().reshape(-1)
+
+    def squeeze(self, axis=None):
+        return np.squeeze(self, axis)
 
 
 def assign(view, value):
