@@ -290,8 +290,6 @@ def test_inplace_without_grad_writes_the_storage_and_its_views():
     assert x._version == row._version == 4
 
 
-@pytest.mark.xfail(strict=True, reason="DeviceArray.reshape (gpu/array.py) copies every non-contiguous array; "
-                                      "numpy and torch give a view whenever the strides allow one")
 def test_a_reshape_that_can_be_a_view_is_one():
     """torch's reshape (and numpy's) is a view when the strides allow it, even of a
     non-contiguous tensor: writes through it reach the base, as on the CPU."""
