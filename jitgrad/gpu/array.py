@@ -17,6 +17,7 @@ import numpy as np
 from jitgrad.gpu import driver
 
 UFUNCS = {}      # numpy ufunc -> fn(method, inputs, kwargs) (gpu/kernels/ fill it)
+UFUNC_METHODS = {}  # (ufunc, method other than "__call__") -> fn(inputs, kwargs): np.add.reduce, np.add.at...
 FUNCTIONS = {}   # numpy function -> implementation with numpy's signature
 KERNELS = {}     # name -> launcher the array core itself needs ("copy", "fill")
 
@@ -56,7 +57,7 @@ class DeviceArray:
     @staticmethod
     def from_host(a):
         a = np.asarray(a)
-        c = np.ascontiguousarray(a)
+        c = np.ascontiguousarray(a).reshape(a.shape)  # ascontiguousarray makes a 0-d array 1-d
         return DeviceArray(driver.to_device(c), 0, c.shape, _c_strides(c.shape), c.dtype)
 
     def get(self):
@@ -148,6 +149,8 @@ class DeviceArray:
 
     # -- the protocols -----------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if (ufunc, method) in UFUNC_METHODS:
+            return UFUNC_METHODS[ufunc, method](inputs, kwargs)
         fn = UFUNCS.get(ufunc)
         if fn is None:
             return _unsupported(f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}"))
@@ -173,7 +176,12 @@ class DeviceArray:
         shape = tuple(shape)
         if _prod(shape) != self.size:
             raise ValueError(f"cannot reshape array of size {self.size} into shape {shape}")
-        src = self if self.is_c_contiguous() else self.copy()
+        if self.is_c_contiguous():
+            return self._view(self.offset, shape, _c_strides(shape))
+        st = _nocopy_strides(self.shape, self.estrides, shape)
+        if st is not None:  # a view where numpy (and torch) make one: writes through it reach self
+            return self._view(self.offset, shape, st)
+        src = self.copy()
         return src._view(src.offset, shape, _c_strides(shape))
 
     def ravel(self):
@@ -305,6 +313,15 @@ class DeviceArray:
     def __invert__(self):
         return np.invert(self)
 
+    def __xor__(self, o):
+        return np.bitwise_xor(self, o)
+
+    def __rpow__(self, o):
+        return np.power(o, self)
+
+    def __abs__(self):
+        return np.absolute(self)
+
     __hash__ = None
 
     # -- reductions as methods: the same as the numpy functions -----------------------------------
@@ -326,6 +343,24 @@ class DeviceArray:
     def any(self, axis=None, keepdims=False):
         return np.any(self, axis=axis, keepdims=keepdims)
 
+    def prod(self, axis=None, dtype=None, keepdims=False):
+        return np.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        return np.argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return np.argmin(self, axis=axis, keepdims=keepdims)
+
+    def nonzero(self):
+        return np.nonzero(self)
+
+    def flatten(self):
+        return self.copy().reshape(-1)
+
+    def squeeze(self, axis=None):
+        return np.squeeze(self, axis)
+
 
 def assign(view, value):
     """view[...] = value: a DeviceArray (broadcast to view's shape, cast) or a number."""
@@ -336,6 +371,39 @@ def assign(view, value):
     else:
         raise TypeError("cannot assign host data to a CUDA array in place: move it to the device first "
                         "(" + TO_NUMPY.split(".")[0] + ")")
+
+
+def _nocopy_strides(old, ost, new):
+    """Strides that read a (old, ost) array as shape `new` without a copy, or None (numpy's
+    _attempt_nocopy_reshape): old and new dims are matched in groups of equal size, and
+    each group of old dims must be one evenly strided run."""
+    dims = [(d, s) for d, s in zip(old, ost) if d != 1]
+    od = [d for d, _ in dims]
+    os_ = [s for _, s in dims]
+    nd = list(new)
+    out = [0] * len(nd)
+    oi = ni = 0
+    while oi < len(od) and ni < len(nd):
+        if nd[ni] == 1:
+            ni += 1
+            continue
+        oj, nj = oi + 1, ni + 1
+        op, np_ = od[oi], nd[ni]
+        while op != np_:
+            if op < np_:
+                op *= od[oj]
+                oj += 1
+            else:
+                np_ *= nd[nj]
+                nj += 1
+        for k in range(oi, oj - 1):
+            if os_[k] != od[k + 1] * os_[k + 1]:
+                return None
+        out[nj - 1] = os_[oj - 1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * nd[k]
+        oi, ni = oj, nj
+    return tuple(out)
 
 
 def _basic_index(a, key):
@@ -383,3 +451,12 @@ def _unsupported_index(a, key):
 
 def _unsupported(what):
     raise TypeError(f"{what} is not supported on cuda tensors by jitgrad yet")
+
+
+def _may_share_memory(a, b, max_work=None):
+    """Whether two arrays can overlap: on the device, views of one allocation may (the
+    conservative answer numpy's may_share_memory gives too); a host array never does."""
+    return isinstance(a, DeviceArray) and isinstance(b, DeviceArray) and a.buf is b.buf
+
+
+FUNCTIONS[np.may_share_memory] = _may_share_memory

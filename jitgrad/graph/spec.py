@@ -49,7 +49,9 @@ Python engine, `grad_fn._saved_<name>`, viz) reads it from here. Keys:
   fwd         elementwise: the forward formula, an expression over the inputs' names
               (`args`, then "condition" for where's third input), p0 / p1 and the
               functions of the generated module (engine/codegen.py); jitgrad.compile's
-              replay runs it compiled (fwd_ew). None: the op is not replayed compiled
+              replay runs it compiled (fwd_ew). None: the op is not replayed compiled.
+              When `forward` is a numpy ufunc over the inputs, it is also that ufunc's
+              CUDA kernel (gpu/formulas.py)
   fwd_kernel  structural: the compiled forward kernel jitgrad.compile's replay runs,
               k(i, prog, fin, vals, xs, fp, like) (engine/replayer.py, kernels/forward.py):
               it writes the result and the saved values F_MADE marks
@@ -69,6 +71,8 @@ tests/ops/test_kernels_vs_rules.py holds each kernel against its rule.
 """
 import collections
 import re
+
+from jitgrad.gpu import formulas as _gpu_formulas
 
 FUNCS = ("exp", "log", "cos", "sin", "sqrt", "sign", "where", "erf", "tanh", "pow", "zeros_like")
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -213,8 +217,10 @@ class OpSpec:
 
 def elementwise(name, node_name, *grads, saves=(), fparams=(), args=None, saved_as=None, forward=None, **later):
     """An elementwise primitive: its gradient formula per input and the names they read."""
-    return OpSpec(name, node_name, "ew", grads=grads, saves=saves, fparams=fparams, args=args,
+    spec = OpSpec(name, node_name, "ew", grads=grads, saves=saves, fparams=fparams, args=args,
                   saved_as=saved_as, forward=forward, **later)
+    _gpu_formulas.register_spec(forward, spec.args, spec.fwd)  # the device's kernel for that ufunc
+    return spec
 
 
 def structural(name, node_name, rule=None, kernel=None, saves=(), args=("self",), iparams=(), fparams=(),
