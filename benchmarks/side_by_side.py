@@ -30,6 +30,12 @@ of the same step written in JAX (only where jax is importable). A compiled row's
 note says whether the step replayed a plan or ran eagerly because of graph breaks
 (then its time is eager jitgrad's). A row's "vs" column names what the ratio
 divides by.
+
+The CUDA rows (issue 12; benchmarks/cuda_workloads.py: chain 1e4 and wide tree 2e4
+backward, MNIST-size and large MLP steps, the digits CNN step at batch 256, float32)
+time jitgrad's CUDA target beside PyTorch CUDA, each call synchronized. They run only
+with a real GPU and a CUDA build of torch (``--only cuda`` selects them); otherwise each
+row says why it was skipped.
 """
 import os
 
@@ -68,6 +74,8 @@ if __name__ == "__main__":
     sys.path.insert(0, REPO_ROOT)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
+
+from benchmarks import cuda_workloads  # noqa: E402  (the CUDA rows: after the path above)
 
 LIBS = ("jitgrad", "torch")
 
@@ -833,7 +841,8 @@ def comparisons(libs, jax, with_torch_compile):
             skipped = REQUIRES.get(key, (None, "skipped"))[1]
         rows.append({"key": key, "vs": "torch", "target": TIME_TARGETS.get(key), "note": None,
                      "skipped": skipped, "sides": None if skipped else {n: phases[n][key] for n in LIBS}})
-    return rows + compile_comparisons(libs["jitgrad"], libs["torch"], jax, with_torch_compile)
+    return (rows + compile_comparisons(libs["jitgrad"], libs["torch"], jax, with_torch_compile)
+            + cuda_workloads.cuda_comparisons(libs["jitgrad"], libs["torch"]))
 
 
 def run_timings(libs, warmup, repeats, min_time, max_wall, only=None, jax=None, with_torch_compile=False):
@@ -1105,6 +1114,12 @@ def main(argv=None):
     jax = load_jax()
     progress("checking that jitgrad and torch agree, and jitgrad.compile's replay and eager ...")
     problems = check_agreement(libs) + check_compiled(libs["jitgrad"], libs["torch"], jax)
+    no_gpu = cuda_workloads.not_on_gpu(libs["jitgrad"], libs["torch"])
+    if no_gpu is None and any(selected(k, "torch cuda", args.only) for k in cuda_workloads.TARGETS):
+        progress("checking the CUDA workloads against PyTorch CUDA (compiles jitgrad's kernels) ...")
+        problems += cuda_workloads.check(libs["jitgrad"], libs["torch"])
+    else:
+        progress(f"CUDA rows: {no_gpu or 'not selected'}")
     progress("timing ...")
     results = {
         "meta": {

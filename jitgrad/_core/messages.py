@@ -23,11 +23,15 @@ def freed_error():
 
 def modified_error(data, now, saved):
     """A saved value was written in place after it was saved (its version moved on)."""
-    d = np.asarray(data).dtype
-    kind = "CPUBoolType" if d == np.bool_ else tensor_type(d)  # torch's own name for bool here
+    d = data.dtype  # an ndarray, a numpy scalar or a CUDA array (gpu/array.py), which np.asarray refuses
+    cuda = getattr(data, "device", "cpu") != "cpu"
+    if d == np.bool_:  # torch's own name for bool here
+        kind = "CUDABoolType" if cuda else "CPUBoolType"
+    else:
+        kind = tensor_type(d).replace("torch.", "torch.cuda.") if cuda else tensor_type(d)
     return RuntimeError(
         "one of the variables needed for gradient computation has been modified by an inplace operation: "
-        f"[{kind} [{', '.join(str(n) for n in np.shape(data))}]] is at version {now}; expected version "
+        f"[{kind} [{', '.join(str(n) for n in data.shape)}]] is at version {now}; expected version "
         f"{saved} instead. Hint: enable anomaly detection to find the operation that failed to compute its "
         "gradient, with torch.autograd.set_detect_anomaly(True).")
 

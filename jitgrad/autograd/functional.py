@@ -226,7 +226,7 @@ def _basis(refs, numels):
     for ref, n in zip(refs, numels):
         block = np.zeros((total, n), dtype=ref._data.dtype)
         block[start:start + n] = np.eye(n, dtype=block.dtype)
-        blocks.append(tensor(block))
+        blocks.append(tensor(block, device=ref.device))  # beside the ref: a CUDA input gets CUDA rows
         start += n
     return tuple(blocks)
 

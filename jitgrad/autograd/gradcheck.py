@@ -12,7 +12,9 @@ from dual tensors instead of vector-Jacobian products.
 
 The Jacobians are numpy arrays; messages print them as tensors, as torch does. Inputs are
 perturbed in place through their arrays, which is what torch's `.data` writes do: no
-version bump, and saved values see the original numbers again once restored.
+version bump, and saved values see the original numbers again once restored. CUDA inputs
+are perturbed on the device, the vectors fed to the function and its backward are put
+there, and only the values compared come back to the host.
 jitgrad has no complex dtypes, so torch's real / imaginary split never applies.
 """
 import warnings
@@ -24,7 +26,9 @@ from jitgrad._core.messages import torch_size
 from jitgrad.autograd import forward_ad
 from jitgrad.autograd.function import Function
 from jitgrad.engine.run import grad as _grad
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import Tensor, rand, randn_like, wrap
+from jitgrad.ops._common import storage
 
 __all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]
 
@@ -121,6 +125,17 @@ def _checked_positions(func_out):
     return [p for p, o in enumerate(func_out) if isinstance(o, Tensor) and o.requires_grad]
 
 
+def _host(t):
+    """A host copy of tensor t's values, to compare (the Jacobians are numpy arrays)."""
+    d = t._data
+    return d.get() if type(d) is DeviceArray else np.array(t._array())
+
+
+def _beside(arr, t):
+    """Host array arr on t's device: the vectors given to func, its backward and its duals."""
+    return DeviceArray.from_host(arr) if type(t._data) is DeviceArray else arr
+
+
 def _show(a):
     """An array as torch's messages print the tensor holding it: formatted into an f-string,
     where a 0-d tensor shows as its Python number."""
@@ -137,7 +152,7 @@ def _check_inputs(inputs):
             warnings.warn(f"Input #{idx} requires gradient and is not a double precision floating point or complex. "
                           "This check will likely fail if all the inputs are not of double precision floating point "
                           "or complex. ", stacklevel=2)
-        arr = inp._array()
+        arr = inp._data
         # moving one element must not move another: an expanded input shares them
         if not all(st > 0 or sz <= 1 for st, sz in zip(arr.strides, arr.shape)):
             raise RuntimeError(f"The {idx}th input has a dimension with stride 0. gradcheck only supports inputs that "
@@ -154,7 +169,7 @@ def _check_inputs(inputs):
 def _outputs_copied(func, inputs):
     """func's tensor outputs as arrays of their own: an output may share storage with the
     input being perturbed, and the next perturbation would change it."""
-    return [np.array(o._array()) if isinstance(o, Tensor) else None for o in _as_tuple(func(*inputs))]
+    return [_host(o) if isinstance(o, Tensor) else None for o in _as_tuple(func(*inputs))]
 
 
 def _check_same_dtype_and_shape(a, b, eps, idx):
@@ -190,7 +205,7 @@ def _numerical_jacobians(func, inputs, func_out, eps):
     output p of func_out (None for the others)."""
     jacobians = []
     for _, t in _diff_inputs(inputs):
-        arr = t._array()
+        arr = storage(t)  # perturbed in place
         jacs = [np.zeros((arr.size, o._data.size), o._data.dtype) if _is_float(o) else None for o in func_out]
         for k, idx in enumerate(np.ndindex(arr.shape)):
             for jac, col in zip(jacs, _central_difference(func, inputs, arr, idx, eps, eps, idx)):
@@ -213,8 +228,8 @@ def _check_no_differentiable_outputs(func, inputs, func_out, eps):
 
 def _vjps(output, diff, grad_output):
     """v^T J per checked input for v = grad_output, as arrays of their own (None: unused)."""
-    gs = _grad(output, diff, wrap(grad_output), retain_graph=True, allow_unused=True)
-    return [None if g is None else np.array(g._array()) for g in gs]
+    gs = _grad(output, diff, wrap(_beside(grad_output, output)), retain_graph=True, allow_unused=True)
+    return [None if g is None else _host(g) for g in gs]
 
 
 def _stack_rows(rows, diff, ncols):
@@ -282,7 +297,7 @@ def _dual_inputs(inputs, diff, tangents):
     array (a fresh one each time: an in-place op writes the tangent too)."""
     duals = list(inputs)
     for (pos, t), tangent in zip(diff, tangents):
-        duals[pos] = forward_ad.make_dual(t.detach(), wrap(np.array(tangent)))
+        duals[pos] = forward_ad.make_dual(t.detach(), wrap(_beside(np.array(tangent), t)))
     return duals
 
 
@@ -297,7 +312,7 @@ def _output_tangents(func, duals):
         elif tangent is None:
             out.append(np.zeros(o._data.size, o._data.dtype))
         else:
-            out.append(np.array(tangent._array()).reshape(-1))
+            out.append(_host(tangent).reshape(-1))
     return out
 
 
@@ -306,7 +321,7 @@ def _forward_jacobians(func, inputs, func_out, all_u=None, only=None):
     element of input k (a basis tangent; the other checked inputs get zero ones), or with
     all_u the single column J u_k. only: the one input k wanted (None for the others)."""
     diff = _diff_inputs(inputs)
-    zeros = [np.zeros_like(t._data) for _, t in diff]
+    zeros = [np.zeros(t._data.shape, t._data.dtype) for _, t in diff]
     jacobians = []
     with forward_ad.dual_level():
         for k, (_, t) in enumerate(diff):
@@ -344,7 +359,7 @@ def _check_undefined_forward(func, inputs):
             duals[pos] = kept
             for index_o, (o1, o2) in enumerate(zip(zero_tangent, no_tangent)):
                 res1, res2 = forward_ad.unpack_dual(o1).tangent, forward_ad.unpack_dual(o2).tangent
-                if res1 is not None and res2 is not None and not np.allclose(res1._array(), res2._array(),
+                if res1 is not None and res2 is not None and not np.allclose(_host(res1), _host(res2),
                                                                              rtol=1e-5, atol=1e-8):
                     raise GradcheckError("Mismatch in tangent values for output with index: ", index_o,
                                          " when input: ", t, " has an undefined tangent value. ", " Got: ", res1,
@@ -426,8 +441,8 @@ def _fast_check(func, func_out, inputs, eps, rtol, atol, check_grad_dtypes, nond
     all_u, all_v = _make_vectors([t for _, t in diff], outputs, forward_ad)
     numerical = []  # [input][checked output]
     for (_, t), u in zip(diff, all_u):
-        arr = t._array()
-        ju = _central_difference(func, inputs, arr, Ellipsis, u.reshape(arr.shape) * eps, eps)
+        arr = storage(t)
+        ju = _central_difference(func, inputs, arr, Ellipsis, _beside(u.reshape(arr.shape) * eps, t), eps)
         if not keep and not forward_ad:
             for d in ju:  # no output requires grad: moving an input must not move one
                 if d is not None and d.size and np.abs(d).max() > nondet_tol:
@@ -465,7 +480,7 @@ def _check_batched_grad(inputs, output, output_idx):
     diff = [t for _, t in _diff_inputs(inputs)]
 
     def materialized(gs, shape_prefix=()):
-        return [np.zeros(shape_prefix + t._data.shape, t._data.dtype) if g is None else np.array(g._array())
+        return [np.zeros(shape_prefix + t._data.shape, t._data.dtype) if g is None else _host(g)
                 for g, t in zip(gs, diff)]
 
     grad_outputs = [randn_like(output) for _ in range(2)]
@@ -491,7 +506,7 @@ def _check_backward_mul_by_grad_output(outputs, inputs, masked):
     for g, t in zip(_grad(outputs, diff, zeros, allow_unused=True), diff):
         if g is None:
             continue
-        a = g._array()
+        a = _host(g)
         if masked:
             if not np.allclose(a, 0.0, rtol=1e-5, atol=1e-8):
                 raise GradcheckError("backward not multiplied by grad_output")
@@ -534,7 +549,7 @@ def _check_undefined_grad_support(outputs, diff):
         raise GradcheckError('Expected backward function to handle undefined output grads. Please look at "Notes '
                              'about undefined output gradients" in "tools/autograd/derivatives.yaml"') from e
     for g in grads:
-        if g is not None and not (g._array() == 0).all():
+        if g is not None and not (_host(g) == 0).all():
             _warn_bc_breaking()
             raise GradcheckError("Expected all input grads to be undefined or zero when all output grads are "
                                  'undefined or zero. Please look at "Notes about undefined output gradients" in '
@@ -619,7 +634,7 @@ def _random_grad_output(out, noncontiguous):
     spread = noncontiguous and out._data.size > 1
     if spread:
         shape = shape[:-1] + (2 * shape[-1],)
-    arr = rand(shape, dtype=from_numpy_dtype(npd))._data * 2 - 1
+    arr = rand(shape, dtype=from_numpy_dtype(npd), device=out.device)._data * 2 - 1
     t = wrap(arr[..., ::2] if spread else arr)
     return t.requires_grad_()
 

@@ -10,6 +10,11 @@ the test accuracy, and writes a loss-curve plot and the model's backward graph.
 With --compile, the same model is trained once more from the same weights with the
 training step under jitgrad.compile (recorded at its first call, replayed after), and the
 compiled epoch time is printed beside the eager one and PyTorch's.
+
+With --device cuda, the model, the data and the training run on the GPU (jitgrad's
+numba.cuda target, and PyTorch CUDA beside it when it has a GPU): the data set moves to
+the device once and each batch is gathered there. --subset N trains and tests on the
+first N images of each split (a smoke run: the tests run it on numba's CUDA simulator).
 """
 import argparse
 import os
@@ -80,10 +85,11 @@ def cnn_weights(seed=0):
     return out
 
 
-def train(T, weights, data, epochs, batch_size, lr, progress=True, label="", kind="mlp", compiled=False):
+def train(T, weights, data, epochs, batch_size, lr, progress=True, label="", kind="mlp", compiled=False,
+          device="cpu"):
     """One training run; returns (model, per-step losses, seconds per epoch, test accuracy).
-    compiled=True runs the training step under T.compile."""
-    model, step, (xtr, ytr, xte, yte) = setup(T, weights, data, lr, kind)
+    compiled=True runs the training step under T.compile; device="cuda" trains on the GPU."""
+    model, step, (xtr, ytr, xte, yte) = setup(T, weights, data, lr, kind, device)
     if compiled:
         step = T.compile(step)
     order_rng = np.random.default_rng(1)               # same batches for both libraries
@@ -93,26 +99,42 @@ def train(T, weights, data, epochs, batch_size, lr, progress=True, label="", kin
         order = order_rng.permutation(len(xtr))
         t0 = time.perf_counter()
         losses += run_epoch(T, step, xtr, ytr, order, batch_size)
+        synchronize(T, device)                         # a GPU epoch ends when its kernels have run
         epoch_times.append(time.perf_counter() - t0)
         bar.set_postfix(loss=f"{losses[-1]:.4f}")
         bar.update(1)
     bar.close()
     model.eval()
     with T.no_grad():
-        pred = model(T.tensor(xte)).argmax(1).numpy()
+        pred = model(to_device(T, xte, device)).argmax(1).cpu().numpy()
     return model, losses, epoch_times, float((pred == yte).mean())
 
 
-def setup(T, weights, data, lr, kind):
-    """(model, its training step with Adam and cross-entropy, the data shaped for it)."""
+def setup(T, weights, data, lr, kind, device="cpu"):
+    """(model, its training step with Adam and cross-entropy, the data shaped for it). On
+    the CPU the data stays numpy (each batch becomes a tensor); on a GPU the whole split
+    is moved there once, as tensors."""
     xtr, ytr, xte, yte = data
     if kind == "cnn":                                   # images as (N, 1, 8, 8)
         xtr, xte = xtr.reshape(-1, 1, 8, 8), xte.reshape(-1, 1, 8, 8)
         model = build_cnn(T, weights)
     else:
         model = build_mlp(T, weights)
+    if device != "cpu":
+        model.to(device)
+        xtr, ytr = to_device(T, xtr, device), to_device(T, ytr, device)
     step = train_step(model, T.optim.Adam(model.parameters(), lr=lr), T.nn.CrossEntropyLoss())
     return model, step, (xtr, ytr, xte, yte)
+
+
+def to_device(T, a, device):
+    """A numpy array as a tensor on the device (one copy)."""
+    return T.tensor(a, device=device)
+
+
+def synchronize(T, device):
+    if device != "cpu":
+        T.cuda.synchronize()
 
 
 def train_step(model, opt, loss_fn):
@@ -128,20 +150,31 @@ def train_step(model, opt, loss_fn):
 
 def run_epoch(T, step, xtr, ytr, order, batch_size):
     """One pass over the training set in the given order with step(xb, yb) (a train_step,
-    compiled or not); returns the step losses. (benchmarks/side_by_side.py times exactly this.)"""
+    compiled or not); returns the step losses. (benchmarks/side_by_side.py times exactly this.)
+    xtr, ytr: numpy arrays (each batch becomes a tensor) or tensors already on a device
+    (each batch is gathered there, with the order moved over once)."""
+    on_device = not isinstance(xtr, np.ndarray)
+    if on_device:
+        order = T.tensor(order, device=xtr.device)
     losses = []
     for s in range(0, len(order), batch_size):
         idx = order[s:s + batch_size]
-        loss = step(T.tensor(xtr[idx]), T.tensor(ytr[idx]))
+        if on_device:
+            loss = step(xtr[idx], ytr[idx])
+        else:
+            loss = step(T.tensor(xtr[idx]), T.tensor(ytr[idx]))
         losses.append(loss.item())
     return losses
 
 
-def compile_status(T, weights, data, batch_size, lr, kind):
+def compile_status(T, weights, data, batch_size, lr, kind, device="cpu"):
     """One line: does the step replay from a plan, or what breaks it (T.compiler.explain on
     a fresh copy of the model, so the trained one is left as it is)."""
-    _, step, (xtr, ytr, _, _) = setup(T, weights, data, lr, kind)
-    out = T.compiler.explain(step, T.tensor(xtr[:batch_size]), T.tensor(ytr[:batch_size]))
+    _, step, (xtr, ytr, _, _) = setup(T, weights, data, lr, kind, device)
+    xb, yb = xtr[:batch_size], ytr[:batch_size]
+    if device == "cpu":
+        xb, yb = T.tensor(xb), T.tensor(yb)
+    out = T.compiler.explain(step, xb, yb)
     if not out.graph_break_count:
         return f"jitgrad.compile: the step replays from a plan ({out.op_count} ops)"
     return (f"jitgrad.compile: {out.graph_break_count} graph break(s), the first: {out.break_reasons[0]} "
@@ -190,14 +223,14 @@ def save_plot(losses, path, torch_losses=None):
     return path
 
 
-def save_graph(T, model, path_stem, input_shape):
+def save_graph(T, model, path_stem, input_shape, device="cpu"):
     """The backward graph of one batch's loss: an SVG where Graphviz's `dot` is
     installed, the DOT text otherwise."""
     viz = getattr(T, "viz", None)
     if viz is None:
         return None
-    x = T.tensor(np.zeros((2,) + input_shape, dtype=np.float32))
-    loss = T.nn.CrossEntropyLoss()(model(x), T.tensor(np.zeros(2, dtype=np.int64)))
+    x = to_device(T, np.zeros((2,) + input_shape, dtype=np.float32), device)
+    loss = T.nn.CrossEntropyLoss()(model(x), to_device(T, np.zeros(2, dtype=np.int64), device))
     try:
         dot = viz.make_dot(loss, params=dict(model.named_parameters()))
     except ImportError:
@@ -208,6 +241,22 @@ def save_graph(T, model, path_stem, input_shape):
         with open(path_stem + ".dot", "w") as f:
             f.write(dot.source)
         return path_stem + ".dot"
+
+
+def _torch_beside(jitgrad, device, skip):
+    """PyTorch for the side-by-side run on the same device, or None (and why not, printed)."""
+    if skip:
+        return None
+    try:
+        import torch
+    except ImportError:
+        print("PyTorch not installed: no side-by-side timing")
+        return None
+    if device == "cuda" and not torch.cuda.is_available():
+        print("PyTorch has no CUDA device here: no side-by-side timing")
+        return None
+    torch.set_num_threads(jitgrad.get_num_threads())   # same thread count on both sides
+    return torch
 
 
 def main(argv=None):
@@ -222,21 +271,24 @@ def main(argv=None):
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--compile", action="store_true",
                    help="also train with the step under jitgrad.compile and print its epoch time")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the model, the data and the training live (cuda: numba.cuda, beside PyTorch CUDA)")
+    p.add_argument("--subset", type=int, default=None, metavar="N",
+                   help="train and test on the first N images of each split (a quick smoke run)")
     args = p.parse_args(argv)
 
     import jitgrad
+    device = args.device
+    if device == "cuda":
+        if not jitgrad.cuda.is_available():
+            raise SystemExit("--device cuda: no CUDA device (jitgrad needs an NVIDIA GPU with its driver, and "
+                             "numba-cuda: pip install -e '.[cuda]')")
+        print(f"device: cuda:0, {jitgrad.cuda.get_device_name()}")
     data = load_split()
+    if args.subset is not None:
+        data = tuple(a[:args.subset] for a in data)
     print(f"digits: {len(data[0])} train / {len(data[2])} test images, Adam lr={args.lr}, batch {args.batch_size}")
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    if args.no_torch:
-        torch = None
-    elif torch is None:
-        print("PyTorch not installed: no side-by-side timing")
-    else:
-        torch.set_num_threads(jitgrad.get_num_threads())   # same thread count on both sides
+    torch = _torch_beside(jitgrad, device, args.no_torch)
     os.makedirs(args.out, exist_ok=True)
     accs = {}
     for kind in (["mlp", "cnn"] if args.model == "both" else [args.model]):
@@ -248,25 +300,26 @@ def main(argv=None):
             title = "CNN conv8-pool-conv16-pool-linear"
         print(f"\n{title}")
         model, losses, times, acc = train(jitgrad, weights, data, args.epochs, args.batch_size, args.lr,
-                                          not args.no_progress, "jitgrad", kind)
+                                          not args.no_progress, "jitgrad", kind, device=device)
         # the first epoch includes loading or compiling kernels; report the rest
         steady = times[1:] or times
         print(f"jitgrad  test accuracy {acc:.2%}   epoch {np.median(steady) * 1e3:.1f} ms (median)"
               f"   first epoch {times[0]:.2f} s")
         if args.compile:
             _, closses, ctimes, cacc = train(jitgrad, weights, data, args.epochs, args.batch_size, args.lr,
-                                             not args.no_progress, "jitgrad.compile", kind, compiled=True)
+                                             not args.no_progress, "jitgrad.compile", kind, compiled=True,
+                                             device=device)
             csteady = ctimes[1:] or ctimes
             print(f"compiled test accuracy {cacc:.2%}   epoch {np.median(csteady) * 1e3:.1f} ms (median)"
                   f"   first epoch {ctimes[0]:.2f} s (records the step)"
                   f"   epoch time compiled/eager: {np.median(csteady) / np.median(steady):.2f}x")
-            print("         " + compile_status(jitgrad, weights, data, args.batch_size, args.lr, kind))
+            print("         " + compile_status(jitgrad, weights, data, args.batch_size, args.lr, kind, device))
             diff = np.max(np.abs(np.subtract(closses, losses)) / np.abs(losses))
             print(f"         losses compiled vs eager: max relative difference {diff:.1e}")
         torch_losses = None
         if torch is not None:
             _, torch_losses, ttimes, tacc = train(torch, weights, data, args.epochs, args.batch_size, args.lr,
-                                                  not args.no_progress, "PyTorch", kind)
+                                                  not args.no_progress, "PyTorch", kind, device=device)
             tsteady = ttimes[1:] or ttimes
             vs_compiled = (f"   compiled/PyTorch: {np.median(csteady) / np.median(tsteady):.2f}x"
                            if args.compile else "")
@@ -274,7 +327,7 @@ def main(argv=None):
                   f"epoch time jitgrad/PyTorch: {np.median(steady) / np.median(tsteady):.2f}x{vs_compiled}")
         plot = save_plot(losses, os.path.join(args.out, f"{kind}_loss_curve.png"), torch_losses)
         print(f"loss curve: {plot}" if plot else "loss curve: skipped (matplotlib not installed)")
-        graph = save_graph(jitgrad, model, os.path.join(args.out, f"{kind}_graph"), shape)
+        graph = save_graph(jitgrad, model, os.path.join(args.out, f"{kind}_graph"), shape, device)
         print(f"model graph: {graph}" if graph else "model graph: skipped (graphviz Python package not installed)")
         accs[kind] = acc
     return accs

@@ -182,7 +182,12 @@ class DeviceArray:
         shape = tuple(shape)
         if _prod(shape) != self.size:
             raise ValueError(f"cannot reshape array of size {self.size} into shape {shape}")
-        src = self if self.is_c_contiguous() else self.copy()
+        if self.is_c_contiguous():
+            return self._view(self.offset, shape, _c_strides(shape))
+        st = _nocopy_strides(self.shape, self.estrides, shape)
+        if st is not None:  # a view where numpy (and torch) make one: writes through it reach self
+            return self._view(self.offset, shape, st)
+        src = self.copy()
         return src._view(src.offset, shape, _c_strides(shape))
 
     def ravel(self):
@@ -374,6 +379,39 @@ def assign(view, value):
                         "(" + TO_NUMPY.split(".")[0] + ")")
 
 
+def _nocopy_strides(old, ost, new):
+    """Strides that read a (old, ost) array as shape `new` without a copy, or None (numpy's
+    _attempt_nocopy_reshape): old and new dims are matched in groups of equal size, and
+    each group of old dims must be one evenly strided run."""
+    dims = [(d, s) for d, s in zip(old, ost) if d != 1]
+    od = [d for d, _ in dims]
+    os_ = [s for _, s in dims]
+    nd = list(new)
+    out = [0] * len(nd)
+    oi = ni = 0
+    while oi < len(od) and ni < len(nd):
+        if nd[ni] == 1:
+            ni += 1
+            continue
+        oj, nj = oi + 1, ni + 1
+        op, np_ = od[oi], nd[ni]
+        while op != np_:
+            if op < np_:
+                op *= od[oj]
+                oj += 1
+            else:
+                np_ *= nd[nj]
+                nj += 1
+        for k in range(oi, oj - 1):
+            if os_[k] != od[k + 1] * os_[k + 1]:
+                return None
+        out[nj - 1] = os_[oj - 1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * nd[k]
+        oi, ni = oj, nj
+    return tuple(out)
+
+
 def _basic_index(a, key):
     """The view that basic indexing (ints, slices, None, Ellipsis) selects, or None when
     the key needs a gather (arrays, lists, booleans)."""
@@ -419,3 +457,12 @@ def _unsupported_index(a, key):
 
 def _unsupported(what):
     raise TypeError(f"{what} is not supported on cuda tensors by jitgrad yet")
+
+
+def _may_share_memory(a, b, max_work=None):
+    """Whether two arrays can overlap: on the device, views of one allocation may (the
+    conservative answer numpy's may_share_memory gives too); a host array never does."""
+    return isinstance(a, DeviceArray) and isinstance(b, DeviceArray) and a.buf is b.buf
+
+
+FUNCTIONS[np.may_share_memory] = _may_share_memory

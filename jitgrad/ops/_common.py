@@ -10,6 +10,7 @@ from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import state as _cap  # noqa: F401  (families import it from here)
 from jitgrad._core.forward import state as _fw
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import _ARRAYLIKE, Tensor  # noqa: F401  (families import them from here)
 
 _gm_state = _grad_mode._state
@@ -60,6 +61,34 @@ def _needs(*ts):
             if x is not None and x.fw is not None:
                 return True
     return False
+
+
+# --- arrays on the device of the data beside them (a CUDA tensor's data is a DeviceArray)
+
+def like(d):
+    """numpy's `like=` for an array made to meet array d: d when d is on the device (numpy
+    then dispatches the creation to it), else None (the host)."""
+    return d if type(d) is DeviceArray else None
+
+
+def asarray(x, dtype=None):
+    """np.asarray(x, dtype) for a result that may be device data, which stays where it is
+    (np.asarray would refuse it: it must not reach the host)."""
+    if type(x) is DeviceArray:
+        return x if dtype is None or x.dtype == dtype else x.astype(dtype)
+    return np.asarray(x, dtype=dtype)
+
+
+def storage(t):
+    """Tensor t's array, to write into in place: its ndarray (a 0-d result held as a numpy
+    scalar becomes one) or its device array."""
+    return t._data if type(t._data) is DeviceArray else t._array()
+
+
+def copy_array(d):
+    """A copy of a tensor's data, on its device (a 0-d result held as a numpy scalar gives
+    a 0-d array)."""
+    return d.copy() if type(d) is DeviceArray else np.array(d, copy=True)
 
 
 def _broadcast_error(sa, sb):

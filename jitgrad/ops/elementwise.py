@@ -34,6 +34,7 @@ from jitgrad.ops._common import (
     _operand,
     _operand_error,
     _scalar_dtype,
+    asarray,
     publish,
     traced,
 )
@@ -106,7 +107,7 @@ def _binary(spec, npfn, a, b):
             # NEP 50: a Python scalar takes the array's dtype, as in PyTorch
             out = _SCALAR_FN.get(npfn, npfn)(ad[()], b) if ad.ndim == 0 else npfn(ad, b)
         else:
-            out = np.asarray(npfn(ad, b)).astype(_scalar_dtype(a, b), copy=False)
+            out = asarray(npfn(ad, b)).astype(_scalar_dtype(a, b), copy=False)
         b = float(b)
     else:
         if not isinstance(b, Tensor):
@@ -203,7 +204,7 @@ def rsub(t, s):
     if not isinstance(s, _NUMBER + _ARRAYLIKE):
         raise _operand_error("sub", s, 1)
     _no_bool_sub(t)
-    out = np.asarray(np.subtract(s, t._data))
+    out = asarray(np.subtract(s, t._data))
     out = out.astype(_scalar_dtype(t, s), copy=False)
     return _ew(RSUB, out, t, p0=float(s))
 
@@ -272,7 +273,7 @@ def pow(a, b):  # noqa: A001
             raise _operand_error("pow", x, pos)
     if not isinstance(a, Tensor):
         out = np.power(np.asarray(a, dtype=_scalar_dtype(b, a) if isinstance(a, float) else b._data.dtype), b._data)
-        return _ew(RPOW, np.asarray(out, dtype=b._data.dtype), b, p0=float(a))
+        return _ew(RPOW, asarray(out, dtype=b._data.dtype), b, p0=float(a))
     if isinstance(b, Tensor):
         return _binary(POW_TT, np.power, a, b)
     ad = a._data
@@ -299,7 +300,7 @@ def _pow_scalar(ad, e):
 
 def _erf_array(x):
     from scipy.special import erf as _erf  # imported on first use: scipy.special is slow to import
-    return np.asarray(_erf(x)).astype(x.dtype if x.dtype.kind == "f" else np.float32, copy=False)
+    return asarray(_erf(x)).astype(x.dtype if x.dtype.kind == "f" else np.float32, copy=False)
 
 
 # relu's 0 as a 0-d array of the input's dtype: a Python 0.0 costs numpy a weak-scalar
@@ -366,7 +367,7 @@ def clamp(x, min=None, max=None):  # noqa: A002
     lo = -math.inf if min is None else float(min)
     hi = math.inf if max is None else float(max)
     out = np.clip(x._data, lo, hi).astype(x._data.dtype, copy=False)
-    return _ew(CLAMP, np.asarray(out), x, p0=lo, p1=hi)
+    return _ew(CLAMP, asarray(out), x, p0=lo, p1=hi)
 
 
 clip = clamp
@@ -385,7 +386,7 @@ minimum = defop("minimum", "MinimumBackward0", np.minimum,
 
 def _condition(ri, k):
     """where's saved condition, as torch's _saved_condition: a bool tensor."""
-    return _wrap(np.asarray(ri.saved(k, ri.out_shape())) != 0)
+    return _wrap(asarray(ri.saved(k, ri.out_shape())) != 0)
 
 
 WHERE = elementwise("where", "WhereBackward0", "where(condition, grad, 0.0)", "where(condition, 0.0, grad)",
@@ -401,7 +402,7 @@ def where(cond, a, b):
     ta, ad = _operand(a, like)
     tb, bd = _operand(b, like)
     try:
-        out = np.asarray(np.where(c, ad, bd))
+        out = asarray(np.where(c, ad, bd))
     except ValueError:
         raise _broadcast_error(ad.shape, bd.shape) from None
     dt = _dtype.result_type(ad, bd)  # a Python number was made a 0-d array of its torch dtype
@@ -427,7 +428,7 @@ def _cmp(npfn):
         ad = a._data if isinstance(a, Tensor) else a
         bd = b._data if isinstance(b, Tensor) else b
         try:
-            res = _wrap(np.asarray(npfn(ad, bd)))
+            res = _wrap(asarray(npfn(ad, bd)))
         except ValueError:
             raise _broadcast_error(np.shape(ad), np.shape(bd)) from None
         if _cap.on and _cap.mine():

@@ -13,10 +13,12 @@ import numpy as np
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import _forward
 from jitgrad.ops import functional as F
+from jitgrad.ops._common import asarray, copy_array, like, storage
 
 
 def _needs_record(t, *others):
@@ -82,7 +84,7 @@ def _apply(t, compute, *others):
     if view is not None and _needs_record(t, *others):
         return _apply_to_view(t, view, compute, others, dual)
     if _needs_record(t, *others):
-        old = Tensor._make(np.array(t._data, copy=True))  # the value before, for the node to save
+        old = Tensor._make(copy_array(t._data))  # the value before, for the node to save
         old._requires_grad = t._requires_grad
         if t._tape is not None:
             old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
@@ -92,8 +94,7 @@ def _apply(t, compute, *others):
     else:
         with _grad_mode.no_grad():
             new = compute(t)
-    d = t._array()
-    d[...] = np.broadcast_to(np.asarray(new._data, dtype=d.dtype), d.shape)
+    _write(storage(t), new._data)
     t._bump()
     if new.requires_grad:  # rebase: the tensor's history is now the op's node
         t._requires_grad = True
@@ -105,15 +106,24 @@ def _apply(t, compute, *others):
     return t
 
 
+def _write(d, value):
+    """d[...] = value, broadcast and cast to d's dtype, on d's device."""
+    if type(d) is DeviceArray:
+        d[...] = value  # DeviceArray's assignment broadcasts and casts
+    else:
+        d[...] = np.broadcast_to(np.asarray(value, dtype=d.dtype), d.shape)
+
+
 def _positions(base, fn):
     """Flat positions in base's storage that the view fn(base) covers, in the view's order."""
-    return np.asarray(fn(np.arange(base._data.size, dtype=np.int64).reshape(np.shape(base._data)))).reshape(-1)
+    d = base._data
+    return asarray(fn(np.arange(d.size, dtype=np.int64, like=like(d)).reshape(d.shape))).reshape(-1)
 
 
 def _assign(t, flat, value):
     """t.flatten()[flat] = value, recorded: the old value keeps its gradient outside the
     written positions, value gets the gradient of the positions it was written to."""
-    keep = np.ones(t._data.size, dtype=t._data.dtype)
+    keep = np.ones(t._data.size, dtype=t._data.dtype, like=like(t._data))
     keep[flat] = 0
     shape = t._data.shape
 
@@ -128,7 +138,7 @@ def _apply_to_view(t, view, compute, others, dual):
     the view's positions (rebasing the base), then the view reads them back from the base.
     This is what PyTorch's CopySlices does."""
     base, fn = view
-    old = Tensor._make(np.array(t._data, copy=True))
+    old = Tensor._make(copy_array(t._data))
     old._requires_grad = t._requires_grad
     if t._tape is not None:
         old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
@@ -171,12 +181,12 @@ def _overwritten(spec, a, value):
     """value broadcast over a's shape, recorded as where(False, a, value): the old values
     are really dropped (x * 0 + v would keep NaN and inf), and get a zero gradient."""
     vd = value._data if isinstance(value, Tensor) else value
-    out = np.empty_like(np.asarray(a._data))
+    out = np.empty_like(asarray(a._data))
     try:
         out[...] = vd
     except ValueError:
         raise F._broadcast_error(out.shape, np.shape(vd)) from None
-    keep_none = F._wrap(np.zeros(out.shape, dtype=bool))
+    keep_none = F._wrap(np.zeros(out.shape, dtype=bool, like=like(out)))
     b = value if isinstance(value, Tensor) else float(value)
     return F._ew(spec, out, a, b, aux=keep_none)
 
@@ -189,9 +199,18 @@ def _overwrite(t, spec, value):
 def copy_(t, src):
     if not isinstance(src, Tensor):
         src = F._wrap(np.asarray(src, dtype=t._data.dtype))
+    src = _to_device_of(t, src)
     if src._data.dtype != t._data.dtype:
         src = F.to_dtype(src, t.dtype)
     return _overwrite(t, F.COPY, src)
+
+
+def _to_device_of(t, value):
+    """value moved to t's device, as PyTorch's copy_ and item assignment do (a copy
+    across devices; differentiable: the gradient goes back to value's device)."""
+    if (type(value._data) is DeviceArray) != (type(t._data) is DeviceArray):
+        return value.to(t.device)
+    return value
 
 
 def fill_(t, value):
@@ -218,9 +237,11 @@ def setitem(t, index, value):
     _stop("an item assignment in a compiled step")
     if not isinstance(value, Tensor):
         value = F._wrap(np.asarray(value, dtype=t._data.dtype))
+    value = _to_device_of(t, value)
     if not _needs_record(t, value):
         dual = _dual(t, (value,))
-        t._array()[F._norm_index(index)] = value._data
+        d = storage(t)
+        d[F._norm_index(index, d)] = value._data
         t._bump()
         if dual:  # the tangent's elements at index <- value's tangent (zero without one)
             vt = _forward.tangent(value)
@@ -229,10 +250,9 @@ def setitem(t, index, value):
                     _forward.set_tangent(t, F.zeros_like(t))
                 _forward.tangent(t)[index] = vt if vt is not None else 0.0
         return
-    idx = F._norm_index(index)
-    shape = t._data.shape
-    flat = np.asarray(np.arange(t._data.size, dtype=np.int64).reshape(shape)[idx]).reshape(-1)
-    target_shape = np.empty(shape, np.int8)[idx].shape
+    d = t._data
+    picked = asarray(np.arange(d.size, dtype=np.int64, like=like(d)).reshape(d.shape)[F._norm_index(index, d)])
+    flat, target_shape = picked.reshape(-1), picked.shape
     _assign(t, flat, value if value._data.shape == target_shape else F.expand(value, target_shape))
 
 

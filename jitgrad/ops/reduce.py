@@ -23,7 +23,7 @@ from jitgrad.kernels.reduce import (
     k_prod_dims,
     k_sum,
 )
-from jitgrad.ops._common import _cap, _needs, traced
+from jitgrad.ops._common import _cap, _needs, asarray, like, traced
 from jitgrad.ops.elementwise import eq, maximum, minimum, to_dtype, where
 from jitgrad.ops.shape import INDEX, _dims, _kd_shape, expand, reshape
 
@@ -101,9 +101,9 @@ def mean(x, dim=None, keepdim=False, dtype=None):
         # numpy's mean without its Python wrapper (~3x the cost of the sum on small inputs):
         # the same sum, divided at float64 and rounded back, as np.mean does
         total = np.add.reduce(d, axis=dims, keepdims=keepdim)
-        out = np.asarray(total / count if d.dtype.type is np.float64 else total / np.float64(count), dtype=d.dtype)
+        out = asarray(total / count if d.dtype.type is np.float64 else total / np.float64(count), dtype=d.dtype)
     else:
-        out = np.asarray(d.mean(axis=dims, keepdims=keepdim), dtype=d.dtype)  # NaN, with numpy's warning
+        out = asarray(d.mean(axis=dims, keepdims=keepdim), dtype=d.dtype)  # NaN, with numpy's warning
     return _reduce(MEAN_ALL, MEAN, x, dim, keepdim, out, 1.0 / count if count else math.nan)
 
 
@@ -117,7 +117,7 @@ def _extremum(spec, npfn, x, dim, keepdim):
     dims = _dims(x, dim)
     if x._data.size == 0:
         raise RuntimeError(f"{spec.name}(): Expected reduction dim to be specified for input.numel() == 0.")
-    out = np.asarray(npfn(x._data, axis=dims, keepdims=keepdim))
+    out = asarray(npfn(x._data, axis=dims, keepdims=keepdim))
     res = _wrap(out)
     if not _needs(x):
         if _cap.on and _cap.mine():
@@ -155,8 +155,8 @@ def evenly_rule(grad, ri):
     """max()/min(): torch's evenly_distribute_backward, grad / count where self equals the
     result (where self is NaN when the result is NaN), exactly 0 elsewhere."""
     self = ri.saved_input(0, 0)
-    x = np.asarray(self._data)
-    r = np.asarray(ri.saved(1, ri.out_shape()))
+    x = asarray(self._data)
+    r = asarray(ri.saved(1, ri.out_shape()))
     mask = np.isnan(x) if np.isnan(r).all() else x == r
     g = reshape(grad, ()) / float(mask.sum())
     return (where(_wrap(mask), g, 0.0),)
@@ -214,7 +214,9 @@ def _extreme_along(argfn, d, ints, out_shape):
     seen as (pre, n, post)."""
     pre, n, post = ints
     arg = argfn(d.reshape(pre, n, post), axis=1)
-    flat = ((np.arange(pre)[:, None] * n + arg) * post + np.arange(post)[None, :]).reshape(-1).astype(np.int64)
+    dev = like(d)
+    flat = ((np.arange(pre, like=dev)[:, None] * n + arg) * post + np.arange(post, like=dev)[None, :])
+    flat = flat.reshape(-1).astype(np.int64)
     return d.reshape(-1)[flat].reshape(out_shape), arg.reshape(out_shape).astype(np.int64), flat
 
 
@@ -251,7 +253,7 @@ def argmin(x, dim=None, keepdim=False):
 
 
 def _arg_all(argfn, x):
-    res = _wrap(np.asarray(argfn(x._data), dtype=np.int64))
+    res = _wrap(asarray(argfn(x._data), dtype=np.int64))
     if _cap.on and _cap.mine():  # not differentiable, and an int64 result: jitgrad.compile replays it in Python
         _cap.rec.python(lambda d: (np.asarray(argfn(d), dtype=np.int64),), (x,), (res,), argfn.__name__)
     return res
@@ -261,7 +263,7 @@ def prod(x, dim=None, keepdim=False, dtype=None):
     if dtype is not None:
         x = to_dtype(x, dtype)
     dims = _dims(x, dim)
-    out = np.asarray(x._data.prod(axis=dims, keepdims=keepdim))
+    out = asarray(np.prod(x._data, axis=dims, keepdims=keepdim))
     res = _wrap(out)
     spec = PROD_ALL if dim is None else PROD
     if not _needs(x):
@@ -282,9 +284,9 @@ MIN_DIM = alias("min_dim", INDEX, "MinBackward0", forward=min, iparams=("pre", "
 
 def prod_all_rule(grad, ri):
     """torch's prod_backward without a dim: with more than one zero and grad mode off, zeros."""
-    zeros = int((np.asarray(ri.saved_input(0, 0)._data) == 0).sum())
+    zeros = int((asarray(ri.saved_input(0, 0)._data) == 0).sum())
     if zeros > 1 and not _grad_mode.is_grad_enabled():
-        return (_wrap(np.zeros(ri.in_shape(0), grad._data.dtype)),)
+        return (_wrap(np.zeros(ri.in_shape(0), grad._data.dtype, like=like(grad._data))),)
     return prod_rule(grad, ri)
 
 
@@ -292,7 +294,7 @@ def prod_rule(grad, ri):
     kd = ri.iparams().keepdim_shape
     self = ri.saved_input(0, 0)
     g = reshape(grad, kd)
-    x = np.asarray(self._data)
+    x = asarray(self._data)
     if not (x == 0).any():
         return (g * (reshape(ri.result(1), kd) / self),)
     # With zeros, result/self is undefined: use the product of the other elements,
@@ -305,10 +307,8 @@ def _prod_others(x, dims):
     lead = int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
     flat = moved.reshape(lead, -1)
     res = np.empty_like(flat)
-    for i in range(lead):
-        mask = np.ones(lead, bool)
-        mask[i] = False
-        res[i] = flat[mask].prod(axis=0)
+    for i in range(lead):  # the rows before i, then those after: slices, on any device
+        res[i] = np.prod(flat[:i], axis=0) * np.prod(flat[i + 1:], axis=0)
     return np.moveaxis(res.reshape(moved.shape), tuple(range(len(dims))), dims)
 
 
@@ -317,7 +317,7 @@ def prod_jvp(ci, tangents):
     kd = ci.iparams().keepdim_shape
     self = ci.input(0)
     dims = _dims_of(ci.in_shape(0), kd)
-    x = np.asarray(self._data)
+    x = asarray(self._data)
     if not (x == 0).any():
         others = reshape(ci.result, kd) / self
     else:  # as in prod_rule: without a graph (its second derivative is not tracked)

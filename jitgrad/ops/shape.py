@@ -11,6 +11,7 @@ import operator
 
 import numpy as np
 
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim
@@ -29,7 +30,7 @@ from jitgrad.kernels.shape import (
     k_scatter,
     k_view,
 )
-from jitgrad.ops._common import _cap, _needs, traced
+from jitgrad.ops._common import _cap, _needs, asarray, like, traced
 
 
 def _dims(x, dim):
@@ -106,7 +107,8 @@ def _report(spec, res, inputs, redo, saved=(), iparams=None):
 def _mark_view(res, x, fn):
     """res shares x's storage (fn(x's array) gives res's): an in-place op on res must then
     update x's history too (ops/inplace.py)."""
-    if isinstance(res._data, np.ndarray) and res._data.base is not None:
+    d = res._data
+    if d.base is not None if type(d) is np.ndarray else type(d) is DeviceArray and d.buf is x._data.buf:
         if res._x is None:
             res._x = _Rare()
         res._x.view_of = (x, fn)
@@ -314,7 +316,7 @@ def index_flat(x, idx, out_shape, spec, data=None):
 
 def index_put_flat(g, idx, in_shape):
     """zeros(in_shape) with g accumulated at flat indices idx: the adjoint of index_flat."""
-    out = np.zeros(int(np.prod(in_shape, dtype=np.int64)), dtype=g._data.dtype)
+    out = np.zeros(int(np.prod(in_shape, dtype=np.int64)), dtype=g._data.dtype, like=like(g._data))
     np.add.at(out, idx, g._data.reshape(-1))
     res = _wrap(out.reshape(in_shape))
     if not _needs(g):
@@ -325,62 +327,69 @@ def index_put_flat(g, idx, in_shape):
 
 
 def _scatter_add(a, idx, shape):
-    out = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=a.dtype)
+    out = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=a.dtype, like=like(a))
     np.add.at(out, idx, a.reshape(-1))
     return out.reshape(shape)
 
 
-def _norm_index(index):
+def _norm_index(index, d):
+    """The index as numpy reads it, for data d: index tensors and lists become arrays on
+    d's device (PyTorch takes CPU indices for a CUDA tensor, not CUDA ones for a CPU one)."""
     if not isinstance(index, tuple):
         index = (index,)
+    on_device = type(d) is DeviceArray
     out = []
     for i in index:
         if isinstance(i, Tensor):
             i = i._data
         elif isinstance(i, list):
             i = np.asarray(i)
+        if on_device and isinstance(i, np.ndarray) and i.dtype.kind in "iub":
+            i = DeviceArray.from_host(i)
+        elif not on_device and type(i) is DeviceArray:
+            raise RuntimeError("indices should be either on cpu or on the same device as the indexed tensor (cpu)")
         out.append(i)
     return tuple(out)
 
 
-def _positions(shape, idx):
+def _positions(shape, idx, dev=None):
     """The C-order flat index, in an array of `shape`, of each element that indexing it by
-    `idx` selects. Beyond a small size, per dim the same indexing of a broadcast view of
-    that dim's coordinate, so nothing of the array's size is allocated (a batch drawn from
-    a dataset tensor by an index tensor)."""
+    `idx` selects, on the device of `dev` (ops/_common.like). Beyond a small size, per dim
+    the same indexing of a broadcast view of that dim's coordinate, so nothing of the
+    array's size is allocated (a batch drawn from a dataset tensor by an index tensor)."""
     size = math.prod(shape)
     if size <= _SMALL:
-        return np.asarray(np.arange(size, dtype=np.int64).reshape(shape)[idx]).reshape(-1)
+        return asarray(np.arange(size, dtype=np.int64, like=dev).reshape(shape)[idx]).reshape(-1)
     flat = 0
     stride = 1
     for k in range(len(shape) - 1, -1, -1):
-        coord = np.arange(shape[k], dtype=np.int64).reshape((-1,) + (1,) * (len(shape) - 1 - k))
+        coord = np.arange(shape[k], dtype=np.int64, like=dev).reshape((-1,) + (1,) * (len(shape) - 1 - k))
         flat = flat + np.broadcast_to(coord, shape)[idx] * stride
         stride *= shape[k]
-    return np.asarray(flat).reshape(-1)
+    return asarray(flat).reshape(-1)
 
 
 _SMALL = 1 << 15  # below this, arange(size) costs less than a gather per dim
 
 
 def getitem(x, index):
-    idx = _norm_index(index)
     d = x._data
-    if type(d) is not np.ndarray:
+    if isinstance(d, np.generic):  # a 0-d result held as a numpy scalar
         d = np.asarray(d)
+    idx = _norm_index(index, d)
     try:
         # a trailing Ellipsis makes integer indexing return a 0-d view, not a scalar copy
         out = d[idx] if any(i is Ellipsis for i in idx) else d[idx + (Ellipsis,)]
     except IndexError as e:
         raise IndexError(str(e)) from None
-    out = np.asarray(out)
+    out = asarray(out)
     if all(i is None for i in idx):
         return _view_like(UNSQUEEZE, x, out)
     needs = _needs(x)
     tracing = _cap.on and _cap.mine()
     if not needs and not tracing:
         return _wrap(out)
-    advanced = any(isinstance(i, np.ndarray) and i.ndim >= 0 and i.dtype.kind in "iub" for i in idx)
+    advanced = any(isinstance(i, (np.ndarray, DeviceArray)) and i.dtype.kind in "iub" for i in idx)
     if advanced:
         spec = INDEX
     elif any(isinstance(i, (int, np.integer)) for i in idx):
@@ -393,7 +402,7 @@ def getitem(x, index):
         if isinstance(flat, Tensor):  # the result, the whole indexing reported as one Python instruction
             return flat
     if flat is None:
-        flat = _positions(d.shape, idx)
+        flat = _positions(d.shape, idx, like(d))
     if advanced:
         return index_flat(x, flat, out.shape, spec)
     # basic indexing gives a view of x's storage, as in PyTorch
@@ -464,7 +473,7 @@ def _affine_view(a, flat):
     index `flat` there: basic indexing's indices are affine in the position, so the view
     starts at flat's first index and steps, along each dim, by the difference it makes
     in a's multi-index (a's own strides: a tangent need not be laid out as its primal)."""
-    start = np.unravel_index(int(flat.flat[0]), a.shape)
+    start = np.unravel_index(int(flat.reshape(-1)[0]), a.shape)
     strides = []
     for d, n in enumerate(flat.shape):
         if n < 2:
@@ -472,6 +481,9 @@ def _affine_view(a, flat):
             continue
         step = np.unravel_index(int(flat[(0,) * d + (1,) + (0,) * (flat.ndim - d - 1)]), a.shape)
         strides.append(sum((q - p) * s for p, q, s in zip(start, step, a.strides)))
+    if type(a) is DeviceArray:  # the same view over the device allocation (strides in elements there)
+        offset = a.offset + sum(p * s for p, s in zip(start, a.estrides))
+        return DeviceArray(a.buf, offset, flat.shape, tuple(s // a.itemsize for s in strides), a.dtype)
     head = a[tuple(slice(p, None) for p in start)]
     return np.lib.stride_tricks.as_strided(head, flat.shape, strides, writeable=a.flags.writeable)
 
@@ -566,7 +578,8 @@ def cat_rule(grad, ri):
 def cat_jvp(ci, tangents):
     """The join of the tangents, zeros standing in for an input without one."""
     dt = ci.result._data.dtype
-    tgs = [tg if tg is not None else _wrap(np.zeros(ci.in_shape(j), dt)) for j, tg in enumerate(tangents)]
+    dev = like(ci.result._data)
+    tgs = [tg if tg is not None else _wrap(np.zeros(ci.in_shape(j), dt, like=dev)) for j, tg in enumerate(tangents)]
     join = stack if ci.spec().op == STACK.op else cat
     return join(tgs, ci.iparams().dim)
 

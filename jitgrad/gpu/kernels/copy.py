@@ -4,7 +4,7 @@ so any view (transposed, broadcast with stride 0, sliced) is read or written in 
 import numpy as np
 from numba import cuda
 
-from jitgrad.gpu import driver
+from jitgrad.gpu import driver, ptx
 from jitgrad.gpu.array import KERNELS
 
 
@@ -67,3 +67,11 @@ def fill(dst, value):
 
 KERNELS["copy"] = copy
 KERNELS["fill"] = fill
+
+# copy casts between any two dtypes; fill's value is a numpy scalar of dst's dtype
+PTX_SIGNATURES = {
+    _copy: [(ptx.array(s), ptx.INT, ptx.index(r), ptx.array(d), ptx.INT, ptx.index(r), ptx.index(r), ptx.INT)
+            for s in ptx.DTYPES for d in ptx.DTYPES for r in ptx.RANKS],
+    _fill: [(ptx.array(d), ptx.INT, ptx.index(r), ptx.index(r), ptx.INT, ptx.scalar(d))
+            for d in ptx.DTYPES for r in ptx.RANKS],
+}
