@@ -13,6 +13,7 @@ import ctypes
 import numpy as np
 
 from jitgrad._core.dlpack import c_strides
+from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad.gpu import driver
 from jitgrad.gpu.array import DeviceArray
 
@@ -68,3 +69,16 @@ def is_cuda_array(x):
     """x is device memory a CUDA tensor can be made from: a DeviceArray, or an object that
     describes itself with `__cuda_array_interface__`."""
     return type(x) is DeviceArray or hasattr(x, "__cuda_array_interface__")
+
+
+def array_from(obj, dtype, device, copy):
+    """A tensor's array from device memory obj (see is_cuda_array): obj's memory itself unless
+    copy, a dtype other than its own (None: its own), or the CPU (device: a checked device,
+    None for where obj is) needs another."""
+    arr = obj if type(obj) is DeviceArray else from_interface(obj)
+    from_numpy_dtype(arr.dtype)  # torch's error for a dtype jitgrad tensors do not have
+    if dtype is not None and np.dtype(dtype) != arr.dtype:
+        arr = arr.astype(dtype)
+    elif copy:
+        arr = arr.copy()
+    return arr.get() if device is not None and device.type == "cpu" else arr

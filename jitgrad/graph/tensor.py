@@ -14,6 +14,7 @@ from jitgrad._core.forward import state as _forward
 from jitgrad._core.messages import c_name, scalar_name, size_str
 from jitgrad._core.modes import _state
 from jitgrad.gpu import driver as _gpu
+from jitgrad.gpu import foreign as _foreign
 from jitgrad.gpu.array import TO_NUMPY, DeviceArray
 from jitgrad.graph import node as _node  # the Tensor <-> Node pair: grad_fn is a view of the row
 from jitgrad.graph.hooks import add_hook
@@ -542,6 +543,8 @@ def _array_from(data, npd):
 def tensor(data, dtype=None, device=None, requires_grad=False):
     npd = _dtype_arg(dtype, "tensor")
     dev = _device.check(device, "tensor")
+    if _foreign.is_cuda_array(data) and not isinstance(data, Tensor):  # cupy, torch CUDA...: copied on the device
+        return _finish(_foreign.array_from(data, npd, dev if device is not None else None, True), requires_grad)
     if npd is None and isinstance(data, (np.ndarray, np.generic)):
         npd = from_numpy_dtype(data.dtype).np  # numpy data keeps its dtype, as in PyTorch
     if npd is None:
@@ -564,6 +567,8 @@ def as_tensor(data, dtype=None, device=None):
         return data
     if isinstance(data, Tensor):
         return data.to(device=dev or data.device, dtype=dtype)
+    if _foreign.is_cuda_array(data):  # another library's CUDA memory: shared, as torch shares it
+        return _finish(_foreign.array_from(data, _dtype_arg(dtype, "as_tensor"), dev, False), False)
     return tensor(data, dtype=dtype, device=dev)
 
 
