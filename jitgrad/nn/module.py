@@ -10,6 +10,7 @@ from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import state as _cap
 from jitgrad.graph.hooks import add_hook
 from jitgrad.graph.tensor import Tensor
+from jitgrad.nn.init import _assign
 from jitgrad.nn.parameter import Parameter
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -177,7 +178,7 @@ class Module:
                 if set_to_none:
                     p.grad = None
                 else:
-                    p.grad._array()[...] = 0
+                    _assign(p.grad, 0)
 
     def _apply(self, fn):
         """fn applied to every parameter, gradient and buffer, as torch's Module._apply: a
@@ -236,8 +237,8 @@ class Module:
             if k in state_dict:
                 v = state_dict[k]
                 arr = v._data if isinstance(v, Tensor) else np.asarray(v)
-                if tuple(np.shape(arr)) != tuple(t._data.shape):
-                    errors.append(f"size mismatch for {k}: copying a param with shape torch.Size({list(np.shape(arr))}) "
+                if tuple(arr.shape) != tuple(t._data.shape):
+                    errors.append(f"size mismatch for {k}: copying a param with shape torch.Size({list(arr.shape)}) "
                                   f"from checkpoint, the shape in current model is torch.Size({list(t._data.shape)}).")
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
@@ -245,7 +246,7 @@ class Module:
             for k, t in own.items():
                 if k in state_dict:
                     v = state_dict[k]
-                    t._array()[...] = v._data if isinstance(v, Tensor) else np.asarray(v)
+                    _assign(t, v._data if isinstance(v, Tensor) else np.asarray(v))  # across devices too
                     t._bump()
         return _IncompatibleKeys(missing, unexpected)
 

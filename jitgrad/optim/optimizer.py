@@ -53,7 +53,7 @@ class Optimizer:
                     if set_to_none:
                         p.grad = None
                     else:
-                        p.grad._array()[...] = 0
+                        _data(p.grad)[...] = 0
 
     def _params_with_grad(self, group):
         return [p for p in group["params"] if p.grad is not None]
