@@ -377,7 +377,7 @@ class _Decoder:
             raise _Corrupt(f"tensor record with invalid device {location!r}")
         arr = self._placed(i, arr, location)
         if x.get("parameter"):
-            t = Parameter(arr, requires_grad=bool(requires_grad))
+            t = Parameter(Tensor._make(arr), requires_grad=bool(requires_grad))
         else:
             # a leaf, like torch.load's result; requires_grad is restored as torch restores it
             t = Tensor._make(arr)
