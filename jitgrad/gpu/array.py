@@ -56,7 +56,7 @@ class DeviceArray:
     @staticmethod
     def from_host(a):
         a = np.asarray(a)
-        c = a if a.flags.c_contiguous else a.copy(order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
+        c = np.ascontiguousarray(a)
         return DeviceArray(driver.to_device(c), 0, c.shape, _c_strides(c.shape), c.dtype)
 
     def get(self):

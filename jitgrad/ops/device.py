@@ -27,7 +27,7 @@ def to_device(x, dev):
         _stop(f"a copy to {dev} (jitgrad.compile replays on one device)")
     d = x._data
     on_cuda = type(d) is DeviceArray
-    res = _wrap(d.get() if on_cuda else place(np.asarray(d), dev))
+    res = _wrap(d.get() if on_cuda else place(np.ascontiguousarray(d), dev))
     if _needs(x):
         return record(TO_DEVICE, res, (x,), (), (), [_FROM_CUDA if on_cuda else 0])
     return res
