@@ -19,6 +19,13 @@ columns: Python code reads a row through graph.tape.Row.
          output number, E_SHP pointer into xs: the input's shape
   slots  SW ints per saved value: S_REF address of its data, or -(index + 1) into v for
          an inline one-element copy; S_NUMEL; S_KEEP where Python finds it again
+
+CUDA rows (values on the device, gpu/array.DeviceArray) have their own dtype codes,
+DT_CUDA_F64 / DT_CUDA_F32: the CPU sweep sees a code other than its run's and hands the
+row back, so it never dereferences a device address. Their S_REF is a device address
+(DeviceArray.ptr), and they keep no inline copies of device values in v: v holds only
+Python numbers used as operands, mirrored to the device with the rest of the tape
+(gpu/sweep.py).
 """
 import numpy as np
 
@@ -31,9 +38,11 @@ S_REF, S_NUMEL, S_KEEP = range(SW)
 
 # dtype codes of a row: the compiled path runs one float dtype per backward call; every
 # other dtype (and a row that mixes them) is DT_OTHER, which the Python engine runs
-DT_F64, DT_F32, DT_OTHER = 0, 1, 2
+DT_F64, DT_F32, DT_OTHER, DT_CUDA_F64, DT_CUDA_F32 = 0, 1, 2, 3, 4
 DT_OF = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}   # numpy dtype -> code
 NP_OF = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}   # code -> numpy dtype
+CUDA_DT_OF = {np.dtype(np.float64): DT_CUDA_F64, np.dtype(np.float32): DT_CUDA_F32}
+CUDA_NP_OF = {DT_CUDA_F64: np.dtype(np.float64), DT_CUDA_F32: np.dtype(np.float32)}
 
 # per-row state bits during a backward call (the scheduler's `st` array):
 RECV = 1    # takes gradient: on a path from a root to something that needs it

@@ -17,11 +17,12 @@ generation = [0]     # in-place writes so far, in any storage
 def base_of(arr):
     while isinstance(arr, np.ndarray) and isinstance(arr.base, np.ndarray):
         arr = arr.base
-    return arr
+    return getattr(arr, "buf", arr)  # a CUDA array's storage is its device buffer (gpu/array.py)
 
 
 def version(arr):
-    base = arr if arr.base is None else base_of(arr)  # most arrays are not views
+    # most arrays are not views; a device buffer (a CUDA array's base) has no .base of its own
+    base = arr if getattr(arr, "base", None) is None else base_of(arr)
     e = _versions.get(id(base))
     return e[1] if e is not None and e[0]() is base else 0
 
@@ -39,7 +40,7 @@ def bump(arr):
 def stamp(arr):
     """What a saved value remembers: its storage (weakly) and the version it had."""
     base = arr if arr.base is None else base_of(arr)  # most saved arrays are not views
-    if not isinstance(base, np.ndarray):
+    if not isinstance(base, np.ndarray) and base is arr:  # a numpy scalar (a CUDA array's base is its buffer)
         return None, version(base)
     e = _versions.get(id(base))  # version(base), without finding the base again (once per saved array)
     return weakref.ref(base), (e[1] if e is not None and e[0]() is base else 0)

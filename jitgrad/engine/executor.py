@@ -7,17 +7,19 @@ graphs the compiled path does not take (mixed dtypes). It walks Python nodes; th
 fine here because its cost is dominated by the Tensor ops it records.
 """
 import heapq
+import importlib
 import warnings
 
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
-from jitgrad._core.layout import DT_F32, DT_F64, E_SHP, E_TGT, EW, H_DT, H_E0, HW
+from jitgrad._core.layout import CUDA_NP_OF, DT_F32, DT_F64, E_SHP, E_TGT, EW, H_DT, H_E0, HW
 from jitgrad._core.messages import freed_error as _freed_error
 from jitgrad._core.messages import modified_error, size_str
 from jitgrad._core.modes import _anomaly, _check_nan
 from jitgrad._core.threads import leaf_lock
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.node import AccumulateGrad
 from jitgrad.graph.pynode import FunctionNode
 from jitgrad.graph.rowinfo import RowInfo
@@ -25,7 +27,7 @@ from jitgrad.graph.spec import FUNCS
 from jitgrad.ops import functional as F
 
 _NS = {name: getattr(F, name) for name in FUNCS}
-_FLOAT_OF_DT = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}
+_FLOAT_OF_DT = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32), **CUDA_NP_OF}
 
 
 def _seq(node):
@@ -239,6 +241,9 @@ def _accumulate(t, grad, create_graph, owned):
         _check_in_place_add(old._data.shape, grad._data.shape)
     if create_graph or old._requires_grad:
         t._grad = old + grad
+    elif type(old._data) is DeviceArray:
+        # in place, as on the host (a view of .grad sees it); numba.cuda is loaded by now
+        importlib.import_module("jitgrad.gpu.sweep").add_into(old._data, grad._data)
     else:
         old._data += grad._data
 
@@ -249,7 +254,7 @@ def check_outputs(node, grads):
     if not _check_nan[0]:
         return
     for i, g in enumerate(grads):
-        if g is not None and np.isnan(np.asarray(g._data)).any():
+        if g is not None and np.isnan(g._data).any():  # on a CUDA tensor's device, no host copy
             name = node.name()
             tb = node.metadata.get("traceback_")
             if tb:

@@ -23,7 +23,9 @@ from jitgrad._core.messages import torch_size
 from jitgrad._core.modes import _anomaly, no_grad, restore_saved_hooks, saved_hooks_state
 from jitgrad._core.threads import deferred_interrupts
 from jitgrad.engine import compiled as _compiled
+from jitgrad.engine import device as _device
 from jitgrad.engine import executor as _pyengine
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph import tape as _tape
 from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.node import AccumulateGrad, node_for
@@ -53,6 +55,9 @@ def _make_grads(outputs, grad_outputs):
         else:
             if not isinstance(g, Tensor):
                 g = F._wrap(np.asarray(g, dtype=t._data.dtype))
+            if (type(g._data) is DeviceArray) != (type(t._data) is DeviceArray):
+                want, got = ("cuda:0", "cpu") if type(t._data) is DeviceArray else ("cpu", "cuda:0")
+                raise RuntimeError(f"invalid gradient at index {i} - expected device {want} but got {got}")
             if g._data.shape != t._data.shape:
                 raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {torch_size(g._data.shape)} "
                                    f"and output[{i}] has a shape of {torch_size(t._data.shape)}.")
@@ -189,7 +194,10 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
     out = _compiled.FALLBACK
     if not create_graph and not _anomaly[0]:  # anomaly mode: the Python engine checks each node
         try:
-            out = _compiled.run(roots, grads, targets, bool(retain_graph), tapes)
+            # a CUDA root's graph is swept on the device (engine/device.py), never by the
+            # CPU sweep, which would read device addresses as host memory
+            engine = _device if type(grads[0]._data) is DeviceArray else _compiled
+            out = engine.run(roots, grads, targets, bool(retain_graph), tapes)
         except BaseException:
             # an error (a hook's, a check's, Ctrl-C) may leave numpy views of the tapes'
             # columns alive in its traceback: the current tape must not grow under them

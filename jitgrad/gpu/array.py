@@ -56,7 +56,7 @@ class DeviceArray:
     @staticmethod
     def from_host(a):
         a = np.asarray(a)
-        c = np.ascontiguousarray(a)
+        c = np.ascontiguousarray(a).reshape(a.shape)  # ascontiguousarray makes a 0-d array 1-d
         return DeviceArray(driver.to_device(c), 0, c.shape, _c_strides(c.shape), c.dtype)
 
     def get(self):
@@ -103,6 +103,12 @@ class DeviceArray:
     @property
     def device(self):
         return "cuda:0"
+
+    @property
+    def base(self):
+        """The storage every view shares, the device buffer: in-place writes are counted on it
+        (_core/versions.py), as numpy's base array is for host arrays."""
+        return self.buf
 
     @property
     def ptr(self):

@@ -19,13 +19,13 @@ import numpy as np
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core import versions
 from jitgrad._core.dtype import from_numpy_dtype
-from jitgrad._core.layout import DT_OF, DT_OTHER
 from jitgrad._core.messages import freed_error as _freed_error
 from jitgrad._core.messages import modified_error, size_str
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.node import Node
-from jitgrad.graph.record import _edge_row, pack_saved
+from jitgrad.graph.record import _dtcode, _edge_row, pack_saved
 from jitgrad.graph.spec import OP_OUT, OP_PYFN
-from jitgrad.graph.tape import current_tape
+from jitgrad.graph.tape import current_tape, on_device
 from jitgrad.graph.tensor import Tensor, wrap
 
 
@@ -86,7 +86,7 @@ class FunctionState(FunctionCtx):
                 continue
             g, (shape, dtype) = next(tensor_grads)
             if g is None and self.materialize_grads:
-                g = wrap(np.zeros(shape, dtype))
+                g = wrap(_zeros(shape, dtype, self._out_cuda))
             grads.append(g)
         with _grad_mode.set_grad_enabled(create_graph):
             result = self._fn.backward(self, *grads)
@@ -108,9 +108,9 @@ class FunctionState(FunctionCtx):
                     raise RuntimeError(f"function {self.name()} returned a gradient different than None at "
                                        f"position {i + 1}, but the corresponding forward input was not a Variable")
                 continue
-            shape, dtype = self._in_meta[k]
+            shape, dtype, cuda = self._in_meta[k]
             k += 1
-            out.append(validate_gradient(self.name(), i, g, shape, dtype))
+            out.append(validate_gradient(self.name(), i, g, shape, dtype, cuda))
         return out
 
     def name(self):
@@ -147,14 +147,19 @@ class FunctionNode(Node):
             setattr(self._state, name, value)
 
 
-def validate_gradient(name, i, g, shape, dtype):
+def validate_gradient(name, i, g, shape, dtype, cuda=None):
     """PyTorch's validate_outputs for gradient i that node `name` returned for an input of
-    `shape` and `dtype`: reduced if it is broadcast, cast if it has another dtype, else
-    an error. Every gradient Python hands back to the engine passes here."""
+    `shape` and `dtype` (on the device when cuda, on the host when not, unchecked when
+    None): reduced if it is broadcast, cast if it has another dtype, else an error. Every
+    gradient Python hands back to the engine passes here."""
     if g is None:
         return g
     if not isinstance(g, Tensor):
         raise RuntimeError(f"expected Variable or None (got {type(g).__name__})")
+    if cuda is not None and (type(g._data) is DeviceArray) != cuda:
+        want, got = ("cuda:0", "cpu") if cuda else ("cpu", "cuda:0")
+        raise RuntimeError(f"Function {name} returned an invalid gradient at index {i} - expected device {want} "
+                           f"but got {got}")
     if tuple(g._data.shape) != tuple(shape):
         if not _expandable(shape, g._data.shape):
             raise RuntimeError(f"Function {name} returned an invalid gradient at index {i} - got "
@@ -224,7 +229,10 @@ def record(ctx, args, outputs):
     tensors_in = [a for a in args if isinstance(a, Tensor)]
     dirty = {id(t) for t in getattr(ctx, "dirty_tensors", ())}
     non_diff = {id(t) for t in getattr(ctx, "non_differentiable", ())}
+    cuda = any(isinstance(o, Tensor) and type(o._data) is DeviceArray for o in outs)
     tape = current_tape()
+    if tape.cuda is not cuda:  # a tape holds one device's rows (tape.on_device)
+        tape = on_device(tape, cuda)
     edges = []
     for t in tensors_in:
         if t.requires_grad:
@@ -247,11 +255,11 @@ def record(ctx, args, outputs):
         d = o._data
         shp = tape.shape(d.shape)
         if k == 0:
-            first = tape.add_row(OP_PYFN, _dt(d), len(tensors_in), d.size, shp, 0, 0, 0)
+            first = tape.add_row(OP_PYFN, _dtcode(d), len(tensors_in), d.size, shp, 0, 0, 0)
             tape.add_edges(edges)
         else:
             # an extra output: its own buffer, and an edge to the node's row
-            tape.add_row(OP_OUT, _dt(d), 1, d.size, shp, 0, 0, k)
+            tape.add_row(OP_OUT, _dtcode(d), 1, d.size, shp, 0, 0, k)
             tape.add_edges((first, 0, shp))
         if id(o) in non_diff:
             continue
@@ -265,10 +273,20 @@ def record(ctx, args, outputs):
     if hasattr(ctx, "to_save"):
         ctx.to_save = tuple(_save(t, tape) for t in ctx.to_save)
     ctx._arg_is_tensor = tuple(isinstance(a, Tensor) for a in args)
-    ctx._in_meta = tuple((tuple(t._data.shape), t._data.dtype) for t in tensors_in)
+    ctx._in_meta = tuple((tuple(t._data.shape), t._data.dtype, type(t._data) is DeviceArray) for t in tensors_in)
     ctx._out_meta = tuple((tuple(o._data.shape), o._data.dtype) for _, o in tensor_outs)
+    ctx._out_cuda = cuda
     tape.py_nodes[first] = ctx
     return outs[0] if single else tuple(outs)
+
+
+def _zeros(shape, dtype, cuda):
+    """A materialized gradient for an output that got none, on the outputs' device."""
+    if not cuda:
+        return np.zeros(shape, dtype)
+    z = DeviceArray.empty(shape, dtype)
+    z.fill(0)
+    return z
 
 
 def _save(t, tape):
@@ -277,6 +295,3 @@ def _save(t, tape):
     packed = pack_saved(t)
     return _Saved(t, tape) if packed is None else _Packed(*packed)
 
-
-def _dt(d):
-    return DT_OF.get(d.dtype, DT_OTHER)

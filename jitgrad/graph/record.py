@@ -14,7 +14,9 @@ import numpy as np
 
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _forward
+from jitgrad._core.layout import CUDA_DT_OF, CUDA_NP_OF
 from jitgrad._core.modes import _anomaly, _packing, _saved_hooks  # noqa: F401  (read per op)
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.node import AccumulateGrad
 from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, OpSpec  # noqa: F401  (OP_OUT, OP_PYFN: re-exported)
 from jitgrad.graph.tape import (
@@ -26,6 +28,7 @@ from jitgrad.graph.tape import (
     SPLIT_BYTES,
     SW,
     current_tape,
+    on_device,
     pack_edge,
     pack_edge2,
     pack_ints,
@@ -36,6 +39,14 @@ from jitgrad.graph.tape import _local as _tape_local
 from jitgrad.graph.tensor import _Rare, wrap
 
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
+
+
+def _dtcode(d):
+    """A row's dtype code for its output data d: CUDA rows have their own codes, so that the
+    CPU sweep never reads them (_core/layout.py)."""
+    return (CUDA_DT_OF if type(d) is DeviceArray else _DT).get(d.dtype, DT_OTHER)
+
+
 def _pack_row(tape, row, tensors):
     """Under saved_tensors_hooks: keep pack(tensor) for each saved value instead of the
     value, and mark the row for the Python engine (which unpacks it)."""
@@ -69,7 +80,7 @@ def _leaf_row(tape, t):
     if shp is None:
         shp = tape.shape(d.shape)
     row = tape.nrows
-    tape.hdr.frombytes(pack_row(OP_ACC, _DT.get(d.dtype, DT_OTHER), 0, len(tape.edges) // EW, d.size, shp, 0, 0, 0))
+    tape.hdr.frombytes(pack_row(OP_ACC, _dtcode(d), 0, len(tape.edges) // EW, d.size, shp, 0, 0, 0))
     tape.nrows = row + 1
     if row + 1 >= MAX_ROWS:
         tape.closed = True
@@ -84,7 +95,7 @@ def _ext_row(tape, t):
     row = tape.ext_rows.get(key)
     if row is None:
         d = t._data
-        row = tape.add_row(OP_EXT, _DT.get(d.dtype, DT_OTHER), 0, d.size, tape.shape(d.shape), 0, 0, 0)
+        row = tape.add_row(OP_EXT, _dtcode(d), 0, d.size, tape.shape(d.shape), 0, 0, 0)
         tape.ext[row] = (t._tape, t._row)
         tape.ext_rows[key] = row
     return row
@@ -100,7 +111,7 @@ def _edge_row(tape, t):
     return _ext_row(tape, t)
 
 
-_NP = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}
+_NP = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32), **CUDA_NP_OF}
 _SCALAR_DT = {np.float64: DT_F64, np.float32: DT_F32}
 _I64 = np.dtype(np.int64)
 
@@ -129,14 +140,17 @@ def record_ew(spec, result, a, b, p0, p1, aux):
     if tape is None or tape.closed or tape.keep_bytes > SPLIT_BYTES:
         tape = tape_for(a, b)
     d = result._data
+    tp = type(d)
+    dev = tp is DeviceArray
+    if tape.cuda is not dev:
+        tape = on_device(tape, dev)
     # A 0-d result is a numpy float scalar (ops/elementwise.py): its type says its dtype and
     # shape, and an input of the same type has them too, without reading .dtype (slow on
     # scalars). tp is None for arrays, whose dtypes and shapes are compared.
-    tp = type(d)
     dt = _SCALAR_DT.get(tp)
     if dt is None:
         tp = None
-        dt = _DT.get(d.dtype, DT_OTHER)
+        dt = (CUDA_DT_OF if dev else _DT).get(d.dtype, DT_OTHER)
         dshape = d.shape  # a new tuple per read: read once
         shp = tape.shape_ptr.get(dshape)
         if shp is None:
@@ -152,8 +166,8 @@ def record_ew(spec, result, a, b, p0, p1, aux):
             ra, nra = _leaf_row(tape, a), 0
         else:
             ra, nra = _ext_row(tape, a), a._output_nr
-        if type(ad) is not tp and ad.dtype != d.dtype:
-            dt = DT_OTHER  # the compiled path keeps one dtype per graph; mixed ones run in Python
+        if type(ad) is not tp and (ad.dtype != d.dtype or (type(ad) is DeviceArray) != dev):
+            dt = DT_OTHER  # the compiled paths keep one dtype and device per graph; mixed ones run in Python
     else:
         ra, nra = -1, 0
     sa = shp if type(ad) is tp or ad.shape == dshape else tape.shape(ad.shape)
@@ -173,16 +187,17 @@ def record_ew(spec, result, a, b, p0, p1, aux):
                 rb, nrb = _leaf_row(tape, b), 0
             else:
                 rb, nrb = _ext_row(tape, b), b._output_nr
-            if type(bd) is not tp and bd.dtype != d.dtype:
+            if type(bd) is not tp and (bd.dtype != d.dtype or (type(bd) is DeviceArray) != dev):
                 dt = DT_OTHER
         else:
             rb, nrb = -1, 0
         sb = shp if type(bd) is tp or bd.shape == dshape else tape.shape(bd.shape)
     # saved_tensors_hooks: the tensors to pack instead of saving (packed once linked, below)
     packed = _ew_packed(spec, result, a, b, aux) if _packing[0] and _saved_hooks.stack else None
-    if (tp is not None or d.size == 1) and dt != DT_OTHER:
-        # one-element row: its saved values go straight into the value column and kp
-        # indexes that column (no slot entries); see tape.saved_value
+    if (tp is not None or d.size == 1) and dt < DT_OTHER:
+        # one-element CPU row: its saved values go straight into the value column and kp
+        # indexes that column (no slot entries); see tape.saved_value. A CUDA row's values
+        # stay on the device, saved by address (tape.save)
         col = tape.v64 if dt == DT_F64 else tape.v32
         kp = len(col)
         for src in () if packed is not None else spec.save_src:  # input 0 / 1, the result (-1), where's mask (-2)
@@ -307,7 +322,10 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
         tape = tape_for(inputs[0])
     d = result._data
     dtype = d.dtype
-    dt = _DT.get(dtype, DT_OTHER)
+    dev = type(d) is DeviceArray
+    if tape.cuda is not dev:
+        tape = on_device(tape, dev)
+    dt = (CUDA_DT_OF if dev else _DT).get(dtype, DT_OTHER)
     interned = tape.shape_ptr
     edges = []
     for t in inputs:
@@ -320,8 +338,8 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
                 edges += (_leaf_row(tape, t), 0)
             else:
                 edges += (_ext_row(tape, t), t._output_nr)
-            if td.dtype != dtype:
-                dt = DT_OTHER
+            if td.dtype != dtype or (type(td) is DeviceArray) != dev:
+                dt = DT_OTHER  # as in record_ew: the Python engine runs mixed rows
         else:
             edges += (-1, 0)
         p = interned.get(td.shape)

@@ -49,6 +49,7 @@ import numpy as np
 from jitgrad._core import versions
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.layout import (  # noqa: F401
+    DT_CUDA_F32,
     DT_F32,
     DT_F64,
     DT_OTHER,
@@ -70,6 +71,7 @@ from jitgrad._core.layout import (  # noqa: F401
     S_REF,
     SW,
 )
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.spec import SPECS as _SPECS
 
 MAX_ROWS = 1 << 20          # close a tape past this many rows...
@@ -120,7 +122,7 @@ class Tape:
     # The fields, by what reads them. Only the columns cross into compiled code; the rest is
     # Python-side state keyed by row, kept flat because recording reads some of it per op.
     __slots__ = (
-        "id", "nrows", "closed", "owner", "lock", "__weakref__",
+        "id", "nrows", "closed", "owner", "lock", "cuda", "__weakref__",
         # the columns (the layout is _core/layout.py) and their interning of shapes
         "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "freed", "shape_ptr",
         # saved storage: arrays read by address, their version stamps, rows found stale
@@ -155,6 +157,7 @@ class Tape:
         self.retained = {}    # row -> weakref of a non-leaf tensor that retains grad
         self.freed = _EMPTY_B.__copy__()  # per row: saved values released (grown at backward)
         self.closed = False
+        self.cuda = False     # its rows are CUDA rows (on_device)
         self.nodes = {}       # row -> weakref of its materialised Node (graph/node.py)
         self.ext_rows = {}    # (foreign tape id, row) -> EXT row here
         self.metadata = {}    # row -> its node's `metadata` dict
@@ -198,6 +201,8 @@ class Tape:
         src = arr
         if want is not None and arr.dtype != want:
             arr = arr.astype(want)
+        if type(arr) is DeviceArray:
+            return self._save_device(k, arr, src, check, fresh)
         n = arr.size
         if n == 1:
             dt = arr.dtype
@@ -238,10 +243,33 @@ class Tape:
             self.closed = True  # takes effect for the next op; this row still lands here
         return k
 
+    def _save_device(self, k, arr, src, check, fresh):
+        """save() of a CUDA array: kept by reference, its device address in S_REF, even
+        at one element. An inline copy into v would cost a device-to-host copy (a
+        synchronisation) per saved value at record time; the device sweep reads the
+        value where it is (gpu/sweep.py), as PyTorch keeps the saved tensor itself."""
+        if not arr.is_c_contiguous():
+            arr = arr.copy()
+        keep = self.keep
+        self.slots.frombytes(pack_slot(arr.ptr, arr.size, len(keep)))
+        if check:  # as in save: a copy is stamped with its source's storage
+            if arr is not src:
+                stamp = versions.stamp(src)
+            elif fresh or not versions.generation[0]:
+                stamp = None
+            else:
+                stamp = versions.version(arr)
+            self.kept.append((k, self.nrows, stamp))
+        keep.append(arr)
+        self.keep_bytes += arr.nbytes
+        if self.keep_bytes >= MAX_KEEP_BYTES:
+            self.closed = True
+        return k
+
     def save_scalar(self, value, dtcode):
         """A Python number used as an operand, saved inline in the graph's dtype."""
         k = len(self.slots) // SW
-        if dtcode == DT_F32:
+        if dtcode == DT_F32 or dtcode == DT_CUDA_F32:
             self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1, 1))
             self.v32.append(value)
         else:
@@ -258,8 +286,8 @@ class Tape:
         b = row * HW
         kp = self.hdr[b + H_KP]
         dt = self.hdr[b + H_DT]
-        if self.hdr[b + H_NUMEL] == 1 and dt != DT_OTHER and _SPECS[self.hdr[b + H_OP]].kind == "ew":
-            # a one-element elementwise row keeps its values directly in v64/v32 (record_ew)
+        if self.hdr[b + H_NUMEL] == 1 and dt < DT_OTHER and _SPECS[self.hdr[b + H_OP]].kind == "ew":
+            # a one-element elementwise CPU row keeps its values directly in v64/v32 (record_ew)
             typ, col = (np.float64, self.v64) if dt == DT_F64 else (np.float32, self.v32)
             return typ(col[kp + k]).reshape(shape) if shape else typ(col[kp + k])
         return self.saved_value(kp + k, shape)
@@ -427,6 +455,18 @@ def tape_for(a, b=None):
     if t.keep_bytes > SPLIT_BYTES and a._tape is not t and getattr(b, "_tape", None) is not t and _cap.rec is None:
         t.closed = True
         t = current_tape()
+    return t
+
+
+def on_device(t, cuda):
+    """t, or a new current tape if t holds rows of the other device (cuda: True for CUDA
+    data). A tape holds one device's rows, so each engine takes whole tapes: the CPU sweep
+    never meets a CUDA row, the device sweep no host row; a graph crossing devices links
+    its tapes through EXT rows."""
+    if t.nrows:
+        t.closed = True
+        t = current_tape()
+    t.cuda = cuda
     return t
 
 
