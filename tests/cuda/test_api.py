@@ -527,3 +527,11 @@ def test_training_steps_on_cuda_match_cpu():
     for a, b in zip(models[0].parameters(), models[1].parameters()):
         assert b.is_cuda
         assert_close(host(b), host(a))
+
+
+def test_utils_dlpack_as_torch():
+    t = jitgrad.tensor([1.0, 2.0])
+    back = jitgrad.utils.dlpack.from_dlpack(jitgrad.utils.dlpack.to_dlpack(t))
+    back._array()[1] = 3.0
+    assert t.tolist() == [1.0, 3.0]
+    assert torch.utils.dlpack.from_dlpack(jitgrad.utils.dlpack.to_dlpack(t)).tolist() == [1.0, 3.0]
