@@ -200,7 +200,8 @@ class Tensor:
         """An in-place write happened: count it on the storage (shared with views), except
         through `.data`, which bypasses version counting as in PyTorch."""
         if self._vc is None:
-            versions.bump(self._data.buf if type(self._data) is DeviceArray else self._array())  # a CUDA storage: its buffer
+            d = self._data
+            versions.bump(d.buf if type(d) is DeviceArray else self._array())  # a CUDA array's storage: its buffer
 
     @property
     def retains_grad(self):

@@ -32,6 +32,7 @@ class Adam(Optimizer):
                 m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
                 vmax = state.get("max_exp_avg_sq") if amsgrad else None
                 vmax = None if vmax is None else vmax._data
+            _device.check_same_device(d, g, m, v, vmax)
             s, dt = d.shape, d.dtype
             if g.shape == s and g.dtype == dt and (m is None or (m.shape == s and m.dtype == dt and v.shape == s)) \
                     and (vmax is None or vmax.shape == s):

@@ -23,6 +23,7 @@ class SGD(Optimizer):
             d, g = p._data, p.grad._data
             buf = self.state.get(p, {}).get("momentum_buffer") if mom else None
             buf = None if buf is None else buf._data
+            _device.check_same_device(d, g, buf)
             if g.shape == d.shape and (buf is None or buf.shape == d.shape):
                 continue
             self._replay(group, d, g, buf)

@@ -199,13 +199,16 @@ def test_strided_parameter_and_gradient():
     np.testing.assert_allclose(out[1][1], out[0][0].T, rtol=1e-12)
 
 
-def test_mixed_devices_raise_torchs_error_and_change_nothing():
-    p = nn.Parameter(on("cpu", np.ones(3)))
-    p.grad = on("cpu", np.ones(3))
-    p._grad._data = garray.DeviceArray.from_host(np.ones(3))  # as a .data swap would leave it
+@pytest.mark.parametrize("name", ["sgd-momentum-wd", "adam"])
+def test_mixed_devices_raise_torchs_error_and_change_nothing(name):
+    ps = [nn.Parameter(on("cpu", np.ones(3))) for _ in range(3)]
+    for p in ps:
+        p.grad = on("cpu", np.ones(3))
+    ps[2]._grad._data = garray.DeviceArray.from_host(np.ones(3))  # as a .data swap would leave it
+    opt = OPTIMIZERS[name](ps)
     with pytest.raises(RuntimeError, match="^" + MIXED.replace("!", "") + "!$"):
-        jitgrad.optim.SGD([p], lr=1.0).step()
-    assert host(p).tolist() == [1.0, 1.0, 1.0]
+        opt.step()
+    assert all(host(p).tolist() == [1.0, 1.0, 1.0] for p in ps) and not opt.state  # checked before any update
 
 
 def test_optimizer_zero_grad_keeps_cuda_grads():
