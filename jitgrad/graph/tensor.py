@@ -553,8 +553,9 @@ def _array_from(data, npd):
 def tensor(data, dtype=None, device=None, requires_grad=False):
     npd = _dtype_arg(dtype, "tensor")
     dev = _device.check(device, "tensor")
-    if _foreign.is_cuda_array(data) and not isinstance(data, Tensor):  # cupy, torch CUDA...: copied on the device
-        return _finish(_foreign.array_from(data, npd, dev if device is not None else None, True), requires_grad)
+    src = data._data if isinstance(data, Tensor) else data
+    if _foreign.is_cuda_array(src):  # a CUDA tensor, cupy, torch CUDA...: copied on the device
+        return _finish(_foreign.array_from(src, npd, dev if device is not None else None, True), requires_grad)
     if npd is None and isinstance(data, (np.ndarray, np.generic)):
         npd = from_numpy_dtype(data.dtype).np  # numpy data keeps its dtype, as in PyTorch
     if npd is None:

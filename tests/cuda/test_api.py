@@ -453,6 +453,15 @@ def test_as_tensor_shares_and_tensor_copies_a_cuda_array():
     assert host(shared)[0, 1] == 100.0  # the producer's memory is held by the tensor
 
 
+def test_tensor_of_a_cuda_tensor_copies_it_on_the_device():
+    g = on("cuda", [1.0, 2.0], requires_grad=True)
+    for t in (jitgrad.tensor(g), jitgrad.tensor(g, dtype=jitgrad.float32), jitgrad.tensor(g.detach(), device="cpu")):
+        assert host(t).tolist() == [1.0, 2.0] and t.is_leaf and not t.requires_grad
+    c = jitgrad.tensor(g)
+    c._data[0] = 5.0
+    assert c.is_cuda and host(g).tolist() == [1.0, 2.0]
+
+
 def test_numba_device_arrays():
     """numba's own device arrays: through __cuda_array_interface__ on a GPU; the simulator's
     have none, so there the same is checked with the interface numba would give."""
