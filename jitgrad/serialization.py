@@ -8,8 +8,10 @@ np.load(allow_pickle=False), so it only ever builds data, and any numpy can read
 JSON cannot tell a tuple from a list, an OrderedDict from a dict, or an int key from a str key,
 and state dicts rely on all three, so every container is written as a tagged JSON object:
   {"list": [...]}, {"tuple": [...]}, {"dict": [[key, value], ...], "ordered": bool},
-  {"tensor": i, "ref": n, "requires_grad": bool, "parameter": bool}, {"ndarray": i}, {"npscalar": i}.
-("ref" numbers tensor objects: one saved twice loads as one object, as pickle's memo gives torch.)
+  {"tensor": i, "ref": n, "requires_grad": bool, "parameter": bool[, "device": "cuda:0"]}, {"ndarray": i},
+  {"npscalar": i}.
+("ref" numbers tensor objects: one saved twice loads as one object, as pickle's memo gives torch. A CUDA
+tensor's data is stored as its host copy, and "device" says where to restore it, as torch's location tag.)
 Scalars (None, bool, int, float incl. inf/nan, str) are plain JSON values.
 
 load() treats the file as untrusted and reads the zip itself rather than through np.load: members
