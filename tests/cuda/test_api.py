@@ -5,6 +5,7 @@ calls on the CPU (float64, and float32 where the kernels' arithmetic matters) an
 torch on the CPU where jitgrad's CPU path is not the reference."""
 import gc
 import io
+import json
 import os
 import subprocess
 import sys
@@ -313,6 +314,16 @@ def test_load_map_location_errors_as_torch():
         raise KeyError(loc)
     with pytest.raises(KeyError, match="cuda:0"):  # the function's own error, not an "invalid file"
         jitgrad.load(buf, map_location=refuse)
+
+
+@pytest.mark.parametrize("device", ["cuda:7", 0, "mps"])
+def test_a_file_naming_another_device_is_refused(device):
+    meta = {"format": 1, "obj": {"tensor": 0, "ref": 0, "requires_grad": False, "parameter": False, "device": device}}
+    buf = io.BytesIO()
+    np.savez(buf, a0=np.ones(2), __jitgrad__=np.array(json.dumps(meta)))
+    buf.seek(0)
+    with pytest.raises(RuntimeError, match=f"^Invalid jitgrad file .*tensor record with invalid device {device!r}"):
+        jitgrad.load(buf)
 
 
 NO_GPU_LOAD = textwrap.dedent("""
