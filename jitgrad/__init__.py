@@ -33,6 +33,7 @@ from jitgrad._core.modes import (
     no_grad,
     set_grad_enabled,
 )
+from jitgrad.graph.interop import from_dlpack  # noqa: F401  (binds Tensor.__dlpack__ too)
 from jitgrad.graph.tensor import (
     Size,
     Tensor,

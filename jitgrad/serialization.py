@@ -8,8 +8,10 @@ np.load(allow_pickle=False), so it only ever builds data, and any numpy can read
 JSON cannot tell a tuple from a list, an OrderedDict from a dict, or an int key from a str key,
 and state dicts rely on all three, so every container is written as a tagged JSON object:
   {"list": [...]}, {"tuple": [...]}, {"dict": [[key, value], ...], "ordered": bool},
-  {"tensor": i, "ref": n, "requires_grad": bool, "parameter": bool}, {"ndarray": i}, {"npscalar": i}.
-("ref" numbers tensor objects: one saved twice loads as one object, as pickle's memo gives torch.)
+  {"tensor": i, "ref": n, "requires_grad": bool, "parameter": bool[, "device": "cuda:0"]}, {"ndarray": i},
+  {"npscalar": i}.
+("ref" numbers tensor objects: one saved twice loads as one object, as pickle's memo gives torch. A CUDA
+tensor's data is stored as its host copy, and "device" says where to restore it, as torch's location tag.)
 Scalars (None, bool, int, float incl. inf/nan, str) are plain JSON values.
 
 load() treats the file as untrusted and reads the zip itself rather than through np.load: members
@@ -31,8 +33,11 @@ from collections import OrderedDict
 
 import numpy as np
 
+from jitgrad._core import device as _device
 from jitgrad._core import dtype as _dtype
-from jitgrad.graph.tensor import Tensor
+from jitgrad.gpu import driver as _gpu
+from jitgrad.gpu.array import DeviceArray
+from jitgrad.graph.tensor import Tensor, place
 from jitgrad.nn.parameter import Parameter
 
 _META = "__jitgrad__"
@@ -55,29 +60,29 @@ def save(obj, f):
 
 def load(f, weights_only=True, map_location=None):
     """Read what save() wrote. weights_only is accepted for torch compatibility; the format holds
-    only data, so loading is always safe. Everything lives on the CPU, so map_location may only
-    name the CPU (or be a dict/callable, which has nothing to remap)."""
-    if (map_location is not None and not callable(map_location) and not isinstance(map_location, dict)
-            and not str(map_location).startswith("cpu")):
-        raise RuntimeError(f"Attempting to deserialize object on device {map_location!r}, but jitgrad only "
-                           "supports the CPU.")
+    only data, so loading is always safe. Tensors come back on the device they were saved from,
+    or where map_location puts them, as torch.load: a device (or its name) for all of them, a
+    dict from saved location ("cuda:0", "cpu") to another, or fn(tensor, location) returning the
+    tensor to use (None: where it was saved)."""
     name = os.fspath(f) if isinstance(f, (str, os.PathLike)) else getattr(f, "name", repr(f))
     if isinstance(f, (str, os.PathLike)):
         with open(f, "rb") as fh:  # outside the try: a missing file is FileNotFoundError, as in torch
-            return _read(fh, name)
-    return _read(f, name)
+            return _read(fh, name, map_location)
+    return _read(f, name, map_location)
 
 
-def _read(fh, name):
+def _read(fh, name, map_location):
     # every way a damaged file can fail inside zipfile/numpy/json becomes one clear RuntimeError
     try:
         with _Archive(fh) as archive:
             meta = _structure_record(archive)
             if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
                 raise _Corrupt(f"unsupported format {meta.get('format') if isinstance(meta, dict) else meta!r}")
-            return _Decoder(archive).decode(meta["obj"])
+            return _Decoder(archive, map_location).decode(meta["obj"])
     except _Corrupt as e:
         raise RuntimeError(f"Invalid jitgrad file {name!r}: {e}") from None
+    except _MapLocationError as e:  # map_location's own error, not the file's
+        raise e.args[0] from None
     except (zipfile.BadZipFile, zlib.error, ValueError, KeyError, IndexError, TypeError, EOFError, OSError,
             RecursionError, OverflowError, struct.error) as e:
         raise RuntimeError(f"Invalid jitgrad file {name!r}: failed reading archive: {type(e).__name__}: {e}") from e
@@ -85,6 +90,10 @@ def _read(fh, name):
 
 class _Corrupt(Exception):
     pass
+
+
+class _MapLocationError(Exception):
+    """Carries an error of map_location (or raised by it) past _read's handling of damaged files."""
 
 
 # -- reading members -------------------------------------------------------------------------
@@ -248,18 +257,21 @@ def _structure_record(archive):
 
 class _Encoder:
     def __init__(self, arrays):
-        self.arrays = arrays  # id(ndarray) -> ndarray (held, so ids stay unique); order = member index
+        self.arrays = arrays  # id(array) -> ndarray to write; order = member index
+        self.held = []        # the arrays keyed, held so that ids stay unique
         self.index = {}       # id(ndarray) -> member index
         self.tensors = {}     # id(Tensor) -> encoded form, so a tensor saved twice loads as one object
         self.active = set()   # containers being encoded, to reject cycles instead of recursing forever
 
     def _array_index(self, arr):
+        """arr: an ndarray, or a CUDA tensor's DeviceArray (its host copy is what is written)."""
         if arr.dtype.hasobject:
             raise TypeError("jitgrad.save cannot store arrays of dtype object (that would need pickle)")
         # keyed by the array object: tensors sharing one storage (t and t.detach()) keep sharing it
         if id(arr) not in self.index:
             self.index[id(arr)] = len(self.arrays)
-            self.arrays[id(arr)] = arr
+            self.held.append(arr)
+            self.arrays[id(arr)] = arr.get() if type(arr) is DeviceArray else arr
         return self.index[id(arr)]
 
     def encode(self, obj):
@@ -269,9 +281,12 @@ class _Encoder:
             return obj if type(obj) in (bool, int, float, str, type(None)) else _plain(obj)
         if isinstance(obj, Tensor):
             if id(obj) not in self.tensors:
-                self.tensors[id(obj)] = {"tensor": self._array_index(obj._array()), "ref": len(self.tensors),
-                                         "requires_grad": bool(obj.requires_grad),
-                                         "parameter": isinstance(obj, Parameter)}
+                on_cuda = type(obj._data) is DeviceArray
+                rec = {"tensor": self._array_index(obj._data if on_cuda else obj._array()), "ref": len(self.tensors),
+                       "requires_grad": bool(obj.requires_grad), "parameter": isinstance(obj, Parameter)}
+                if on_cuda:
+                    rec["device"] = str(obj.device)  # the data is stored as a host copy
+                self.tensors[id(obj)] = rec
             return self.tensors[id(obj)]
         if isinstance(obj, np.ndarray):
             return {"ndarray": self._array_index(obj)}
@@ -304,9 +319,11 @@ def _plain(x):
 
 
 class _Decoder:
-    def __init__(self, archive):
+    def __init__(self, archive, map_location=None):
         self.archive = archive
+        self.map_location = map_location
         self.arrays = {}   # member index -> ndarray, so shared storage stays shared
+        self.placed = {}   # (member index, device) -> its array there: shared storage stays shared on a GPU too
         self.tensors = {}  # "ref" -> (member index, Tensor), so a tensor saved twice loads as one object
 
     def _array(self, i):
@@ -357,8 +374,12 @@ class _Decoder:
         requires_grad = x.get("requires_grad")
         if requires_grad and arr.dtype.kind != "f":
             raise _Corrupt(f"tensor of dtype {arr.dtype} marked requires_grad")
+        location = x.get("device", "cpu")
+        if location not in _LOCATIONS:
+            raise _Corrupt(f"tensor record with invalid device {location!r}")
+        arr = self._placed(i, arr, location)
         if x.get("parameter"):
-            t = Parameter(arr, requires_grad=bool(requires_grad))
+            t = Parameter(Tensor._make(arr), requires_grad=bool(requires_grad))
         else:
             # a leaf, like torch.load's result; requires_grad is restored as torch restores it
             t = Tensor._make(arr)
@@ -366,3 +387,49 @@ class _Decoder:
                 t.requires_grad_(True)
         self.tensors[key] = (i, t)
         return t
+
+    def _placed(self, i, arr, location):
+        """The array of member i where map_location puts a tensor saved on `location`."""
+        try:
+            return self._place(i, arr, location)
+        except Exception as e:  # noqa: BLE001  (the user's map_location raised, or named no device)
+            raise _MapLocationError(e) from None
+
+    def _place(self, i, arr, location):
+        ml = self.map_location
+        if callable(ml) and not isinstance(ml, (str, _device.device, dict)):
+            moved = ml(Tensor._make(arr), location)
+            if moved is not None:
+                if not isinstance(moved, Tensor):
+                    raise TypeError(f"map_location should return a Tensor or None, not {type(moved).__name__}")
+                return moved._data
+            ml = None
+        if isinstance(ml, dict):
+            target = ml.get(location, location)
+        else:
+            target = location if ml is None else ml
+        dev = _restore_device(target)
+        key = (i, str(dev))
+        if key not in self.placed:
+            self.placed[key] = place(arr, dev)
+        return self.placed[key]
+
+
+_LOCATIONS = ("cpu", "cuda:0")  # where a saved tensor can have been: jitgrad uses one GPU
+NO_CUDA = ("Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. If you are "
+           "running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu') to map your "
+           "storages to the CPU. (jitgrad: no CUDA device; it needs an NVIDIA GPU and numba-cuda)")
+
+
+def _restore_device(target):
+    """The device a map_location target names, with torch.load's errors."""
+    if not isinstance(target, str) and not isinstance(getattr(target, "type", None), str):  # a torch.device too
+        raise TypeError(f"'{type(target).__name__}' object is not callable")  # torch calls what is not a location
+    try:
+        dev = _device.check(target, "load")
+    except (RuntimeError, NotImplementedError, AssertionError):
+        raise RuntimeError(f"don't know how to restore data location of torch.storage.UntypedStorage (tagged with "
+                           f"{target})") from None
+    if dev.type == "cuda" and not _gpu.available():
+        raise RuntimeError(NO_CUDA)
+    return dev

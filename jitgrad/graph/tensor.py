@@ -14,6 +14,7 @@ from jitgrad._core.forward import state as _forward
 from jitgrad._core.messages import c_name, scalar_name, size_str
 from jitgrad._core.modes import _state
 from jitgrad.gpu import driver as _gpu
+from jitgrad.gpu import foreign as _foreign
 from jitgrad.gpu.array import TO_NUMPY, DeviceArray
 from jitgrad.graph import node as _node  # the Tensor <-> Node pair: grad_fn is a view of the row
 from jitgrad.graph.hooks import add_hook
@@ -199,7 +200,8 @@ class Tensor:
         """An in-place write happened: count it on the storage (shared with views), except
         through `.data`, which bypasses version counting as in PyTorch."""
         if self._vc is None:
-            versions.bump(self._array())
+            d = self._data
+            versions.bump(d.buf if type(d) is DeviceArray else self._array())  # a CUDA array's storage: its buffer
 
     @property
     def retains_grad(self):
@@ -551,6 +553,9 @@ def _array_from(data, npd):
 def tensor(data, dtype=None, device=None, requires_grad=False):
     npd = _dtype_arg(dtype, "tensor")
     dev = _device.check(device, "tensor")
+    src = data._data if isinstance(data, Tensor) else data
+    if _foreign.is_cuda_array(src):  # a CUDA tensor, cupy, torch CUDA...: copied on the device
+        return _finish(_foreign.array_from(src, npd, dev if device is not None else None, True), requires_grad)
     if npd is None and isinstance(data, (np.ndarray, np.generic)):
         npd = from_numpy_dtype(data.dtype).np  # numpy data keeps its dtype, as in PyTorch
     if npd is None:
@@ -573,6 +578,8 @@ def as_tensor(data, dtype=None, device=None):
         return data
     if isinstance(data, Tensor):
         return data.to(device=dev or data.device, dtype=dtype)
+    if _foreign.is_cuda_array(data):  # another library's CUDA memory: shared, as torch shares it
+        return _finish(_foreign.array_from(data, _dtype_arg(dtype, "as_tensor"), dev, False), False)
     return tensor(data, dtype=dtype, device=dev)
 
 

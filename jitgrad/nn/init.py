@@ -5,6 +5,7 @@ import numpy as np
 
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import _rng
 
 
@@ -31,10 +32,21 @@ def calculate_gain(nonlinearity, param=None):
     raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
 
 
+def _assign(t, values):
+    """t's data[...] = values (host values, or an array on either device), not recorded."""
+    d = t._data
+    if type(d) is DeviceArray:
+        if not isinstance(values, DeviceArray) and np.ndim(values):
+            values = DeviceArray.from_host(np.asarray(values, d.dtype))  # one upload, then a device copy
+        d[...] = values
+    else:
+        t._array()[...] = values.get() if isinstance(values, DeviceArray) else values
+
+
 def _fill(t, values):
     _stop("an nn.init fill (in place) in a compiled step")
     with _grad_mode.no_grad():
-        t._array()[...] = values
+        _assign(t, values)
         t._bump()
     return t
 

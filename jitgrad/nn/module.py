@@ -4,14 +4,32 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
+from jitgrad._core import device as _device
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import state as _cap
 from jitgrad.graph.hooks import add_hook
 from jitgrad.graph.tensor import Tensor
+from jitgrad.nn.init import _assign
 from jitgrad.nn.parameter import Parameter
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+def _to_args(args, kwargs):
+    """(device, dtype) of Module.to's arguments: to(device=None, dtype=None, non_blocking=False),
+    to(dtype, non_blocking=False), to(tensor, non_blocking=False)."""
+    dev, dt = kwargs.get("device"), kwargs.get("dtype")
+    for a in args:
+        if isinstance(a, _dtype.dtype):
+            dt = a
+        elif isinstance(a, Tensor):
+            dev, dt = a.device, a.dtype
+        elif not isinstance(a, bool):  # non_blocking: every copy here is synchronous
+            dev = a
+    if dt is not None and not isinstance(dt, _dtype.dtype):
+        raise TypeError(f"to(): argument 'dtype' must be torch.dtype, not {type(dt).__name__}")
+    return (None if dev is None else _device.check(dev, "to")), dt
 
 
 def _addindent(s, n):
@@ -160,26 +178,44 @@ class Module:
                 if set_to_none:
                     p.grad = None
                 else:
-                    p.grad._array()[...] = 0
+                    _assign(p.grad, 0)
 
-    def to(self, *args, **kwargs):
-        dtype = kwargs.get("dtype")
-        for a in args:
-            if isinstance(a, _dtype.dtype):
-                dtype = a
-        if dtype is not None:
-            for t in list(self.parameters()) + list(self.buffers()):
-                if t._data.dtype.kind == "f":
-                    t._data = t._data.astype(dtype.np)
-                    if t.grad is not None:
-                        t.grad = None
+    def _apply(self, fn):
+        """fn applied to every parameter, gradient and buffer, as torch's Module._apply: a
+        parameter stays the same object (its data is replaced, and its gradient's), a buffer
+        is replaced by fn's result."""
+        for m in self.modules():
+            with _grad_mode.no_grad():
+                for p in m._parameters.values():
+                    if p is None:
+                        continue
+                    p.data = fn(p)
+                    if p._grad is not None:
+                        p._grad.data = fn(p._grad)
+                for k, b in m._buffers.items():
+                    if b is not None:
+                        m._buffers[k] = fn(b)
         return self
 
+    def to(self, *args, **kwargs):
+        """to(device, dtype) / to(dtype) / to(tensor): parameters and buffers moved (and floating
+        ones cast) in place, as torch's Module.to; returns self."""
+        dev, dt = _to_args(args, kwargs)
+        if dt is not None and dt.np.kind != "f":
+            raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired dtype={dt}")
+        return self._apply(lambda t: t.to(device=dev, dtype=dt if t.is_floating_point() else None))
+
+    def cuda(self, device=None):
+        return self._apply(lambda t: t.cuda(device))
+
+    def cpu(self):
+        return self._apply(lambda t: t.cpu())
+
     def float(self):
-        return self.to(_dtype.float32)
+        return self._apply(lambda t: t.float() if t.is_floating_point() else t)
 
     def double(self):
-        return self.to(_dtype.float64)
+        return self._apply(lambda t: t.double() if t.is_floating_point() else t)
 
     def state_dict(self, destination=None, prefix="", keep_vars=False):
         out = OrderedDict() if destination is None else destination
@@ -201,8 +237,8 @@ class Module:
             if k in state_dict:
                 v = state_dict[k]
                 arr = v._data if isinstance(v, Tensor) else np.asarray(v)
-                if tuple(np.shape(arr)) != tuple(t._data.shape):
-                    errors.append(f"size mismatch for {k}: copying a param with shape torch.Size({list(np.shape(arr))}) "
+                if tuple(arr.shape) != tuple(t._data.shape):
+                    errors.append(f"size mismatch for {k}: copying a param with shape torch.Size({list(arr.shape)}) "
                                   f"from checkpoint, the shape in current model is torch.Size({list(t._data.shape)}).")
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
@@ -210,7 +246,7 @@ class Module:
             for k, t in own.items():
                 if k in state_dict:
                     v = state_dict[k]
-                    t._array()[...] = v._data if isinstance(v, Tensor) else np.asarray(v)
+                    _assign(t, v._data if isinstance(v, Tensor) else np.asarray(v))  # across devices too
                     t._bump()
         return _IncompatibleKeys(missing, unexpected)
 

@@ -3,8 +3,8 @@ import math
 
 import numpy as np
 
-from jitgrad.optim import _checks, _kernels
-from jitgrad.optim.optimizer import Optimizer, _data, _state_tensor
+from jitgrad.optim import _checks, _device, _kernels
+from jitgrad.optim.optimizer import Optimizer, _data, _state_tensor, _zeros_like
 
 
 class Adam(Optimizer):
@@ -32,6 +32,7 @@ class Adam(Optimizer):
                 m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
                 vmax = state.get("max_exp_avg_sq") if amsgrad else None
                 vmax = None if vmax is None else vmax._data
+            _device.check_same_device(d, g, m, v, vmax)
             s, dt = d.shape, d.dtype
             if g.shape == s and g.dtype == dt and (m is None or (m.shape == s and m.dtype == dt and v.shape == s)) \
                     and (vmax is None or vmax.shape == s):
@@ -57,30 +58,36 @@ class Adam(Optimizer):
     def _update(self, group, params):
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         batch = _kernels.Batch(self._addresses)
+        device = _device.DeviceBatch()
         compiled = _kernels.available()
         for p in params:
             d = _data(p)
             g = p.grad._data
-            if group["maximize"]:
-                g = -g
             state = self.state.setdefault(p, {})
             if not state:
                 state["step"] = 0.0
-                state["exp_avg"] = _state_tensor(np.zeros_like(d))
-                state["exp_avg_sq"] = _state_tensor(np.zeros_like(d))
+                state["exp_avg"] = _state_tensor(_zeros_like(d))
+                state["exp_avg_sq"] = _state_tensor(_zeros_like(d))
             if group["amsgrad"] and "max_exp_avg_sq" not in state:
-                state["max_exp_avg_sq"] = _state_tensor(np.zeros_like(d))
+                state["max_exp_avg_sq"] = _state_tensor(_zeros_like(d))
             state["step"] += 1
             step = state["step"]
-            m, v = state["exp_avg"]._array(), state["exp_avg_sq"]._array()
-            vmax = state["max_exp_avg_sq"]._array() if group["amsgrad"] else None
+            m, v = _data(state["exp_avg"]), _data(state["exp_avg_sq"])
+            vmax = _data(state["max_exp_avg_sq"]) if group["amsgrad"] else None
             bc1 = 1 - b1 ** step
             bc2_sqrt = math.sqrt(1 - b2 ** step)
-            if not (compiled and _kernels.adam_add(batch, p, d, g, m, v, vmax, lr, b1, b2, eps, wd, lr / bc1,
-                                                   bc2_sqrt)):
-                self._numpy_update(d, g, m, v, vmax, lr, b1, b2, eps, wd, bc1, bc2_sqrt)
+            if _device.on_device(d) or _device.on_device(g):  # the kernel negates for maximize
+                device.add(d, g, (m, v, d if vmax is None else vmax),
+                           (1 - b1, b2, 1 - b2, eps, wd, lr / bc1, bc2_sqrt, 1 - lr * wd))
+            else:
+                if group["maximize"]:
+                    g = -g
+                if not (compiled and _kernels.adam_add(batch, p, d, g, m, v, vmax, lr, b1, b2, eps, wd, lr / bc1,
+                                                       bc2_sqrt)):
+                    self._numpy_update(d, g, m, v, vmax, lr, b1, b2, eps, wd, bc1, bc2_sqrt)
             p._bump()
         _kernels.adam_run(batch, self._decoupled, group["amsgrad"])  # one call for the whole group
+        device.run("adam", self._decoupled, group["amsgrad"], group["maximize"])  # and one launch
 
     def _numpy_update(self, d, g, m, v, vmax, lr, b1, b2, eps, wd, bc1, bc2_sqrt):
         """The same update as kernels/optim.adam, for arrays it cannot take and for the

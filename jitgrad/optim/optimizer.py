@@ -6,6 +6,7 @@ import numpy as np
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import state as _cap
 from jitgrad.graph.tensor import Tensor
+from jitgrad.optim import _device
 
 
 class _RequiredParameter:
@@ -52,7 +53,7 @@ class Optimizer:
                     if set_to_none:
                         p.grad = None
                     else:
-                        p.grad._array()[...] = 0
+                        _data(p.grad)[...] = 0
 
     def _params_with_grad(self, group):
         return [p for p in group["params"] if p.grad is not None]
@@ -130,8 +131,18 @@ class Optimizer:
 
 
 def _data(p):
-    """The parameter's array, written in place (the optimizer's update is not recorded)."""
-    return p._array()
+    """The parameter's (or a state tensor's) array, written in place (the optimizer's update
+    is not recorded)."""
+    d = p._data
+    return d if _device.on_device(d) else p._array()
+
+
+def _zeros_like(d):
+    return _device.zeros_like(d) if _device.on_device(d) else np.zeros_like(d)
+
+
+def _empty_like(d):
+    return _device.empty_like(d) if _device.on_device(d) else np.empty_like(d)
 
 
 def _state_tensor(arr):
@@ -141,18 +152,22 @@ def _state_tensor(arr):
 
 
 def _load_value(v, p, key):
-    """A loaded state value: a copy, cast to a floating parameter's dtype (torch's
-    _process_value_according_to_param_policy; 'step' is kept as it is)."""
+    """A loaded state value: a copy, on its parameter's device and, for a floating
+    parameter, in its dtype (torch's _process_value_according_to_param_policy; 'step' is
+    kept as it is)."""
     v = _copy_value(v)
-    if isinstance(v, Tensor) and key != "step" and p is not None and p._data.dtype.kind in "fc":
-        v._data = np.asarray(v._data, dtype=p._data.dtype)
+    if isinstance(v, Tensor) and key != "step" and p is not None:
+        pd = p._data
+        dtype = pd.dtype if pd.dtype.kind in "fc" else v._data.dtype
+        v._data = _device.move(v._data, _device.on_device(pd), dtype)
     return v
 
 
 def _copy_value(v):
     # state dicts hold copies so that a saved dict does not change as training goes on
     if isinstance(v, Tensor):
-        return Tensor._make(np.array(v._data, copy=True))
+        d = v._data
+        return Tensor._make(d.copy() if _device.on_device(d) else np.array(d, copy=True))
     if isinstance(v, np.ndarray):
         return Tensor._make(v.copy())
     return copy.copy(v)

@@ -1,8 +1,6 @@
 """SGD with momentum, dampening, Nesterov and weight decay, as torch.optim.SGD."""
-import numpy as np
-
-from jitgrad.optim import _checks, _kernels
-from jitgrad.optim.optimizer import Optimizer, _data, _state_tensor, required
+from jitgrad.optim import _checks, _device, _kernels
+from jitgrad.optim.optimizer import Optimizer, _data, _empty_like, _state_tensor, required
 
 
 class SGD(Optimizer):
@@ -25,6 +23,7 @@ class SGD(Optimizer):
             d, g = p._data, p.grad._data
             buf = self.state.get(p, {}).get("momentum_buffer") if mom else None
             buf = None if buf is None else buf._data
+            _device.check_same_device(d, g, buf)
             if g.shape == d.shape and (buf is None or buf.shape == d.shape):
                 continue
             self._replay(group, d, g, buf)
@@ -43,23 +42,28 @@ class SGD(Optimizer):
     def _update(self, group, params):
         lr, mom, damp, wd = group["lr"], group["momentum"], group["dampening"], group["weight_decay"]
         batch = _kernels.Batch(self._addresses)
+        device = _device.DeviceBatch()
         compiled = _kernels.available()
         for p in params:
             d = _data(p)
             g = p.grad._data
-            if group["maximize"]:
-                g = -g
             buf, first = None, False
             if mom:
                 state = self.state.setdefault(p, {})
                 if state.get("momentum_buffer") is None:
-                    state["momentum_buffer"] = _state_tensor(np.empty_like(d))
+                    state["momentum_buffer"] = _state_tensor(_empty_like(d))
                     first = True
-                buf = state["momentum_buffer"]._array()
-            if not (compiled and _kernels.sgd_add(batch, p, d, g, buf, lr, wd, mom, damp, first)):
-                self._numpy_update(d, g, buf, lr, wd, mom, damp, first, group["nesterov"])
+                buf = _data(state["momentum_buffer"])
+            if _device.on_device(d) or _device.on_device(g):  # the kernel negates for maximize
+                device.add(d, g, (d if buf is None else buf,), (lr, wd, mom, 1 - damp, float(first)))
+            else:
+                if group["maximize"]:
+                    g = -g
+                if not (compiled and _kernels.sgd_add(batch, p, d, g, buf, lr, wd, mom, damp, first)):
+                    self._numpy_update(d, g, buf, lr, wd, mom, damp, first, group["nesterov"])
             p._bump()
         _kernels.sgd_run(batch, bool(mom), group["nesterov"])  # one call for the whole group
+        device.run("sgd", bool(mom), group["nesterov"], group["maximize"])  # and one launch
 
     @staticmethod
     def _numpy_update(d, g, buf, lr, wd, mom, damp, first, nesterov):
