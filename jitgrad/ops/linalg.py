@@ -8,6 +8,7 @@ from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor
 from jitgrad.graph.tensor import wrap as _wrap
+from jitgrad.gpu.array import KERNELS, DeviceArray
 from jitgrad.kernels.linalg import f_addmm, f_matmul, f_trace, k_addmm, k_matmul, k_trace
 from jitgrad.ops._common import _cap, _needs, _operand_error, traced
 from jitgrad.ops.reduce import sum_to, traced_as
@@ -45,12 +46,14 @@ def matmul(a, b):
         if ka != kb:
             raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
                                f"[{int(np.prod(ad.shape[:-2]))}, {ka}] but got: [{int(np.prod(bd.shape[:-2]))}, {kb}].")
+    device = same_device(ad, bd)
     if ad.dtype != bd.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}"
                            .replace("float64", "double").replace("float32", "float"))
     try:
-        # matrix @ matrix: ndarray.dot runs the same gemm (bit for bit) with less dispatch
-        out = ad.dot(bd) if spec is MATMUL and ad.ndim == 2 else np.asarray(np.matmul(ad, bd))
+        # host matrix @ matrix: ndarray.dot runs the same gemm (bit for bit) with less dispatch
+        out = (np.matmul(ad, bd) if device else ad.dot(bd) if spec is MATMUL and ad.ndim == 2
+               else np.asarray(np.matmul(ad, bd)))
     except ValueError as e:
         raise RuntimeError(str(e)) from None
     res = _wrap(out)
@@ -61,6 +64,31 @@ def matmul(a, b):
     return record(spec, res, (a, b), (ad, bd))
 
 
+
+
+def on_device(x):
+    """Whether array x is a CUDA one (a DeviceArray): the ops' one test for the device."""
+    return isinstance(x, DeviceArray)
+
+
+def same_device(*arrays):
+    """Whether the arrays (None: an absent operand) are on the device; PyTorch's error when
+    some are and some are not."""
+    present = [isinstance(a, DeviceArray) for a in arrays if a is not None]
+    if any(present) and not all(present):
+        raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
+                           "cuda:0 and cpu!")
+    return bool(present) and present[0]
+
+
+def like(x):
+    """numpy's like= argument for a creation function to allocate where array x is."""
+    return {"like": x} if isinstance(x, DeviceArray) else {}
+
+
+def as_array(x):
+    """A saved value as an array: host values as ndarrays, device ones as they are."""
+    return x if isinstance(x, DeviceArray) else np.asarray(x)
 
 
 def matmul_rule(grad, ri):
@@ -118,6 +146,7 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
     operand, such as linear's W.t(), is saved as its contiguous base, flagged, instead of
     being copied into a contiguous transpose. weight: linear's, when b is weight.t()."""
     ad, bd = a._data, b._data
+    same_device(None if input is None else input._data, ad, bd)
     if ad.shape[1] != bd.shape[0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({ad.shape[0]}x{ad.shape[1]} and "
                            f"{bd.shape[0]}x{bd.shape[1]})")
@@ -129,12 +158,7 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
             if x.dtype != bd.dtype:
                 got = " and ".join(scalar_name(d) for d in (x.dtype, bd.dtype))
                 raise RuntimeError(f"{name} and mat2 must have the same dtype, but got {got}")
-    prod = ad.dot(bd)  # ad @ bd, bit for bit, with less dispatch
-    if alpha != 1.0:
-        prod *= alpha
-    if input is not None and beta != 0.0:
-        prod += input._data * beta if beta != 1.0 else input._data
-    res = _wrap(prod)
+    res = _wrap(_addmm_data(None if input is None else input._data, ad, bd, beta, alpha))
     inputs = (a, b) if input is None else (input, a, b)
     if not _needs(*inputs):
         if _cap.on and _cap.mine():
@@ -143,10 +167,31 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
     if weight is not None and _cap.on and _cap.mine():
         return _recorded_linear(spec, res, inputs, beta, alpha, weight)
     packing = _packing[0] and _saved_hooks.stack  # packed values keep the operands as they are
-    ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
-    tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
+    ta = int(not packing and not _c_contiguous(ad) and _c_contiguous(ad.T))
+    tb = int(not packing and not _c_contiguous(bd) and _c_contiguous(bd.T))
     return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha),
                   spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb))
+
+
+def _addmm_data(inp, ad, bd, beta, alpha):
+    """beta * inp + alpha * ad @ bd (inp None: the product alone). On the host ndarray.dot
+    (ad @ bd bit for bit, with less dispatch) and numpy's in-place updates; on the device
+    one gemm whose epilogue adds beta times the input, broadcast into the output first."""
+    if isinstance(ad, DeviceArray):
+        out = DeviceArray.empty((ad.shape[0], bd.shape[1]), ad.dtype)
+        if inp is not None and beta != 0.0:
+            out[...] = inp
+        return KERNELS["gemm"](ad, bd, out, alpha, beta if inp is not None else 0.0)
+    prod = ad.dot(bd)
+    if alpha != 1.0:
+        prod *= alpha
+    if inp is not None and beta != 0.0:
+        prod += inp * beta if beta != 1.0 else inp
+    return prod
+
+
+def _c_contiguous(x):
+    return x.flags["C_CONTIGUOUS"]  # item access: ndarray's flags and DeviceArray's dict both have it
 
 
 # jitgrad.compile and linear's x @ W.t(): the backward reads W.t() as its contiguous base,
@@ -241,7 +286,7 @@ def _mm_operand(ri, k):
     shape, transposed = ((p.n, p.k), p.ta) if k == 0 else ((p.k, p.m), p.tb)
     if not transposed or ri.tape.packed.get(ri.row) is not None:
         return ri.saved_input(k, j)
-    return ri.input(j, np.asarray(ri.saved(k, shape[::-1])).reshape(shape[::-1]).T)
+    return ri.input(j, as_array(ri.saved(k, shape[::-1])).reshape(shape[::-1]).T)
 
 
 def addmm_jvp(ci, tangents):
@@ -296,7 +341,8 @@ def trace(x):
     d = x._data
     if d.ndim != 2:
         raise RuntimeError("trace: expected a matrix, but got tensor with dim " + str(d.ndim))
-    res = _wrap(np.asarray(np.trace(d), dtype=d.dtype if d.dtype.kind == "f" else np.int64))
+    kind = d.dtype if d.dtype.kind == "f" else np.dtype(np.int64)
+    res = _wrap(np.trace(d, dtype=kind) if on_device(d) else np.asarray(np.trace(d), dtype=kind))
     if not _needs(x):
         if _cap.on and _cap.mine():
             traced_as(TRACE, res, (x,), (), (), None, lambda a: np.asarray(np.trace(a), dtype=np.int64))
@@ -308,7 +354,7 @@ def trace(x):
 
 def trace_rule(grad, ri):
     rows, cols = ri.in_shape(0)
-    return (grad * _wrap(np.eye(rows, cols, dtype=grad._data.dtype)),)
+    return (grad * _wrap(np.eye(rows, cols, dtype=grad._data.dtype, **like(grad._data))),)
 
 
 TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=k_trace, fwd_kernel=f_trace, forward=trace,

@@ -262,7 +262,20 @@ def trace(x, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     return acc if want == acc.dtype else acc.astype(want)
 
 
+def eye(N, M=None, k=0, dtype=float, order="C", device=None):
+    """np.eye(..., like=a DeviceArray): zeros with ones on a strided view of the diagonal."""
+    n, m = N, N if M is None else M
+    out = DeviceArray.empty((n, m), dtype)
+    KERNELS["fill"](out, 0)
+    first = k if k >= 0 else -k * m
+    count = max(0, min(n, m - k) if k >= 0 else min(n + k, m))
+    if count:
+        KERNELS["fill"](DeviceArray(out.buf, first, (count,), (m + 1,), out.dtype), 1)
+    return out
+
+
 UFUNCS[np.matmul] = _matmul_ufunc
 FUNCTIONS[np.dot] = dot
 FUNCTIONS[np.trace] = trace
+FUNCTIONS.setdefault(np.eye, eye)  # trace's backward (the creation functions' module may register its own)
 KERNELS["gemm"] = gemm_into
