@@ -60,6 +60,7 @@ from jitgrad.ops import FUNCTIONS as _FUNCTIONS
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
 from jitgrad import (  # noqa: E402
     compiler,
+    cuda,
     func,
     nn,
     optim,

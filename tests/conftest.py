@@ -295,3 +295,16 @@ def make_mlp(T, arrays=None, dtype="float64"):
         set_param(T, m[2].weight, arrays["2.weight"])
         set_param(T, m[2].bias, arrays["2.bias"])
     return m
+
+
+# --- tests/cuda: on a GPU, or on numba's CUDA simulator -------------------------------------
+# CI exports NUMBA_ENABLE_CUDASIM=1 (it must be set before numba is imported). With neither
+# a GPU nor the simulator there is no device to test: tests/cuda is skipped with the reason,
+# except the tests marked no_gpu, which check what happens without one.
+def pytest_collection_modifyitems(config, items):
+    if jitgrad.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device: set NUMBA_ENABLE_CUDASIM=1 to run these on the simulator")
+    for item in items:
+        if f"{os.sep}cuda{os.sep}" in str(item.fspath) and "no_gpu" not in item.keywords:
+            item.add_marker(skip)

@@ -1,14 +1,15 @@
-"""Devices. jitgrad computes on the CPU only (numpy arrays); the CUDA target does not exist yet.
+"""Devices: the CPU (numpy arrays) and CUDA (gpu/array.py's DeviceArray, numba.cuda).
 
 Every factory and `.to()` / `.cuda()` resolves its device argument through `check`, so a
-request for a device jitgrad cannot give raises PyTorch's error (what a CPU-only torch build
-raises) instead of silently returning a CPU tensor.
+request for a device jitgrad cannot give raises PyTorch's error instead of silently
+returning a CPU tensor. Whether a GPU is there is asked where the data is placed
+(graph/tensor.py's `place`, through gpu/driver.py), not here: this layer knows no numba.
 """
 import re
 
 _TYPES = ("cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla",
           "lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone")
-_NOT_COMPILED = {"cuda": "CUDA", "xpu": "XPU", "mtia": "MTIA"}  # a CPU-only torch asserts for these
+_NOT_COMPILED = {"xpu": "XPU", "mtia": "MTIA"}  # a CPU-only torch asserts for these
 _SPEC = re.compile(r"([a-zA-Z_]+)(?::(\d+))?")
 
 
@@ -55,6 +56,7 @@ class device:
 
 
 CPU = device("cpu")
+CUDA = device("cuda", 0)  # what a CUDA tensor's .device says: jitgrad uses one GPU, the first
 
 
 def _tname(x):
@@ -62,8 +64,9 @@ def _tname(x):
 
 
 def check(dev, fn):
-    """Return the device `dev` names if jitgrad can compute there (only the CPU), else raise
-    what PyTorch raises. fn: the calling function's name, for the type error."""
+    """Return the device `dev` names if jitgrad can compute there (cpu, or cuda with its index
+    made explicit), else raise what PyTorch raises. fn: the calling function's name, for the
+    type error."""
     if dev is None:
         return CPU
     if isinstance(dev, str):
@@ -76,7 +79,11 @@ def check(dev, fn):
         dev = device(str(dev))
     if dev.type == "cpu":
         return dev
+    if dev.type == "cuda":
+        if dev.index is not None and dev.index < 0:
+            raise RuntimeError("Device index must not be negative")
+        return CUDA if dev.index in (None, 0) else dev
     if dev.type in _NOT_COMPILED:
         raise AssertionError(f"Torch not compiled with {_NOT_COMPILED[dev.type]} enabled")
     raise NotImplementedError(f"Could not run 'aten::empty.memory_format' with arguments from the '{dev.type}' "
-                              "backend: jitgrad computes on the cpu only")
+                              "backend: jitgrad computes on the cpu and cuda only")

@@ -57,6 +57,9 @@ def _nest(strs, shape, pos, indent):
 def tensor_repr(t):
     arr = t._data
     extras = []
+    if not isinstance(arr, (np.ndarray, np.generic)):  # a CUDA tensor: printed from a host copy, as torch does
+        arr = arr.get()
+        extras.append(f"device='{t.device}'")
     if arr.dtype not in (np.float32, np.int64, np.bool_):
         extras.append(f"dtype={t.dtype!r}")
     elif arr.size == 0 and arr.dtype != np.float32:

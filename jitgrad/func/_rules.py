@@ -182,7 +182,7 @@ EW_PUBLIC = (
 )
 batch_rule(primitives=[s for s, spec in REGISTRY.items() if spec.kind == "ew" and s not in
                        ("fill", "fill_tensor", "zero", "copy")], public=EW_PUBLIC)(_ew)
-batch_rule(primitives=("to_copy",))(_ew)
+batch_rule(primitives=("to_copy", "to_device"))(_ew)
 
 
 def register_elementwise(names):

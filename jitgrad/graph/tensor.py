@@ -13,6 +13,8 @@ from jitgrad._core.format import tensor_repr
 from jitgrad._core.forward import state as _forward
 from jitgrad._core.messages import c_name, scalar_name, size_str
 from jitgrad._core.modes import _state
+from jitgrad.gpu import driver as _gpu
+from jitgrad.gpu.array import TO_NUMPY, DeviceArray
 from jitgrad.graph import node as _node  # the Tensor <-> Node pair: grad_fn is a view of the row
 from jitgrad.graph.hooks import add_hook
 
@@ -107,7 +109,18 @@ class Tensor:
 
     @property
     def device(self):
-        return _device.CPU
+        return _device.CUDA if type(self._data) is DeviceArray else _device.CPU
+
+    @property
+    def is_cuda(self):
+        return type(self._data) is DeviceArray
+
+    @property
+    def is_cpu(self):
+        return type(self._data) is not DeviceArray
+
+    def get_device(self):
+        return 0 if type(self._data) is DeviceArray else -1
 
     def is_floating_point(self):
         return self._data.dtype.kind == "f"
@@ -285,6 +298,8 @@ class Tensor:
     def _array(self):
         """The data as an ndarray (0-d results are held as numpy scalars; see functional._ARRAYLIKE)."""
         d = self._data
+        if type(d) is DeviceArray:
+            raise TypeError(TO_NUMPY)
         if type(d) is not np.ndarray:
             d = self._data = np.array(d)
         return d
@@ -352,12 +367,7 @@ class Tensor:
     def type(self, dtype=None):
         return self.to(dtype)
 
-    def cpu(self):
-        return self
-
-    def cuda(self, device=None, non_blocking=False):
-        _device.check("cuda" if device is None or isinstance(device, int) else device, "cuda")
-        return self  # not reached while jitgrad has no CUDA target: check raises
+    # cpu() and cuda() move data with a differentiable op: bound by ops/methods.py
 
     def contiguous(self):
         return self
@@ -376,7 +386,18 @@ def _init_from(t, arr):
 
 
 _new = object.__new__
-_ARRAYLIKE = (np.ndarray, np.generic)
+_ARRAYLIKE = (np.ndarray, np.generic, DeviceArray)
+
+
+def place(arr, dev):
+    """Host data `arr` on the device `dev` (a checked device): the array itself for the CPU,
+    a device copy for CUDA (raising PyTorch's error when there is no GPU)."""
+    if dev.type == "cpu":
+        return arr
+    _gpu.require()
+    if dev.index is not None and dev.index >= _gpu.device_count():
+        raise RuntimeError("CUDA error: invalid device ordinal")
+    return DeviceArray.from_host(arr)
 
 
 def wrap(arr):
@@ -520,7 +541,7 @@ def _array_from(data, npd):
 
 def tensor(data, dtype=None, device=None, requires_grad=False):
     npd = _dtype_arg(dtype, "tensor")
-    _device.check(device, "tensor")
+    dev = _device.check(device, "tensor")
     if npd is None and isinstance(data, (np.ndarray, np.generic)):
         npd = from_numpy_dtype(data.dtype).np  # numpy data keeps its dtype, as in PyTorch
     if npd is None:
@@ -533,14 +554,17 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
             raise TypeError(f"Could not infer dtype of {type(data).__name__}")
     else:
         arr = _array_from(data, npd)
-    return _finish(arr, requires_grad)
+    return _finish(place(arr, dev), requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None):
-    _device.check(device, "as_tensor")
-    if isinstance(data, Tensor) and (dtype is None or dtype.np == data._data.dtype):
+    dev = _device.check(device, "as_tensor") if device is not None else None
+    if isinstance(data, Tensor) and (dtype is None or dtype.np == data._data.dtype) and (
+            dev is None or dev == data.device):
         return data
-    return tensor(data, dtype=dtype)
+    if isinstance(data, Tensor):
+        return data.to(device=dev or data.device, dtype=dtype)
+    return tensor(data, dtype=dtype, device=dev)
 
 
 def from_numpy(arr):
@@ -596,11 +620,13 @@ def _factory(fill, fn, float_only=None, random=False):
     def make(*size, dtype=None, requires_grad=False, device=None):
         npd = _dtype_arg(dtype, fn) or _dtype.get_default_dtype().np
         shape = _size_arg(size, fn)
-        _device.check(device, fn)
+        dev = _device.check(device, fn)
         if float_only and npd.kind != "f":
             raise NotImplementedError(f"\"{float_only}\" not implemented for '{scalar_name(npd)}'")
-        draw = (lambda: (fill(shape, npd),)) if random else None
-        return _finish(fill(shape, npd), requires_grad, draw)
+        # CUDA tensors are filled on the host and copied over: the random ones draw from
+        # the same generator as the CPU's, so a seed gives the same numbers on both
+        draw = (lambda: (place(fill(shape, npd), dev),)) if random else None
+        return _finish(place(fill(shape, npd), dev), requires_grad, draw)
     make.__name__ = fn
     return make
 
@@ -631,14 +657,14 @@ def full(size, fill_value, dtype=None, requires_grad=False, device=None):
     shape = _size_arg((size,), "full")
     if not _number(fill_value):
         raise TypeError(f"full(): argument 'fill_value' (position 2) must be Number, not {_tname(fill_value)}")
-    _device.check(device, "full")
+    dev = _device.check(device, "full")
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
     npd = _dtype_arg(dtype, "full")
     if npd is None:
         npd = (np.dtype(np.bool_) if isinstance(fill_value, bool) else
                np.dtype(np.int64) if isinstance(fill_value, int) else _dtype.get_default_dtype().np)
-    return _finish(np.full(shape, fill_value, dtype=npd), requires_grad)
+    return _finish(place(np.full(shape, fill_value, dtype=npd), dev), requires_grad)
 
 
 def _arange_error(start, end, step):
@@ -665,11 +691,11 @@ def arange(start, end=None, step=1, dtype=None, requires_grad=False, device=None
     e = _arange_error(start, end, step)
     if e is not None:
         raise e
-    _device.check(device, "arange")
+    dev = _device.check(device, "arange")
     npd = _dtype_arg(dtype, "arange")
     if npd is None:
         npd = np.int64 if all(isinstance(v, int) for v in (start, end, step)) else _dtype.get_default_dtype().np
-    return _finish(np.arange(start, end, step, dtype=npd), requires_grad)
+    return _finish(place(np.arange(start, end, step, dtype=npd), dev), requires_grad)
 
 
 def eye(n, m=None, dtype=None, requires_grad=False, device=None):
@@ -682,8 +708,8 @@ def eye(n, m=None, dtype=None, requires_grad=False, device=None):
         if v < 0:
             raise RuntimeError(f"{name} must be greater or equal to 0, got {v}")
     npd = _dtype_arg(dtype, "eye") or _dtype.get_default_dtype().np
-    _device.check(device, "eye")
-    return _finish(np.eye(n, m, dtype=npd), requires_grad)
+    dev = _device.check(device, "eye")
+    return _finish(place(np.eye(n, m, dtype=npd), dev), requires_grad)
 
 
 def _like_input(t, fn):
@@ -696,7 +722,8 @@ def _like(make):
 
     def make_like(t, dtype=None, requires_grad=False, device=None):
         _like_input(t, fn)
-        return make(*t._data.shape, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device)
+        return make(*t._data.shape, dtype=dtype or t.dtype, requires_grad=requires_grad,
+                    device=t.device if device is None else device)
     make_like.__name__ = fn
     return make_like
 
@@ -710,6 +737,7 @@ rand_like = _like(rand)
 
 def full_like(t, fill_value, dtype=None, requires_grad=False, device=None):
     _like_input(t, "full_like")
-    return full(t._data.shape, fill_value, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device)
+    return full(t._data.shape, fill_value, dtype=dtype or t.dtype, requires_grad=requires_grad,
+                device=t.device if device is None else device)
 
 

@@ -4,6 +4,7 @@
 Layout (each module imports only the ones above it; no import cycle):
   _common.py      grad-mode checks, operand handling, the registry `defop` publishes to
   elementwise.py  arithmetic, unary math, comparisons, where, to_dtype; `defop`
+  device.py       to_device: .to(device), .cuda(), .cpu()
   shape.py        views, permute / transpose / t, expand, indexing (gather / scatter), cat / stack
   reduce.py       sum, mean, amax / amin, max / min, prod, sum_to
   linalg.py       matmul, mm, dot, mv, bmm, addmm, linear, trace
@@ -14,7 +15,7 @@ Layout (each module imports only the ones above it; no import cycle):
 Each primitive is one entry (graph/spec.py documents its keys) right beside its forward.
 """
 from jitgrad.graph.tensor import Tensor
-from jitgrad.ops import _common, _forward, elementwise, linalg, nn, reduce, shape
+from jitgrad.ops import _common, _forward, device, elementwise, linalg, nn, reduce, shape  # noqa: F401
 from jitgrad.ops.elementwise import defop  # noqa: F401  (the public declarator: jitgrad.ops.defop)
 
 # jitgrad.<name>: every public op; elementwise ones declared with defop come from _common.PUBLIC

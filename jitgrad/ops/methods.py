@@ -6,6 +6,7 @@ from jitgrad._core import dtype as _dtype
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import functional as F
 from jitgrad.ops import inplace
+from jitgrad.ops.device import to_device
 
 
 def _operator(fn):
@@ -58,25 +59,31 @@ Tensor.reshape_as = Tensor.view_as
 
 
 def to(self, *args, **kwargs):
-    """to(dtype) / to(device[, dtype]) / to(other); an unavailable device raises (jitgrad is CPU-only)."""
+    """to(dtype) / to(device[, dtype]) / to(other); an unavailable device raises PyTorch's error."""
     dt = kwargs.get("dtype")
     dev = kwargs.get("device")
     for a in args:
         if isinstance(a, _dtype.dtype):
             dt = a
         elif isinstance(a, Tensor):
-            dt = a.dtype
+            dt, dev = a.dtype, a.device
         else:
             dev = a
-    _device.check(dev, "to")
+    dev = self.device if dev is None else _device.check(dev, "to")
     if dt is not None and not isinstance(dt, _dtype.dtype):
         raise TypeError(f"to(): argument 'dtype' must be torch.dtype, not {type(dt).__name__}")
-    if dt is None or dt.np == self._data.dtype:
-        return self
-    return F.to_dtype(self, dt)
+    out = self if dt is None or dt.np == self._data.dtype else F.to_dtype(self, dt)
+    return to_device(out, dev)
+
+
+def cuda(self, device=None, non_blocking=False):
+    return to_device(self, _device.check("cuda" if device is None else
+                                         f"cuda:{device}" if isinstance(device, int) else device, "cuda"))
 
 
 Tensor.to = to
+Tensor.cuda = cuda
+Tensor.cpu = lambda self: to_device(self, _device.CPU)
 Tensor.long = lambda self: F.to_dtype(self, _dtype.int64)
 Tensor.clone = lambda self: F.clone(self)
 inplace.install()

@@ -107,7 +107,7 @@ CASES = {
     "nll_loss": (lambda: (t(5, 3),), lambda a: J.nn.functional.nll_loss(
         a, J.tensor([0, 2, -100, 2, 1]), weight=J.tensor([0.5, 1.0, 2.0], dtype=J.float64), reduction="none")),
 }
-NOT_COMPILED = {"to_copy"}  # casts run in Python
+NOT_COMPILED = {"to_copy", "to_device"}  # casts and device copies run in Python
 
 
 def test_every_primitive_has_a_case():
