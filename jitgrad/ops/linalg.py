@@ -4,11 +4,12 @@ import numpy as np
 
 from jitgrad._core.messages import scalar_name
 from jitgrad._core.modes import _packing, _saved_hooks
+from jitgrad.gpu.array import KERNELS as _KERNELS
+from jitgrad.gpu.array import DeviceArray as _DeviceArray
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor
 from jitgrad.graph.tensor import wrap as _wrap
-from jitgrad.gpu.array import KERNELS, DeviceArray
 from jitgrad.kernels.linalg import f_addmm, f_matmul, f_trace, k_addmm, k_matmul, k_trace
 from jitgrad.ops._common import _cap, _needs, _operand_error, traced
 from jitgrad.ops.reduce import sum_to, traced_as
@@ -46,7 +47,7 @@ def matmul(a, b):
         if ka != kb:
             raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
                                f"[{int(np.prod(ad.shape[:-2]))}, {ka}] but got: [{int(np.prod(bd.shape[:-2]))}, {kb}].")
-    device = same_device(ad, bd)
+    device = _same_device(ad, bd)
     if ad.dtype != bd.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}"
                            .replace("float64", "double").replace("float32", "float"))
@@ -66,29 +67,29 @@ def matmul(a, b):
 
 
 
-def on_device(x):
+def _on_device(x):
     """Whether array x is a CUDA one (a DeviceArray): the ops' one test for the device."""
-    return isinstance(x, DeviceArray)
+    return isinstance(x, _DeviceArray)
 
 
-def same_device(*arrays):
+def _same_device(*arrays):
     """Whether the arrays (None: an absent operand) are on the device; PyTorch's error when
     some are and some are not."""
-    present = [isinstance(a, DeviceArray) for a in arrays if a is not None]
+    present = [isinstance(a, _DeviceArray) for a in arrays if a is not None]
     if any(present) and not all(present):
         raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
                            "cuda:0 and cpu!")
     return bool(present) and present[0]
 
 
-def like(x):
+def _like(x):
     """numpy's like= argument for a creation function to allocate where array x is."""
-    return {"like": x} if isinstance(x, DeviceArray) else {}
+    return {"like": x} if isinstance(x, _DeviceArray) else {}
 
 
-def as_array(x):
+def _as_array(x):
     """A saved value as an array: host values as ndarrays, device ones as they are."""
-    return x if isinstance(x, DeviceArray) else np.asarray(x)
+    return x if isinstance(x, _DeviceArray) else np.asarray(x)
 
 
 def matmul_rule(grad, ri):
@@ -146,7 +147,7 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
     operand, such as linear's W.t(), is saved as its contiguous base, flagged, instead of
     being copied into a contiguous transpose. weight: linear's, when b is weight.t()."""
     ad, bd = a._data, b._data
-    same_device(None if input is None else input._data, ad, bd)
+    _same_device(None if input is None else input._data, ad, bd)
     if ad.shape[1] != bd.shape[0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({ad.shape[0]}x{ad.shape[1]} and "
                            f"{bd.shape[0]}x{bd.shape[1]})")
@@ -177,11 +178,11 @@ def _addmm_data(inp, ad, bd, beta, alpha):
     """beta * inp + alpha * ad @ bd (inp None: the product alone). On the host ndarray.dot
     (ad @ bd bit for bit, with less dispatch) and numpy's in-place updates; on the device
     one gemm whose epilogue adds beta times the input, broadcast into the output first."""
-    if isinstance(ad, DeviceArray):
-        out = DeviceArray.empty((ad.shape[0], bd.shape[1]), ad.dtype)
+    if isinstance(ad, _DeviceArray):
+        out = _DeviceArray.empty((ad.shape[0], bd.shape[1]), ad.dtype)
         if inp is not None and beta != 0.0:
             out[...] = inp
-        return KERNELS["gemm"](ad, bd, out, alpha, beta if inp is not None else 0.0)
+        return _KERNELS["gemm"](ad, bd, out, alpha, beta if inp is not None else 0.0)
     prod = ad.dot(bd)
     if alpha != 1.0:
         prod *= alpha
@@ -286,7 +287,7 @@ def _mm_operand(ri, k):
     shape, transposed = ((p.n, p.k), p.ta) if k == 0 else ((p.k, p.m), p.tb)
     if not transposed or ri.tape.packed.get(ri.row) is not None:
         return ri.saved_input(k, j)
-    return ri.input(j, as_array(ri.saved(k, shape[::-1])).reshape(shape[::-1]).T)
+    return ri.input(j, _as_array(ri.saved(k, shape[::-1])).reshape(shape[::-1]).T)
 
 
 def addmm_jvp(ci, tangents):
@@ -342,7 +343,7 @@ def trace(x):
     if d.ndim != 2:
         raise RuntimeError("trace: expected a matrix, but got tensor with dim " + str(d.ndim))
     kind = d.dtype if d.dtype.kind == "f" else np.dtype(np.int64)
-    res = _wrap(np.trace(d, dtype=kind) if on_device(d) else np.asarray(np.trace(d), dtype=kind))
+    res = _wrap(np.trace(d, dtype=kind) if _on_device(d) else np.asarray(np.trace(d), dtype=kind))
     if not _needs(x):
         if _cap.on and _cap.mine():
             traced_as(TRACE, res, (x,), (), (), None, lambda a: np.asarray(np.trace(a), dtype=np.int64))
@@ -354,7 +355,7 @@ def trace(x):
 
 def trace_rule(grad, ri):
     rows, cols = ri.in_shape(0)
-    return (grad * _wrap(np.eye(rows, cols, dtype=grad._data.dtype, **like(grad._data))),)
+    return (grad * _wrap(np.eye(rows, cols, dtype=grad._data.dtype, **_like(grad._data))),)
 
 
 TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=k_trace, fwd_kernel=f_trace, forward=trace,
