@@ -31,7 +31,6 @@ TILE = 4 if driver.simulated() else 16
 DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
 
 _backend = None
-_kernels = {}
 
 
 def backend():
@@ -107,11 +106,8 @@ def _make_gemm(dtype):
     return gemm
 
 
-def _kernel(dtype):
-    kern = _kernels.get(dtype)
-    if kern is None:
-        kern = _kernels[dtype] = _make_gemm(dtype)
-    return kern
+# one kernel per dtype (the shared tiles are typed), made at import so the PTX check sees them
+_GEMMS = {dt: _make_gemm(dt) for dt in DTYPES}
 
 
 def _batch_strides(x, bshape):
@@ -139,7 +135,7 @@ def gemm_into(a, b, out, alpha=1.0, beta=0.0):
     tiles = int(np.prod(bshape, dtype=np.int64)) * (-(-m // TILE)) * (-(-n // TILE))
     blocks, _ = driver.grid(tiles * TILE * TILE)
     scalar = out.dtype.type
-    _kernel(out.dtype)[blocks, TILE * TILE](
+    _GEMMS[out.dtype][blocks, TILE * TILE](
         a.buf, a.offset, ab, a.estrides[-2], a.estrides[-1], b.buf, b.offset, bb, b.estrides[-2], b.estrides[-1],
         out.buf, out.offset, cb, out.estrides[-2], out.estrides[-1], tuple(int(d) for d in one), m, n, k,
         scalar(alpha), scalar(beta))
@@ -279,3 +275,25 @@ FUNCTIONS[np.dot] = dot
 FUNCTIONS[np.trace] = trace
 FUNCTIONS.setdefault(np.eye, eye)  # trace's backward (the creation functions' module may register its own)
 KERNELS["gemm"] = gemm_into
+
+
+def signature(*args):
+    """numba types for a PTX signature: a dtype is a device buffer of it, "i" an int, an
+    int n a UniTuple of n ints, ("s", dtype) a scalar (gpu/ptx.py compiles them)."""
+    def one(a):
+        if isinstance(a, str):  # (a numpy dtype compares equal to its code: "i" is int32)
+            return numba.int64
+        if isinstance(a, int):
+            return numba.types.UniTuple(numba.int64, a)
+        if isinstance(a, tuple):
+            return numba.from_dtype(np.dtype(a[1]))
+        return numba.from_dtype(np.dtype(a))[::1]
+    return tuple(one(a) for a in args)
+
+
+# operands are cast to the result's dtype before the kernel; batch tuples of any rank
+PTX_SIGNATURES = {
+    **{k: [signature(d, "i", r, "i", "i", d, "i", r, "i", "i", d, "i", r, "i", "i", r, "i", "i", "i", ("s", d), ("s", d))
+           for r in (1, 2)] for d, k in _GEMMS.items()},
+    _trace: [signature(d, "i", "i", "i", np.float64) for d in DTYPES],
+}

@@ -18,6 +18,7 @@ from numba import cuda
 
 from jitgrad.gpu import driver
 from jitgrad.gpu.array import KERNELS, DeviceArray
+from jitgrad.gpu.kernels.blas import signature
 
 _SQRT1_2 = 0.7071067811865476          # 1 / sqrt(2)
 _SQRT_2_OVER_PI = 0.7978845608028654   # sqrt(2 / pi)
@@ -430,3 +431,23 @@ def nll_loss(x, target, weight, ignore_index, reduction):
 KERNELS.update({"nn.softmax": softmax, "nn.softmax_grad": softmax_grad, "nn.gelu": gelu,
                 "nn.layer_norm": layer_norm, "nn.conv2d": conv2d, "nn.conv_gather_index": conv_gather_index,
                 "nn.max_pool2d": max_pool2d, "nn.embedding": embedding, "nn.nll_loss": nll_loss})
+
+_F = (np.float32, np.float64)
+_B = ("s", np.bool_)
+_F8 = ("s", np.float64)
+# the argument types each kernel is launched with (gpu/ptx.py compiles them): floats, int64
+# indices; shape tuples at the ranks the launchers pass
+PTX_SIGNATURES = {
+    _softmax: [signature(f, "i", "i", "i", "i", f, _B) for f in _F],
+    _softmax_grad: [signature(f, "i", f, "i", "i", "i", "i", f, _B) for f in _F],
+    _gelu: [signature(f, "i", r, r, "i", f, _B) for f in _F for r in (1, 4)],
+    _layer_norm: [signature(f, "i", "i", "i", f, "i", f, "i", _B, _B, _F8, f, f, f) for f in _F],
+    _im2col: [signature(d, "i", 4, 17, d, "i", _B) for d in _F + (np.int64,)],
+    _max_pool: [signature(f, "i", 13, f, _I64, _I64, "i") for f in _F],
+    _embedding: [signature(d, "i", "i", "i", _I64, "i", "i", "i", d, "i", _I64)
+                 for d in _F + (np.int64, np.int32)],
+    _count: [signature(_I64, "i", "i", _I64)],
+    _embedding_coef: [signature(_I64, "i", "i", "i", _I64, _B, f) for f in _F],
+    _nll: [signature(f, "i", "i", "i", _I64, "i", "i", "i", f, "i", _B, "i", f, f, _I64, _I64) for f in _F],
+    _nll_reduce: [signature(f, f, "i", _B, f, f) for f in _F],
+}
