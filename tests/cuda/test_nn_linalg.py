@@ -232,6 +232,9 @@ def test_cross_entropy(dtype):
     t = np.array([1, 0, 3, 3, 2, 0])
     check(F.cross_entropy, rand(6, 4), t, dtype=dtype)
     check(lambda x, t, w: F.cross_entropy(x, t, w, reduction="sum"), rand(6, 4), t, rand(4) ** 2, dtype=dtype)
+    t[2] = -100
+    check(lambda x, t: F.cross_entropy(x, t, label_smoothing=0.2), rand(6, 4), t, dtype=dtype)
+    check(lambda x, t, w: F.cross_entropy(x, t, w, label_smoothing=0.1), rand(6, 4), t, rand(4) ** 2, dtype=dtype)
 
 
 def test_a_small_network_end_to_end():
@@ -240,6 +243,32 @@ def test_a_small_network_end_to_end():
         h = F.max_pool2d(jitgrad.relu(F.conv2d(x, cw, cb, padding=1)), 2)
         return F.cross_entropy(F.linear(h.reshape(2, -1), lw, lb), t)
     check(net, rand(2, 1, 6, 6), np.array([1, 2]), rand(3, 1, 3, 3), rand(3), rand(4, 27), rand(4))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, w: jitgrad.matmul(x, w),
+    lambda x, w: F.linear(x, w.t()),
+    lambda x, w: F.conv2d(x.reshape(1, 2, 2, 3), w.reshape(3, 2, 2, 1), padding=(0, 1)),
+    lambda x, w: F.softmax(x @ w, 1),
+    lambda x, w: F.log_softmax(x @ w, 0),
+    lambda x, w: F.layer_norm(x @ w, (3,)),
+    lambda x, w: F.gelu(x @ w),
+    lambda x, w: F.max_pool2d((x @ w).reshape(1, 1, 4, 3), 2, 1),
+])
+def test_double_backward(fn):
+    """grad(create_graph=True) records the backward on the device; its own backward gives
+    the second derivatives the CPU gives."""
+    x, w = rand(4, 3), rand(3, 3, seed=5)
+    results = []
+    for device in ("cpu", "cuda"):
+        xt = jitgrad.tensor(x, device=device, requires_grad=True)
+        wt = jitgrad.tensor(w, device=device, requires_grad=True)
+        out = fn(xt, wt)
+        gx, gw = jitgrad.autograd.grad((out * out).sum(), (xt, wt), create_graph=True)
+        ((gx * gx).sum() + (gw ** 3).sum()).backward()
+        results.append([t.detach().cpu().numpy() for t in (gx, gw, xt.grad, wt.grad)])
+    for c, d in zip(*results):
+        np.testing.assert_allclose(d, c, rtol=1e-10, atol=1e-12)
 
 
 # --- errors -----------------------------------------------------------------------------------
