@@ -90,7 +90,7 @@ def test_integer_matmul_is_exact():
     np.testing.assert_array_equal(out.cpu().numpy(), a @ b)
 
 
-def test_large_inner_dimension_spans_many_tiles():
+def test_long_inner_dimension():
     check(jitgrad.mm, rand(9, 70), rand(70, 11))
 
 
@@ -322,6 +322,26 @@ def test_backend_is_the_numba_kernel_under_the_simulator():
     assert blas.backend() in ("numba", "cupy")
     with pytest.raises(ValueError):
         blas.set_backend("mkl")
+
+
+def test_products_run_tiled_from_tiled_min_multiply_adds():
+    assert blas.kernel_for(1, 64, 64, 16) == "tiled" and blas.kernel_for(4, 64, 16, 16) == "tiled"
+    assert blas.kernel_for(1, 6, 84, 24) == "small"
+
+
+@pytest.mark.parametrize("kernel", ["tiled", "small"])
+def test_both_gemm_kernels_on_transposed_operands_and_broadcast_batches(kernel):
+    """Edge tiles (5 x 7 outputs, 6 inner: not multiples of the tile), a transposed operand,
+    batch dims broadcast both ways, and every dtype the kernels take."""
+    a, b = rand(2, 1, 6, 5), rand(3, 6, 7)
+    out = DeviceArray.empty((2, 3, 5, 7), np.float64)
+    blas.gemm_into(DeviceArray.from_host(a).swapaxes(-1, -2), DeviceArray.from_host(b), out, kernel=kernel)
+    np.testing.assert_allclose(out.get(), np.matmul(a.swapaxes(-1, -2), b), rtol=1e-12)
+    for dt in (np.float32, np.int32, np.int64):
+        a, b = (rand(5, 6) * 4).astype(dt), (rand(6, 7) * 4).astype(dt)
+        out = DeviceArray.empty((5, 7), dt)
+        blas.gemm_into(DeviceArray.from_host(a), DeviceArray.from_host(b), out, kernel=kernel)
+        np.testing.assert_allclose(out.get(), a @ b, rtol=1e-6)
 
 
 def test_gemm_epilogue_writes_through_a_strided_output():

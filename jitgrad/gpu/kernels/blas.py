@@ -4,15 +4,21 @@ Two backends compute a (batched) product; `backend()` says which one runs:
   - "cupy": cuBLAS through cupy, when cupy is installed and a real GPU runs. The operands
     are handed to cupy as views of jitgrad's own memory (`__cuda_array_interface__`), so
     nothing is copied; cupy's matmul picks the cuBLAS gemm (batched, strided).
-  - "numba": the tiled shared-memory kernel below, the fallback (and the only backend the
-    CUDA simulator can run).
+  - "numba": the kernels below, the fallback (and the only backend the CUDA simulator
+    can run).
 
-The numba kernel: each block computes TILE x TILE outputs of one batch entry, staging
-TILE x TILE tiles of both operands in shared memory per step of the inner dimension.
-Blocks loop over the output tiles grid-stride, so any grid covers any size (the simulator
-gets one block). Operands are any strided view (a transpose is read in place), batch
-dims broadcast through stride 0, and the output's strides are honoured too, so
-`out[...] = alpha * a @ b + beta * out` runs in place (addmm's epilogue).
+The numba backend has two kernels; `kernel_for(batch, m, n, k)` picks one:
+  - "tiled" for products of at least TILED_MIN multiply-adds: each block computes
+    TILE x TILE outputs of one batch entry, staging TILE x TILE tiles of both operands in
+    shared memory per step of the inner dimension, so each value read from global memory
+    serves TILE multiply-adds. Blocks loop over the output tiles grid-stride, so any grid
+    covers any size (the simulator gets one block).
+  - "small": one thread per output, a plain dot product. Below TILED_MIN the tiles' two
+    barriers per step and their idle threads at the edges cost more than the reuse saves
+    (under the simulator, where a barrier switches every Python thread, 100x more).
+Both read operands as any strided view (a transpose is read in place), broadcast batch
+dims through stride 0, and honour the output's strides, so `out[...] = alpha * a @ b +
+beta * out` runs in place (addmm's epilogue, conv2d's output layout).
 """
 import importlib
 
@@ -106,8 +112,54 @@ def _make_gemm(dtype):
     return gemm
 
 
-# one kernel per dtype (the shared tiles are typed), made at import so the PTX check sees them
-_GEMMS = {dt: _make_gemm(dt) for dt in DTYPES}
+def _make_small_gemm(dtype):
+    zero = numba.from_dtype(dtype)(0)
+
+    @cuda.jit
+    def gemm_small(a, aoff, ab, ars, acs, b, boff, bb, brs, bcs, c, coff, cb, crs, ccs, bshape, m, n, k, alpha,
+                   beta):
+        """The tiled gemm's product with one thread per output and no shared memory."""
+        nbatch = 1
+        for d in bshape:
+            nbatch *= d
+        t = cuda.grid(1)
+        while t < nbatch * m * n:
+            j = t % n
+            i = (t // n) % m
+            q = t // (m * n)
+            ao = aoff
+            bo = boff
+            co = coff
+            for d in range(len(bshape) - 1, -1, -1):
+                x = q % bshape[d]
+                q //= bshape[d]
+                ao += x * ab[d]
+                bo += x * bb[d]
+                co += x * cb[d]
+            acc = zero
+            for p in range(k):
+                acc += a[ao + i * ars + p * acs] * b[bo + p * brs + j * bcs]
+            o = co + i * crs + j * ccs
+            v = acc * alpha
+            if beta != 0:
+                v += c[o] * beta
+            c[o] = v
+            t += cuda.gridsize(1)
+
+    return gemm_small
+
+
+# one kernel of each kind per dtype (the shared tiles and the accumulator are typed), made
+# at import so the PTX check sees them
+_GEMMS = {"tiled": {dt: _make_gemm(dt) for dt in DTYPES}, "small": {dt: _make_small_gemm(dt) for dt in DTYPES}}
+
+# multiply-adds from which a product runs tiled (an MLP layer's; not a small conv's per-sample one)
+TILED_MIN = 1 << 16
+
+
+def kernel_for(batch, m, n, k):
+    """Which numba gemm computes a (batch x) m x k @ k x n product: "tiled" or "small"."""
+    return "tiled" if batch * m * n * k >= TILED_MIN else "small"
 
 
 def _batch_strides(x, bshape):
@@ -119,23 +171,28 @@ def _batch_strides(x, bshape):
     return tuple(st)
 
 
-def gemm_into(a, b, out, alpha=1.0, beta=0.0):
+def gemm_into(a, b, out, alpha=1.0, beta=0.0, kernel=None):
     """out = alpha * a @ b + beta * out for DeviceArrays of at least 2 dims, all of out's
-    dtype; a's and b's batch dims broadcast to out's."""
+    dtype; a's and b's batch dims broadcast to out's. kernel: "tiled" or "small" to force
+    the numba kernel (None: the backend's choice)."""
     m, k = a.shape[-2:]
     n = b.shape[-1]
     bshape = out.shape[:-2]
     if out.size == 0:
         return out
-    if backend() == "cupy":
+    if kernel is None and backend() == "cupy":
         _cupy_gemm(a, b, out, alpha, beta)
         return out
-    one = bshape or (1,)  # the kernel always loops over at least one batch dim
+    one = bshape or (1,)  # the kernels always loop over at least one batch dim
     ab, bb, cb = (_batch_strides(x, bshape) or (0,) for x in (a, b, out))
-    tiles = int(np.prod(bshape, dtype=np.int64)) * (-(-m // TILE)) * (-(-n // TILE))
-    blocks, _ = driver.grid(tiles * TILE * TILE)
+    batch = int(np.prod(bshape, dtype=np.int64))
+    kernel = kernel or kernel_for(batch, m, n, k)
+    if kernel == "tiled":
+        blocks, threads = driver.grid(batch * (-(-m // TILE)) * (-(-n // TILE)) * TILE * TILE)[0], TILE * TILE
+    else:
+        blocks, threads = driver.grid(batch * m * n)
     scalar = out.dtype.type
-    _GEMMS[out.dtype][blocks, TILE * TILE](
+    _GEMMS[kernel][out.dtype][blocks, threads](
         a.buf, a.offset, ab, a.estrides[-2], a.estrides[-1], b.buf, b.offset, bb, b.estrides[-2], b.estrides[-1],
         out.buf, out.offset, cb, out.estrides[-2], out.estrides[-1], tuple(int(d) for d in one), m, n, k,
         scalar(alpha), scalar(beta))
@@ -294,6 +351,6 @@ def signature(*args):
 # operands are cast to the result's dtype before the kernel; batch tuples of any rank
 PTX_SIGNATURES = {
     **{k: [signature(d, "i", r, "i", "i", d, "i", r, "i", "i", d, "i", r, "i", "i", r, "i", "i", "i", ("s", d), ("s", d))
-           for r in (1, 2)] for d, k in _GEMMS.items()},
+           for r in (1, 2)] for kind in _GEMMS.values() for d, k in kind.items()},
     _trace: [signature(d, "i", "i", "i", np.float64) for d in DTYPES],
 }
