@@ -204,8 +204,8 @@ def _recorded_linear(spec, res, inputs, beta, alpha, weight):
     makes it; the instruction reads the weight when the row saves it (tb)."""
     ad, bd = inputs[-2]._data, inputs[-1]._data
     packing = _packing[0] and _saved_hooks.stack
-    ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
-    tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
+    ta = int(not packing and not _c_contiguous(ad) and _c_contiguous(ad.T))
+    tb = int(not packing and not _c_contiguous(bd) and _c_contiguous(bd.T))
     saved = (ad.T if ta else ad, bd.T if tb else bd)
     ints = spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb)
     _cap.on = False  # reported below, not by record()
@@ -225,7 +225,7 @@ def _traced_mm(spec, res, inputs, beta, alpha, weight):
     so they are saved as they are (untransposed), but for linear's contiguous weight."""
     ad, bd = inputs[-2]._data, inputs[-1]._data
     n, k, m = ad.shape[0], ad.shape[1], bd.shape[1]
-    if weight is not None and res._data.dtype.kind == "f" and weight._data.flags.c_contiguous:
+    if weight is not None and res._data.dtype.kind == "f" and _c_contiguous(weight._data):
         traced(spec, res, inputs[:-1] + (weight,), (ad, weight._data), (beta, alpha),
                spec.pack_ints(n=n, k=k, m=m, ta=0, tb=1))
     else:

@@ -3,6 +3,10 @@ same ops on the CPU (float64: to rounding; float32: to float32's precision): mat
 bmm / mv / dot (transposed operands, broadcast batches), addmm, linear, trace, conv2d,
 max_pool2d, softmax, log_softmax, layer_norm, embedding, nll_loss, cross_entropy, gelu.
 Then the device errors these ops raise, and the gemm backends."""
+import ctypes
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -316,12 +320,48 @@ def test_shape_and_dtype_errors_unchanged_on_cuda():
 
 
 # --- the gemm backends ------------------------------------------------------------------------
-def test_backend_is_the_numba_kernel_under_the_simulator():
+def _fake_cupy():
+    """cupy's asarray (of an object with __cuda_array_interface__), matmul and arithmetic
+    over host memory: under the simulator a device address is a host one, so the cuBLAS
+    path's hand-over (shapes, strides, dtype, pointer; the out= and epilogue forms) runs."""
+    def asarray(obj):
+        face = obj.__cuda_array_interface__
+        assert face["version"] == 3 and face["data"][1] is False
+        dt, shape, strides = np.dtype(face["typestr"]), face["shape"], face["strides"]
+        span = sum((d - 1) * s for d, s in zip(shape, strides)) + dt.itemsize
+        buf = (ctypes.c_char * span).from_address(face["data"][0])
+        return np.ndarray(shape, dt, buffer=buf, strides=strides)
+    return types.SimpleNamespace(asarray=asarray, matmul=np.matmul)
+
+
+@pytest.fixture
+def backend_restored():
+    yield
+    blas.set_backend(None)
+
+
+def test_backend_choice(monkeypatch, backend_restored):
     if driver.simulated():
-        assert blas.backend() == "numba"
-    assert blas.backend() in ("numba", "cupy")
+        assert blas.backend() == "numba"  # the simulator cannot run cuBLAS
+    monkeypatch.setattr(driver, "simulated", lambda: False)
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    blas.set_backend(None)
+    assert blas.backend() == "cupy"
+    monkeypatch.setitem(sys.modules, "cupy", None)  # not installed: import raises ImportError
+    blas.set_backend(None)
+    assert blas.backend() == "numba"
     with pytest.raises(ValueError):
         blas.set_backend("mkl")
+
+
+@pytest.mark.skipif(not driver.simulated(), reason="the fake cupy reads device memory as host memory")
+def test_cupy_path_hands_over_strided_views_and_applies_the_epilogue(monkeypatch, backend_restored):
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    blas.set_backend("cupy")
+    check(lambda a, b: a.t() @ b, rand(6, 5), rand(6, 4))
+    check(jitgrad.matmul, rand(2, 1, 5, 4), rand(3, 4, 2))
+    check(lambda i, a, b: jitgrad.addmm(i, a, b, beta=0.5, alpha=2.0), rand(5), rand(3, 4), rand(4, 5))
+    check(lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=2), rand(2, 4, 5, 5), rand(4, 2, 3, 3), rand(4))
 
 
 def test_products_run_tiled_from_tiled_min_multiply_adds():
