@@ -22,6 +22,7 @@ def matmul(a, b):
     ad, bd = a._data, b._data
     if ad.ndim == 0 or bd.ndim == 0:
         raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {ad.ndim}D and {bd.ndim}D")
+    device = _same_device(ad, bd)  # as torch: before the sizes, which the device's kernel checks
     if ad.ndim == 1 and bd.ndim == 1:
         if ad.shape[0] != bd.shape[0]:
             raise RuntimeError(f"inconsistent tensor size, expected tensor [{ad.shape[0]}] and src [{bd.shape[0]}] to "
@@ -47,7 +48,6 @@ def matmul(a, b):
         if ka != kb:
             raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
                                f"[{int(np.prod(ad.shape[:-2]))}, {ka}] but got: [{int(np.prod(bd.shape[:-2]))}, {kb}].")
-    device = _same_device(ad, bd)
     if ad.dtype != bd.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}"
                            .replace("float64", "double").replace("float32", "float"))

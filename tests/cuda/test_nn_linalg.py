@@ -284,7 +284,7 @@ MIXED = "Expected all tensors to be on the same device, but found at least two d
     lambda c, h: jitgrad.matmul(h((3, 4)), c((4, 2))),
     lambda c, h: jitgrad.addmm(h((3, 2)), c((3, 4)), c((4, 2))),
     lambda c, h: F.linear(c((3, 4)), h((2, 4))),
-    lambda c, h: F.conv2d(c((1, 2, 4, 4)), h((3, 2, 3, 3))),
+    lambda c, h: jitgrad.matmul(c((3, 4)), h((5, 2))),
     lambda c, h: F.layer_norm(c((2, 4)), (4,), h((4,))),
     lambda c, h: F.nll_loss(c((3, 4)), jitgrad.tensor([0, 1, 2])),
     lambda c, h: F.embedding(jitgrad.tensor([0, 1]), c((3, 4))),
@@ -298,6 +298,17 @@ def test_mixing_devices_raises_torchs_error(op):
     with pytest.raises(RuntimeError) as e:
         op(cuda, host)
     assert str(e.value) == MIXED
+
+
+def test_conv2d_names_the_devices_in_its_type_check():
+    x = jitgrad.tensor(rand(1, 2, 4, 4), device="cuda")
+    w = jitgrad.tensor(rand(3, 2, 3, 3))
+    with pytest.raises(RuntimeError, match=r"^Input type \(torch\.cuda\.DoubleTensor\) and weight type "
+                                           r"\(torch\.DoubleTensor\) should be the same or input should be a MKLDNN"):
+        F.conv2d(x, w)
+    with pytest.raises(RuntimeError, match=r"^Input type \(torch\.cuda\.DoubleTensor\) and bias type "
+                                           r"\(torch\.DoubleTensor\) should be the same$"):
+        F.conv2d(x, w.cuda(), jitgrad.tensor(rand(3)))
 
 
 def test_index_errors_as_on_the_cpu():
