@@ -1,12 +1,13 @@
 """The nn primitives' forwards on the device, registered in KERNELS as "nn.<name>" for
 ops/nn.py to call when its input is a DeviceArray: softmax / log_softmax (and their
-gradients), gelu, layer_norm, conv2d (with the gather index its backward rule reads),
+gradients), layer_norm, conv2d (with the gather index its backward rule reads),
 max_pool2d, embedding and nll_loss. Each returns what the host path of the op computes,
 with the same arithmetic (statistics and sums accumulated in float64).
 
 Every kernel loops grid-stride over its items (driver.grid), one thread per item: a
 softmax group, a layer_norm row, an output element. The two reductions that must see all
-items (nll_loss's sums) run in one block. Errors the host path finds by looking at the
+items (nll_loss's sums) run in one block. (gelu, an elementwise op, runs the kernel
+generated from its spec's forward formula: KERNELS["ew"].) Errors the host path finds by looking at the
 indices (an embedding index or a target out of range) are flagged by the kernels and read
 back once, after the launch, to raise PyTorch's error.
 """
@@ -20,18 +21,11 @@ from jitgrad.gpu import driver
 from jitgrad.gpu.array import KERNELS, DeviceArray
 from jitgrad.gpu.kernels.blas import signature
 
-_SQRT1_2 = 0.7071067811865476          # 1 / sqrt(2)
-_SQRT_2_OVER_PI = 0.7978845608028654   # sqrt(2 / pi)
 _I64 = np.dtype(np.int64)
 
 
 def _contiguous(x):
     return x if x.is_c_contiguous() else x.copy()
-
-
-def _geometry(a):
-    # a strided read indexes with UniTuples; a 0-d array is one element of shape (1,)
-    return (tuple(a.shape), tuple(a.estrides)) if a.shape else ((1,), (0,))
 
 
 def _launch(kernel, n, *args):
@@ -98,32 +92,6 @@ def softmax_grad(grad, y, groups, log):
     outer, n, inner = groups
     if n:
         _launch(_softmax_grad, outer * inner, grad.buf, grad.offset, y.buf, y.offset, outer, n, inner, out.buf, log)
-    return out
-
-
-# --- gelu ------------------------------------------------------------------------------------
-@cuda.jit
-def _gelu(x, xo, xst, shape, n, out, tanh_form):
-    i = cuda.grid(1)
-    while i < n:
-        r = i
-        s = xo
-        for k in range(len(shape) - 1, -1, -1):
-            s += (r % shape[k]) * xst[k]
-            r //= shape[k]
-        v = x[s]
-        if tanh_form:
-            out[i] = 0.5 * v * (1.0 + math.tanh(_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)))
-        else:
-            out[i] = 0.5 * v * (1.0 + math.erf(v * _SQRT1_2))
-        i += cuda.gridsize(1)
-
-
-def gelu(x, tanh_form):
-    """x * Phi(x), or its tanh approximation, of a float array (read in place, any strides)."""
-    out = DeviceArray.empty(x.shape, x.dtype)
-    shape, st = _geometry(x)
-    _launch(_gelu, x.size, x.buf, x.offset, st, shape, x.size, out.buf, tanh_form)
     return out
 
 
@@ -428,7 +396,7 @@ def nll_loss(x, target, weight, ignore_index, reduction):
     return out, coef, safe
 
 
-KERNELS.update({"nn.softmax": softmax, "nn.softmax_grad": softmax_grad, "nn.gelu": gelu,
+KERNELS.update({"nn.softmax": softmax, "nn.softmax_grad": softmax_grad,
                 "nn.layer_norm": layer_norm, "nn.conv2d": conv2d, "nn.conv_gather_index": conv_gather_index,
                 "nn.max_pool2d": max_pool2d, "nn.embedding": embedding, "nn.nll_loss": nll_loss})
 
@@ -440,7 +408,6 @@ _F8 = ("s", np.float64)
 PTX_SIGNATURES = {
     _softmax: [signature(f, "i", "i", "i", "i", f, _B) for f in _F],
     _softmax_grad: [signature(f, "i", f, "i", "i", "i", "i", f, _B) for f in _F],
-    _gelu: [signature(f, "i", r, r, "i", f, _B) for f in _F for r in (1, 4)],
     _layer_norm: [signature(f, "i", "i", "i", f, "i", f, "i", _B, _B, _F8, f, f, f) for f in _F],
     _im2col: [signature(d, "i", 4, 17, d, "i", _B) for d in _F + (np.int64,)],
     _max_pool: [signature(f, "i", 13, f, _I64, _I64, "i") for f in _F],
