@@ -389,6 +389,10 @@ def _embedding_data(w, flat, padding_idx, freq, want_coef):
 def _embedding_renorm_(weight, flat, max_norm, norm_type):
     """torch.embedding_renorm_: rows used whose norm exceeds max_norm are scaled to
     max_norm / (norm + 1e-7), in place and outside autograd (the weight's version moves)."""
+    if _on_device(weight._data):
+        _KERNELS["nn.embedding_renorm_"](weight._data, flat, max_norm, norm_type)
+        weight._bump()
+        return
     rows = np.unique(flat)
     if rows.size == 0:
         return

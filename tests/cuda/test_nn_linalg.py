@@ -215,6 +215,21 @@ def test_embedding(kw):
     check(lambda i, w: F.embedding(i, w, **kw), idx.astype(np.int32), rand(10, 4), dtype=np.float32)
 
 
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 0.5, float("inf")])
+def test_embedding_max_norm_renormalises_the_rows_used_once(norm_type):
+    idx, w = np.array([[1, 3], [3, 0]]), rand(5, 4) * 2
+    w[0] /= 100  # a row within the norm stays as it is
+    got = []
+    for device in ("cpu", "cuda"):
+        wt = jitgrad.tensor(w, device=device)
+        version = wt._version
+        out = F.embedding(jitgrad.tensor(idx, device=device), wt, max_norm=1.5, norm_type=norm_type)
+        assert wt._version > version
+        got.append((out.cpu().numpy(), wt.cpu().numpy()))
+    for c, d in zip(*got):
+        np.testing.assert_allclose(d, c, rtol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_nll_loss(reduction, dtype):

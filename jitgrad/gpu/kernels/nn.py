@@ -312,6 +312,55 @@ def embedding(w, idx, padding_idx, freq, coef_dtype):
     return out, idx, coef
 
 
+@cuda.jit
+def _row_norms(w, wo, ws0, ws1, dim, idx, n, p, norms):
+    """norms[j] = the p-norm of row idx[j] of w, in float64 (p: inf, -inf, 0 as numpy's)."""
+    j = cuda.grid(1)
+    while j < n:
+        base = wo + idx[j] * ws0
+        s = 0.0
+        if p == -math.inf:
+            s = math.inf
+        for c in range(dim):
+            v = abs(float(w[base + c * ws1]))
+            if p == math.inf:
+                s = max(s, v)
+            elif p == -math.inf:
+                s = min(s, v)
+            elif p == 0:
+                s += 1.0 if v != 0 else 0.0
+            else:
+                s += v ** p
+        norms[j] = s if p == math.inf or p == -math.inf or p == 0 else s ** (1.0 / p)
+        j += cuda.gridsize(1)
+
+
+@cuda.jit
+def _renorm_rows(w, wo, ws0, ws1, dim, idx, n, norms, max_norm, claimed):
+    """Rows whose norm exceeds max_norm scaled to max_norm / (norm + 1e-7), each row once
+    (the first of its indices to claim it does it)."""
+    j = cuda.grid(1)
+    while j < n:
+        r = idx[j]
+        if cuda.atomic.cas(claimed, r, 0, 1) == 0 and norms[j] > max_norm:
+            scale = max_norm / (norms[j] + 1e-7)
+            for c in range(dim):
+                q = wo + r * ws0 + c * ws1
+                w[q] = w[q] * scale
+        j += cuda.gridsize(1)
+
+
+def embedding_renorm_(w, idx, max_norm, norm_type):
+    """torch.embedding_renorm_ of DeviceArray w (num, dim) in place, for the rows idx uses."""
+    idx = _contiguous(idx.reshape(-1)).astype(_I64, copy=False)
+    n, (num, dim) = idx.size, w.shape
+    norms = DeviceArray.empty((n,), np.float64)
+    _launch(_row_norms, n, w.buf, w.offset, w.estrides[0], w.estrides[1], dim, idx.buf[idx.offset:], n,
+            float(norm_type), norms.buf)
+    _launch(_renorm_rows, n, w.buf, w.offset, w.estrides[0], w.estrides[1], dim, idx.buf[idx.offset:], n, norms.buf,
+            float(max_norm), _flag(num).buf)
+
+
 # --- nll_loss --------------------------------------------------------------------------------
 @cuda.jit
 def _nll(x, xo, xs0, xs1, t, to, n, ncls, cw, cwo, has_w, ignore, losses, w, safe, bounds):
@@ -398,7 +447,7 @@ def nll_loss(x, target, weight, ignore_index, reduction):
 
 KERNELS.update({"nn.softmax": softmax, "nn.softmax_grad": softmax_grad,
                 "nn.layer_norm": layer_norm, "nn.conv2d": conv2d, "nn.conv_gather_index": conv_gather_index,
-                "nn.max_pool2d": max_pool2d, "nn.embedding": embedding, "nn.nll_loss": nll_loss})
+                "nn.max_pool2d": max_pool2d, "nn.embedding": embedding, "nn.embedding_renorm_": embedding_renorm_, "nn.nll_loss": nll_loss})
 
 _F = (np.float32, np.float64)
 _B = ("s", np.bool_)
@@ -414,6 +463,8 @@ PTX_SIGNATURES = {
     _embedding: [signature(d, "i", "i", "i", _I64, "i", "i", "i", d, "i", _I64)
                  for d in _F + (np.int64, np.int32)],
     _count: [signature(_I64, "i", "i", _I64)],
+    _row_norms: [signature(d, "i", "i", "i", "i", _I64, "i", _F8, np.float64) for d in _F],
+    _renorm_rows: [signature(d, "i", "i", "i", "i", _I64, "i", np.float64, _F8, _I64) for d in _F],
     _embedding_coef: [signature(_I64, "i", "i", "i", _I64, _B, f) for f in _F],
     _nll: [signature(f, "i", "i", "i", _I64, "i", "i", "i", f, "i", _B, "i", f, f, _I64, _I64) for f in _F],
     _nll_reduce: [signature(f, f, "i", _B, f, f) for f in _F],
