@@ -5,7 +5,7 @@ import numpy as np
 
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.messages import torch_size
-from jitgrad.graph.tensor import Tensor, _rng
+from jitgrad.graph.tensor import Tensor, _rng, place
 from jitgrad.ops import functional as _F
 from jitgrad.ops.elementwise import relu, sigmoid, tanh  # noqa: F401
 
@@ -41,11 +41,12 @@ def dropout(input, p=0.5, training=True, inplace=False):
         return input
     if p == 1:
         return input * 0.0
-    shape, dtype = input._data.shape, input._data.dtype
+    shape, dtype, device = input._data.shape, input._data.dtype, input.device
 
     def mask():
-        # _rng[0] when drawn: a replay draws what eager would from the generator's state then
-        return ((_rng[0].random(shape) >= p).astype(dtype) / (1 - p),)
+        # _rng[0] when drawn: a replay draws what eager would from the generator's state then;
+        # on the host for a CUDA input too (the factories' rule: a seed gives the same masks)
+        return (place((_rng[0].random(shape) >= p).astype(dtype) / (1 - p), device),)
     (keep,) = _computed(mask, (), "dropout's mask")
     return input * keep
 

@@ -206,6 +206,21 @@ def test_gelu(approximate, dtype):
     check(lambda x: F.gelu(x.t(), approximate=approximate), rand(3, 4), dtype=dtype)
 
 
+def test_dropout_draws_the_cpus_mask_for_a_seed():
+    x = rand(4, 6)
+    got = []
+    for device in ("cpu", "cuda"):
+        jitgrad.manual_seed(3)
+        xt = jitgrad.tensor(x, device=device, requires_grad=True)
+        out = F.dropout(xt, 0.4)
+        out.backward(jitgrad.ones_like(out))
+        assert out.device == xt.device and xt.grad.device == xt.device
+        got.append((out.detach().cpu().numpy(), xt.grad.cpu().numpy()))
+    for c, d in zip(*got):
+        np.testing.assert_array_equal(d, c)
+    assert (got[0][0] == 0).any() and (got[0][0] != 0).any()
+
+
 # --- embedding and losses ---------------------------------------------------------------------
 @pytest.mark.parametrize("kw", [dict(), dict(padding_idx=3), dict(scale_grad_by_freq=True),
                                 dict(padding_idx=-1, scale_grad_by_freq=True)])
