@@ -305,6 +305,37 @@ def test_double_backward(fn):
         np.testing.assert_allclose(d, c, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("fn,shapes", [
+    (lambda x, w: x @ w, [(3, 4), (4, 2)]),
+    (lambda i, a, b: jitgrad.addmm(i, a, b, beta=0.5, alpha=3.0), [(2,), (3, 4), (4, 2)]),
+    (F.linear, [(3, 4), (2, 4), (2,)]),
+    (jitgrad.trace, [(3, 4)]),
+    (lambda x: F.softmax(x, 1), [(3, 4)]),
+    (lambda x: F.log_softmax(x, 0), [(3, 4)]),
+    (lambda x, w, b: F.layer_norm(x, (4,), w, b), [(3, 4), (4,), (4,)]),
+    (F.gelu, [(3, 4)]),
+    (lambda x, w, b: F.conv2d(x, w, b, padding=1), [(1, 2, 4, 4), (3, 2, 3, 3), (3,)]),
+    (lambda x: F.max_pool2d(x, 2), [(1, 2, 4, 4)]),
+    (lambda w: F.embedding(jitgrad.tensor([1, 2, 1], device=w.device), w, padding_idx=2), [(4, 3)]),
+    (lambda x: F.nll_loss(x, jitgrad.tensor([1, 0, 3], device=x.device)), [(3, 4)]),
+])
+def test_forward_mode_ad(fn, shapes):
+    """The jvp rules run on the device: the tangent of each op's output is the CPU's."""
+    fw = jitgrad.autograd.forward_ad
+    primals = [rand(*s, seed=k) for k, s in enumerate(shapes)]
+    tangents = [rand(*s, seed=10 + k) for k, s in enumerate(shapes)]
+    got = []
+    for device in ("cpu", "cuda"):
+        with fw.dual_level():
+            duals = [fw.make_dual(jitgrad.tensor(p, device=device), jitgrad.tensor(t, device=device))
+                     for p, t in zip(primals, tangents)]
+            primal, tangent = fw.unpack_dual(fn(*duals))
+            assert tangent.device == primal.device == duals[0].device
+            got.append((primal.cpu().numpy(), tangent.cpu().numpy()))
+    for c, d in zip(*got):
+        np.testing.assert_allclose(d, c, rtol=1e-10, atol=1e-12)
+
+
 # --- errors -----------------------------------------------------------------------------------
 MIXED = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
 
