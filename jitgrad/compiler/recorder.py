@@ -29,6 +29,7 @@ import weakref
 import numpy as np
 
 from jitgrad._core.capture import state as _cap
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import Tensor
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,6 +115,8 @@ class Recorder:
         k = len(self.values)
         if t is not None:
             d = t._data
+            if type(d) is DeviceArray:  # the plan's kernels are CPU ones; they must never get device memory
+                self.stop("a CUDA tensor (jitgrad.compile replays CPU steps; on CUDA the step runs eagerly)")
             v = Value(kind, d.shape, d.dtype, src)
             if kind == EXT:
                 v.ref = weakref.ref(t)

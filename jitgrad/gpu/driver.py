@@ -78,10 +78,18 @@ def alloc(n, dtype):
     try:
         return cuda().device_array(max(int(n), 1), dtype=np.dtype(dtype))
     except Exception as e:  # noqa: BLE001
-        if "OUT_OF_MEMORY" in str(e).upper().replace(" ", "_"):
-            raise OutOfMemoryError(f"CUDA out of memory. Tried to allocate {int(n) * np.dtype(dtype).itemsize} "
-                                   "bytes") from e
+        # the driver's CUDA_ERROR_OUT_OF_MEMORY; in the simulator, numpy's MemoryError
+        if isinstance(e, MemoryError) or "OUT_OF_MEMORY" in str(e).upper().replace(" ", "_"):
+            raise OutOfMemoryError(f"CUDA out of memory. Tried to allocate {_size(int(n) * np.dtype(dtype).itemsize)}."
+                                   " (jitgrad: nothing was allocated; free tensors or use smaller batches)") from e
         raise
+
+
+def _size(nbytes):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.2f} {unit}"
+        nbytes /= 1024
 
 
 def to_device(host):

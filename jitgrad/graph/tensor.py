@@ -400,6 +400,15 @@ def place(arr, dev):
     return DeviceArray.from_host(arr)
 
 
+def filled(shape, npd, value, dev):
+    """A new CUDA array of `shape` with every element `value` ("none": left as allocated)."""
+    place(np.zeros(0, npd), dev)  # the device checks
+    arr = DeviceArray.empty(shape, npd)
+    if value != "none":
+        arr.fill(value)
+    return arr
+
+
 def wrap(arr):
     """A Tensor over `arr` (numpy data; anything else is converted), without a graph."""
     if not isinstance(arr, _ARRAYLIKE):
@@ -614,9 +623,11 @@ def _finish(arr, requires_grad, draw=None):
     return t
 
 
-def _factory(fill, fn, float_only=None, random=False):
+def _factory(fill, fn, float_only=None, random=False, const=None):
     """float_only: torch's kernel name when the fill exists only for floating dtypes.
-    random: the fill draws from the generator (jitgrad.compile draws it again at replay)."""
+    random: the fill draws from the generator (jitgrad.compile draws it again at replay).
+    const: the value every element gets (zeros, ones; empty: "none"), so that a CUDA tensor
+    is made on the device without a host copy."""
     def make(*size, dtype=None, requires_grad=False, device=None):
         npd = _dtype_arg(dtype, fn) or _dtype.get_default_dtype().np
         shape = _size_arg(size, fn)
@@ -626,6 +637,8 @@ def _factory(fill, fn, float_only=None, random=False):
         # CUDA tensors are filled on the host and copied over: the random ones draw from
         # the same generator as the CPU's, so a seed gives the same numbers on both
         draw = (lambda: (place(fill(shape, npd), dev),)) if random else None
+        if const is not None and dev.type == "cuda":
+            return _finish(filled(shape, npd, const, dev), requires_grad)
         return _finish(place(fill(shape, npd), dev), requires_grad, draw)
     make.__name__ = fn
     return make
@@ -640,9 +653,9 @@ def manual_seed(seed):
         _cap.rec.python(lambda: manual_seed(seed) or (), (), (), "manual_seed")
 
 
-zeros = _factory(lambda s, d: np.zeros(s, d), "zeros")
-ones = _factory(lambda s, d: np.ones(s, d), "ones")
-empty = _factory(lambda s, d: np.empty(s, d), "empty")
+zeros = _factory(lambda s, d: np.zeros(s, d), "zeros", const=0)
+ones = _factory(lambda s, d: np.ones(s, d), "ones", const=1)
+empty = _factory(lambda s, d: np.empty(s, d), "empty", const="none")
 randn = _factory(lambda s, d: _rng[0].standard_normal(s).astype(d), "randn", "normal_kernel_cpu", random=True)
 rand = _factory(lambda s, d: _rng[0].random(s).astype(d), "rand", "check_uniform_bounds", random=True)
 
@@ -664,7 +677,9 @@ def full(size, fill_value, dtype=None, requires_grad=False, device=None):
     if npd is None:
         npd = (np.dtype(np.bool_) if isinstance(fill_value, bool) else
                np.dtype(np.int64) if isinstance(fill_value, int) else _dtype.get_default_dtype().np)
-    return _finish(place(np.full(shape, fill_value, dtype=npd), dev), requires_grad)
+    if dev.type == "cuda":
+        return _finish(filled(shape, npd, fill_value, dev), requires_grad)
+    return _finish(np.full(shape, fill_value, dtype=npd), requires_grad)
 
 
 def _arange_error(start, end, step):

@@ -88,3 +88,11 @@ def test_moves_are_differentiable_both_ways():
     w = jitgrad.ones(2, device="cuda", dtype=jitgrad.float64, requires_grad=True)
     w.cpu().sum().backward()
     assert w.grad.is_cuda and w.grad.cpu().tolist() == [1., 1.]
+
+
+def test_out_of_memory_is_torchs_error_and_leaves_nothing_behind():
+    x = jitgrad.ones(3, device="cuda", requires_grad=True)
+    with pytest.raises(jitgrad.cuda.OutOfMemoryError, match="^CUDA out of memory. Tried to allocate"):
+        jitgrad.empty(2 ** 46, device="cuda")
+    assert issubclass(jitgrad.cuda.OutOfMemoryError, RuntimeError)
+    assert x.cpu().tolist() == [1.0, 1.0, 1.0]  # what was there is intact and usable
