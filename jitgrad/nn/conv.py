@@ -13,6 +13,7 @@ Each op is one primitive of the engine, one graph node named like PyTorch's:
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core.messages import size_str, tensor_type
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import Tensor, empty
 from jitgrad.nn import init
 from jitgrad.nn.module import Module
@@ -58,6 +59,13 @@ def _conv_pads(padding, kernel, dilation, stride):
     return (ph, ph, pw, pw)
 
 
+def _type_name(a):
+    """torch's legacy type name of array a, which names the device: torch.cuda.FloatTensor
+    (conv2d's checks compare them, so they catch mixed devices too)."""
+    name = tensor_type(a.dtype)
+    return name.replace("torch.", "torch.cuda.", 1) if isinstance(a, DeviceArray) else name
+
+
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D cross-correlation of input (N, C, H, W) or (C, H, W) with weight (Cout, C/groups, kh, kw)."""
     if not isinstance(input, Tensor) or not isinstance(weight, Tensor):
@@ -70,13 +78,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise RuntimeError(f"weight should have at least three dimensions, got {w.ndim}" if w.ndim < 3 else
                            f"Expected {w.ndim}-dimensional input for {w.ndim}-dimensional weight "
                            f"{size_str(w.shape)}, but got {x.ndim}-dimensional input of size {size_str(x.shape)} instead")
-    if x.dtype != w.dtype:
-        raise RuntimeError(f"Input type ({tensor_type(x.dtype)}) and weight type "
-                           f"({tensor_type(w.dtype)}) should be the same or input should "
+    if _type_name(x) != _type_name(w):
+        raise RuntimeError(f"Input type ({_type_name(x)}) and weight type "
+                           f"({_type_name(w)}) should be the same or input should "
                            "be a MKLDNN tensor and weight is a dense tensor")
-    if bias is not None and bias._data.dtype != x.dtype:
-        raise RuntimeError(f"Input type ({tensor_type(x.dtype)}) and bias type "
-                           f"({tensor_type(bias._data.dtype)}) should be the same")
+    if bias is not None and _type_name(bias._data) != _type_name(x):
+        raise RuntimeError(f"Input type ({_type_name(x)}) and bias type "
+                           f"({_type_name(bias._data)}) should be the same")
     if x.dtype.kind != "f":
         raise RuntimeError(f"\"conv2d\" not implemented for '{x.dtype.name}'")
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")

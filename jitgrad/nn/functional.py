@@ -5,7 +5,7 @@ import numpy as np
 
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.messages import torch_size
-from jitgrad.graph.tensor import Tensor, _rng
+from jitgrad.graph.tensor import Tensor, _rng, place
 from jitgrad.ops import functional as _F
 from jitgrad.ops.elementwise import relu, sigmoid, tanh  # noqa: F401
 
@@ -41,11 +41,12 @@ def dropout(input, p=0.5, training=True, inplace=False):
         return input
     if p == 1:
         return input * 0.0
-    shape, dtype = input._data.shape, input._data.dtype
+    shape, dtype, device = input._data.shape, input._data.dtype, input.device
 
     def mask():
-        # _rng[0] when drawn: a replay draws what eager would from the generator's state then
-        return ((_rng[0].random(shape) >= p).astype(dtype) / (1 - p),)
+        # _rng[0] when drawn: a replay draws what eager would from the generator's state then;
+        # on the host for a CUDA input too (the factories' rule: a seed gives the same masks)
+        return (place((_rng[0].random(shape) >= p).astype(dtype) / (1 - p), device),)
     (keep,) = _computed(mask, (), "dropout's mask")
     return input * keep
 
@@ -75,14 +76,14 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         out = cross_entropy(input.unsqueeze(0), t1, weight, None, ignore_index, None, reduction, label_smoothing)
         return out.reshape(()) if reduction == "none" else out
     dtype = input._data.dtype
-    cw = None if weight is None else np.asarray(weight._data if isinstance(weight, Tensor) else weight)
+    cw = None if weight is None else weight._data if isinstance(weight, Tensor) else np.asarray(weight)
 
     def weights(t):
         # the mask of targets that count, and the total weight of the true targets (the mean's divisor)
-        t = np.asarray(t, dtype=np.int64)
+        t = _targets(t)
         valid = (t != ignore_index).astype(dtype)
         w = valid if cw is None else valid * cw[np.where(valid > 0, t, 0)]
-        return valid, np.asarray(w.sum(), dtype=dtype)
+        return valid, w.sum().astype(dtype)
     valid, total = _computed(weights, (_index_tensor(target),), "cross_entropy's target weights")
     nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction="none")
     # torch: the smoothing term weighs every class by its weight, and the mean divides by

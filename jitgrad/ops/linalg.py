@@ -4,6 +4,8 @@ import numpy as np
 
 from jitgrad._core.messages import scalar_name
 from jitgrad._core.modes import _packing, _saved_hooks
+from jitgrad.gpu.array import KERNELS as _KERNELS
+from jitgrad.gpu.array import DeviceArray as _DeviceArray
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor
@@ -20,6 +22,7 @@ def matmul(a, b):
     ad, bd = a._data, b._data
     if ad.ndim == 0 or bd.ndim == 0:
         raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {ad.ndim}D and {bd.ndim}D")
+    device = _same_device(ad, bd)  # as torch: before the sizes, which the device's kernel checks
     if ad.ndim == 1 and bd.ndim == 1:
         if ad.shape[0] != bd.shape[0]:
             raise RuntimeError(f"inconsistent tensor size, expected tensor [{ad.shape[0]}] and src [{bd.shape[0]}] to "
@@ -49,8 +52,9 @@ def matmul(a, b):
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}"
                            .replace("float64", "double").replace("float32", "float"))
     try:
-        # matrix @ matrix: ndarray.dot runs the same gemm (bit for bit) with less dispatch
-        out = ad.dot(bd) if spec is MATMUL and ad.ndim == 2 else np.asarray(np.matmul(ad, bd))
+        # host matrix @ matrix: ndarray.dot runs the same gemm (bit for bit) with less dispatch
+        out = (np.matmul(ad, bd) if device else ad.dot(bd) if spec is MATMUL and ad.ndim == 2
+               else np.asarray(np.matmul(ad, bd)))
     except ValueError as e:
         raise RuntimeError(str(e)) from None
     res = _wrap(out)
@@ -61,6 +65,31 @@ def matmul(a, b):
     return record(spec, res, (a, b), (ad, bd))
 
 
+
+
+def _on_device(x):
+    """Whether array x is a CUDA one (a DeviceArray): the ops' one test for the device."""
+    return isinstance(x, _DeviceArray)
+
+
+def _same_device(*arrays):
+    """Whether the arrays (None: an absent operand) are on the device; PyTorch's error when
+    some are and some are not."""
+    present = [isinstance(a, _DeviceArray) for a in arrays if a is not None]
+    if any(present) and not all(present):
+        raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
+                           "cuda:0 and cpu!")
+    return bool(present) and present[0]
+
+
+def _like(x):
+    """numpy's like= argument for a creation function to allocate where array x is."""
+    return {"like": x} if isinstance(x, _DeviceArray) else {}
+
+
+def _as_array(x):
+    """A saved value as an array: host values as ndarrays, device ones as they are."""
+    return x if isinstance(x, _DeviceArray) else np.asarray(x)
 
 
 def matmul_rule(grad, ri):
@@ -118,6 +147,7 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
     operand, such as linear's W.t(), is saved as its contiguous base, flagged, instead of
     being copied into a contiguous transpose. weight: linear's, when b is weight.t()."""
     ad, bd = a._data, b._data
+    _same_device(None if input is None else input._data, ad, bd)
     if ad.shape[1] != bd.shape[0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({ad.shape[0]}x{ad.shape[1]} and "
                            f"{bd.shape[0]}x{bd.shape[1]})")
@@ -129,12 +159,7 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
             if x.dtype != bd.dtype:
                 got = " and ".join(scalar_name(d) for d in (x.dtype, bd.dtype))
                 raise RuntimeError(f"{name} and mat2 must have the same dtype, but got {got}")
-    prod = ad.dot(bd)  # ad @ bd, bit for bit, with less dispatch
-    if alpha != 1.0:
-        prod *= alpha
-    if input is not None and beta != 0.0:
-        prod += input._data * beta if beta != 1.0 else input._data
-    res = _wrap(prod)
+    res = _wrap(_addmm_data(None if input is None else input._data, ad, bd, beta, alpha))
     inputs = (a, b) if input is None else (input, a, b)
     if not _needs(*inputs):
         if _cap.on and _cap.mine():
@@ -143,10 +168,31 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
     if weight is not None and _cap.on and _cap.mine():
         return _recorded_linear(spec, res, inputs, beta, alpha, weight)
     packing = _packing[0] and _saved_hooks.stack  # packed values keep the operands as they are
-    ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
-    tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
+    ta = int(not packing and not _c_contiguous(ad) and _c_contiguous(ad.T))
+    tb = int(not packing and not _c_contiguous(bd) and _c_contiguous(bd.T))
     return record(spec, res, inputs, (ad.T if ta else ad, bd.T if tb else bd), (beta, alpha),
                   spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb))
+
+
+def _addmm_data(inp, ad, bd, beta, alpha):
+    """beta * inp + alpha * ad @ bd (inp None: the product alone). On the host ndarray.dot
+    (ad @ bd bit for bit, with less dispatch) and numpy's in-place updates; on the device
+    one gemm whose epilogue adds beta times the input, broadcast into the output first."""
+    if isinstance(ad, _DeviceArray):
+        out = _DeviceArray.empty((ad.shape[0], bd.shape[1]), ad.dtype)
+        if inp is not None and beta != 0.0:
+            out[...] = inp
+        return _KERNELS["gemm"](ad, bd, out, alpha, beta if inp is not None else 0.0)
+    prod = ad.dot(bd)
+    if alpha != 1.0:
+        prod *= alpha
+    if inp is not None and beta != 0.0:
+        prod += inp * beta if beta != 1.0 else inp
+    return prod
+
+
+def _c_contiguous(x):
+    return x.flags["C_CONTIGUOUS"]  # item access: ndarray's flags and DeviceArray's dict both have it
 
 
 # jitgrad.compile and linear's x @ W.t(): the backward reads W.t() as its contiguous base,
@@ -158,8 +204,8 @@ def _recorded_linear(spec, res, inputs, beta, alpha, weight):
     makes it; the instruction reads the weight when the row saves it (tb)."""
     ad, bd = inputs[-2]._data, inputs[-1]._data
     packing = _packing[0] and _saved_hooks.stack
-    ta = int(not packing and not ad.flags.c_contiguous and ad.T.flags.c_contiguous)
-    tb = int(not packing and not bd.flags.c_contiguous and bd.T.flags.c_contiguous)
+    ta = int(not packing and not _c_contiguous(ad) and _c_contiguous(ad.T))
+    tb = int(not packing and not _c_contiguous(bd) and _c_contiguous(bd.T))
     saved = (ad.T if ta else ad, bd.T if tb else bd)
     ints = spec.pack_ints(n=ad.shape[0], k=ad.shape[1], m=bd.shape[1], ta=ta, tb=tb)
     _cap.on = False  # reported below, not by record()
@@ -179,7 +225,7 @@ def _traced_mm(spec, res, inputs, beta, alpha, weight):
     so they are saved as they are (untransposed), but for linear's contiguous weight."""
     ad, bd = inputs[-2]._data, inputs[-1]._data
     n, k, m = ad.shape[0], ad.shape[1], bd.shape[1]
-    if weight is not None and res._data.dtype.kind == "f" and weight._data.flags.c_contiguous:
+    if weight is not None and res._data.dtype.kind == "f" and _c_contiguous(weight._data):
         traced(spec, res, inputs[:-1] + (weight,), (ad, weight._data), (beta, alpha),
                spec.pack_ints(n=n, k=k, m=m, ta=0, tb=1))
     else:
@@ -241,7 +287,7 @@ def _mm_operand(ri, k):
     shape, transposed = ((p.n, p.k), p.ta) if k == 0 else ((p.k, p.m), p.tb)
     if not transposed or ri.tape.packed.get(ri.row) is not None:
         return ri.saved_input(k, j)
-    return ri.input(j, np.asarray(ri.saved(k, shape[::-1])).reshape(shape[::-1]).T)
+    return ri.input(j, _as_array(ri.saved(k, shape[::-1])).reshape(shape[::-1]).T)
 
 
 def addmm_jvp(ci, tangents):
@@ -296,7 +342,8 @@ def trace(x):
     d = x._data
     if d.ndim != 2:
         raise RuntimeError("trace: expected a matrix, but got tensor with dim " + str(d.ndim))
-    res = _wrap(np.asarray(np.trace(d), dtype=d.dtype if d.dtype.kind == "f" else np.int64))
+    kind = d.dtype if d.dtype.kind == "f" else np.dtype(np.int64)
+    res = _wrap(np.trace(d, dtype=kind) if _on_device(d) else np.asarray(np.trace(d), dtype=kind))
     if not _needs(x):
         if _cap.on and _cap.mine():
             traced_as(TRACE, res, (x,), (), (), None, lambda a: np.asarray(np.trace(a), dtype=np.int64))
@@ -308,7 +355,7 @@ def trace(x):
 
 def trace_rule(grad, ri):
     rows, cols = ri.in_shape(0)
-    return (grad * _wrap(np.eye(rows, cols, dtype=grad._data.dtype)),)
+    return (grad * _wrap(np.eye(rows, cols, dtype=grad._data.dtype, **_like(grad._data))),)
 
 
 TRACE = structural("trace", "TraceBackward0", rule=trace_rule, kernel=k_trace, fwd_kernel=f_trace, forward=trace,

@@ -1,11 +1,18 @@
 """Neural-network primitives: softmax / log_softmax, gelu, layer_norm, embedding, nll_loss,
 convolution, max_pool2d and the padding gathers. Each entry sits below its forward; the
 user-facing functions (argument handling, torch's error messages) are jitgrad/nn/functional.py
-and jitgrad/nn/conv.py, which call these forwards."""
+and jitgrad/nn/conv.py, which call these forwards.
+
+Each forward computes through one `_<op>_data` function: the compiled host loops for
+ndarrays, the CUDA kernel (gpu/kernels/nn.py, KERNELS["nn.<op>"]) for DeviceArrays. The
+gradient rules are Tensor ops, so they run wherever their inputs are; the index arrays they
+make are made where the data is (numpy's like=)."""
 import numpy as np
 
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.messages import scalar_name, size_str, tensor_type
+from jitgrad.gpu.array import KERNELS as _KERNELS
+from jitgrad.gpu.array import DeviceArray as _DeviceArray
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import Tensor, _wrap_dim
@@ -17,7 +24,7 @@ from jitgrad.kernels.norm import k_layer_norm, k_log_softmax_grad, k_softmax_gra
 from jitgrad.kernels.shape import k_embedding
 from jitgrad.ops._common import _cap, _needs, traced
 from jitgrad.ops.elementwise import _as_float, _erf_array, _ew, exp, reciprocal, sqrt, to_dtype
-from jitgrad.ops.linalg import matmul, transpose
+from jitgrad.ops.linalg import _as_array, _like, _on_device, _same_device, matmul, transpose
 from jitgrad.ops.reduce import mean, sum
 from jitgrad.ops.shape import INDEX, cat, expand, getitem, index_flat, index_put_flat, permute, reshape
 
@@ -69,13 +76,21 @@ def _normalise(spec, x, dim, dtype, log):
     d = x._data
     dim = _wrap_dim(dim, d.ndim)
     groups = _groups(d.shape or (1,), dim)
-    out = np.empty(d.shape, d.dtype)
-    if d.size:
-        softmax_into(np.ascontiguousarray(d).reshape(-1), *groups, out.reshape(-1), log)
+    out = _softmax_data(d, groups, log)
     res = _wrap(out)
     if not _needs(x):
         return traced(spec, res, (x,), (out,), (), spec.pack_ints(*groups, dim)) if _cap.on else res
     return record(spec, res, (x,), (out,), (), spec.pack_ints(*groups, dim))
+
+
+def _softmax_data(d, groups, log):
+    """softmax (log: log_softmax) of array d over groups = (outer, n, inner) around the dim."""
+    if _on_device(d):
+        return _KERNELS["nn.softmax"](d, groups, log)
+    out = np.empty(d.shape, d.dtype)
+    if d.size:
+        softmax_into(np.ascontiguousarray(d).reshape(-1), *groups, out.reshape(-1), log)
+    return out
 
 
 def softmax(x, dim, dtype=None):
@@ -134,11 +149,17 @@ def gelu(input, approximate="none"):
     x = input._data
     if x.dtype.kind != "f":
         raise NotImplementedError(f"\"GeluKernelImpl\" not implemented for '{scalar_name(x.dtype)}'")
-    if approximate == "none":
-        out = 0.5 * x * (1.0 + _erf_array(x * _SQRT1_2))
-    else:
+    return _ew(GELU, _gelu_data(x, approximate == "tanh"), input, p0=float(approximate == "tanh"))
+
+
+def _gelu_data(x, tanh_form):
+    if _on_device(x):  # one kernel generated from the spec's forward formula
+        return _KERNELS["ew"](GELU.fwd, ("self",), (x,), x.dtype, (float(tanh_form),))
+    if tanh_form:
         out = 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
-    return _ew(GELU, np.asarray(out).astype(x.dtype, copy=False), input, p0=float(approximate == "tanh"))
+    else:
+        out = 0.5 * x * (1.0 + _erf_array(x * _SQRT1_2))
+    return np.asarray(out).astype(x.dtype, copy=False)
 
 
 # p0: 0 for the exact form x * Phi(x), 1 for the tanh approximation; both as torch's GeluBackward0
@@ -177,14 +198,12 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     x = input._data
     if x.dtype.kind != "f":
         raise NotImplementedError(f"\"LayerNormKernelImpl\" not implemented for '{scalar_name(x.dtype)}'")
+    _same_device(x, *(None if p is None else p._data for p in (weight, bias)))
     if any(p is not None and p._data.dtype != x.dtype for p in (weight, bias)):
         raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
     k = int(np.prod(normalized_shape, dtype=np.int64))
-    none = np.zeros(0, x.dtype)
-    w = none if weight is None else np.ascontiguousarray(weight._data).reshape(-1)
-    b = none if bias is None else np.ascontiguousarray(bias._data).reshape(-1)
-    out, mean, rstd = layer_norm_forward(np.ascontiguousarray(x).reshape(-1, k), w, b, weight is not None,
-                                         bias is not None, float(eps))
+    out, mean, rstd = _layer_norm_data(x, k, None if weight is None else weight._data,
+                                       None if bias is None else bias._data, float(eps))
     res = _wrap(out.reshape(x.shape))
     inputs = (input, _ABSENT if weight is None else weight, _ABSENT if bias is None else bias)
     needs = _needs(*inputs)
@@ -199,6 +218,17 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 _ABSENT = _wrap(np.zeros(0))  # an input slot without a tensor: the node's next_functions entry is None
+
+
+def _layer_norm_data(x, k, w, b, eps):
+    """(out, mean, rstd) of array x over trailing groups of k; w, b: arrays or None."""
+    if _on_device(x):
+        return _KERNELS["nn.layer_norm"](x, k, w, b, eps)
+    none = np.zeros(0, x.dtype)
+    return layer_norm_forward(np.ascontiguousarray(x).reshape(-1, k),
+                              none if w is None else np.ascontiguousarray(w).reshape(-1),
+                              none if b is None else np.ascontiguousarray(b).reshape(-1),
+                              w is not None, b is not None, eps)
 
 
 
@@ -271,7 +301,7 @@ def _stat(ri, k):
     while lead > 0 and int(np.prod(shape[lead:], dtype=np.int64)) != n:
         lead -= 1
     rows = int(np.prod(shape[:lead], dtype=np.int64))
-    return _wrap(np.asarray(ri.saved(k, (rows,))).reshape(tuple(shape[:lead]) + (1,) * (len(shape) - lead)))
+    return _wrap(_as_array(ri.saved(k, (rows,))).reshape(tuple(shape[:lead]) + (1,) * (len(shape) - lead)))
 
 
 def _ln_weight(ri, k):
@@ -310,8 +340,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     often each index occurs). max_norm first renormalises the rows used, in place."""
     if sparse:
         raise NotImplementedError("jitgrad: sparse embedding gradients are not supported (no sparse tensors)")
-    idx = input._data if isinstance(input, Tensor) else np.asarray(input)
-    idx = np.asarray(idx)
+    idx = _as_array(input._data if isinstance(input, Tensor) else input)
     if idx.dtype not in (np.int64, np.int32):
         name = tensor_type(idx.dtype)
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
@@ -319,24 +348,20 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     if weight.ndim != 2:
         raise RuntimeError("'weight' must be 2-D")
     num, dim = weight.shape
-    if idx.size and (idx.min() < 0 or idx.max() >= num):
+    device = _same_device(weight._data, idx)
+    if not device and idx.size and (idx.min() < 0 or idx.max() >= num):  # the device kernel checks its reads
         raise IndexError("index out of range in self")
     padding_idx = _padding_index(padding_idx, num)
     flat = idx.reshape(-1).astype(np.int64, copy=False)
     if max_norm is not None:
         _stop("embedding(max_norm=...) renormalises the weight in place")
         _embedding_renorm_(weight, flat, float(max_norm), float(norm_type))
-    w = weight._data
-    res = _wrap(w[flat].reshape(idx.shape + (dim,)))
     needs = _needs(weight)
+    rows, flat, coef = _embedding_data(weight._data, flat, padding_idx, scale_grad_by_freq, needs or _cap.on)
+    res = _wrap(rows.reshape(idx.shape + (dim,)))
     if not (needs or _cap.on):
         return res
-    coef = np.ones(flat.size, w.dtype)
-    if scale_grad_by_freq:
-        coef /= np.bincount(flat, minlength=num)[flat]
-    if padding_idx is not None:
-        coef[flat == padding_idx] = 0
-    saved = (np.ascontiguousarray(flat), coef)
+    saved = (flat, coef)
     ints = EMBEDDING.pack_ints(dim=dim, padding_idx=-1 if padding_idx is None else padding_idx,
                                freq=bool(scale_grad_by_freq))
     reads = (_operand_tensor(input, idx),)
@@ -345,9 +370,29 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     return _record_with(EMBEDDING, res, (weight,), saved, (), ints, reads)
 
 
+def _embedding_data(w, flat, padding_idx, freq, want_coef):
+    """(w's rows at flat indices, (n, dim); the indices, contiguous; per index its gradient's
+    coefficient, None unless want_coef)."""
+    if _on_device(w):
+        return _KERNELS["nn.embedding"](w, flat, padding_idx, freq, w.dtype if want_coef else None)
+    rows = w[flat]
+    if not want_coef:
+        return rows, flat, None
+    coef = np.ones(flat.size, w.dtype)
+    if freq:
+        coef /= np.bincount(flat, minlength=w.shape[0])[flat]
+    if padding_idx is not None:
+        coef[flat == padding_idx] = 0
+    return rows, np.ascontiguousarray(flat), coef
+
+
 def _embedding_renorm_(weight, flat, max_norm, norm_type):
     """torch.embedding_renorm_: rows used whose norm exceeds max_norm are scaled to
     max_norm / (norm + 1e-7), in place and outside autograd (the weight's version moves)."""
+    if _on_device(weight._data):
+        _KERNELS["nn.embedding_renorm_"](weight._data, flat, max_norm, norm_type)
+        weight._bump()
+        return
     rows = np.unique(flat)
     if rows.size == 0:
         return
@@ -366,25 +411,25 @@ def embedding_rule(grad, ri):
     As in torch, the counts are not part of the derivative of this backward (torch's
     embedding_dense_double_backward masks the padding row only), so they are applied as
     a constant offset rather than as a recorded multiply."""
-    dim = ri.iparams().dim
-    idx = np.asarray(ri.saved(0, None)).reshape(-1)
+    dim, _, freq = ri.iparams()
+    idx = _as_array(ri.saved(0, None)).reshape(-1)
     n = idx.size
-    coef = np.asarray(ri.saved(1, (n,))).reshape(n)
+    coef = _as_array(ri.saved(1, (n,))).reshape(n)
     used = coef != 0
     mask = _wrap(used.astype(coef.dtype).reshape(n, 1))
     g = reshape(reshape(grad, (n, dim)) * mask, (-1,))
-    flat = (idx[:, None] * dim + np.arange(dim, dtype=np.int64)).reshape(-1)
+    flat = (idx[:, None] * dim + np.arange(dim, dtype=np.int64, **_like(idx))).reshape(-1)
     gw = index_put_flat(g, flat, ri.in_shape(0))
-    if np.all(coef[used] == 1):
+    if not freq:
         return (gw,)
-    scale = np.ones((ri.in_shape(0)[0], 1), coef.dtype)
-    scale[idx[used], 0] = coef[used]  # 1/count of each row used
+    scale = np.ones((ri.in_shape(0)[0], 1), coef.dtype, **_like(coef))
+    scale[idx, 0] = np.where(used, coef, 1)  # 1/count of each row used (a row's entries agree)
     return (gw + _wrap(gw._data * scale - gw._data),)
 
 
 def _indices(ri, k):
     """torch's _saved_indices: the index tensor, at its own shape."""
-    return _wrap(np.asarray(ri.saved(k, None)).reshape(ri.out_shape()[:-1]))
+    return _wrap(_as_array(ri.saved(k, None)).reshape(ri.out_shape()[:-1]))
 
 
 def embedding_jvp(ci, tangents):
@@ -419,8 +464,8 @@ def _legacy_reduction(size_average, reduce, reduction):
 
 
 def _targets(target):
-    t = target._data if isinstance(target, Tensor) else np.asarray(target)
-    return np.asarray(t, dtype=np.int64)
+    t = target._data if isinstance(target, Tensor) else target
+    return t.astype(np.int64, copy=False) if _on_device(t) else np.asarray(t, dtype=np.int64)
 
 
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
@@ -437,32 +482,15 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     if t.shape != (input.shape[0],):
         raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
                          f"({t.shape[0] if t.ndim else 0}).")
-    valid = t != ignore_index
-    safe = np.where(valid, t, 0)
-    if valid.any() and (safe.min() < 0 or safe.max() >= input.shape[1]):
-        raise IndexError(f"Target {int(safe.max() if safe.max() >= input.shape[1] else safe.min())} "
-                         "is out of bounds.")
     x = input._data
-    w = valid.astype(x.dtype)
-    if weight is not None:
-        w = w * (weight._data if isinstance(weight, Tensor) else np.asarray(weight))[safe]
-        w = w.astype(x.dtype, copy=False)
-    losses = -(x[np.arange(t.shape[0]), safe] * w)
-    total = w.sum()
-    with np.errstate(divide="ignore", invalid="ignore"):   # all targets ignored: nan, as torch
-        if reduction == "mean":
-            out, coef = np.asarray(losses.sum() / total, dtype=x.dtype), w / total
-        elif reduction == "sum":
-            out, coef = np.asarray(losses.sum(), dtype=x.dtype), w
-        elif reduction == "none":
-            out, coef = losses, w
-        else:
-            raise ValueError(f"{reduction} is not a valid value for reduction")
+    cw = None if weight is None else _as_array(weight._data if isinstance(weight, Tensor) else weight)
+    _same_device(x, t, cw)
+    out, coef, safe = _nll_data(x, t, cw, ignore_index, reduction)
     res = _wrap(out)
     needs = _needs(input)
     if not (needs or _cap.on):
         return res
-    saved = (np.ascontiguousarray(safe), coef.astype(x.dtype, copy=False))
+    saved = (safe, coef)
     ints = NLL_LOSS.pack_ints(ncls=x.shape[1], per_row=reduction == "none", mean=reduction == "mean",
                               ignore_index=ignore_index)
     reads = (_index_tensor(target, t),)
@@ -476,20 +504,47 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return _record_with(NLL_LOSS, res, (input,), saved, (), ints, reads)
 
 
+def _nll_data(x, t, cw, ignore_index, reduction):
+    """(loss, per-sample gradient coefficient: class weight, ignore mask and 1/total, targets
+    with the ignored ones as 0) of array x (N, C), targets t and class weights cw (or None)."""
+    if _on_device(x):
+        return _KERNELS["nn.nll_loss"](x, t, cw, ignore_index, reduction)
+    valid = t != ignore_index
+    safe = np.where(valid, t, 0)
+    if valid.any() and (safe.min() < 0 or safe.max() >= x.shape[1]):
+        raise IndexError(f"Target {int(safe.max() if safe.max() >= x.shape[1] else safe.min())} "
+                         "is out of bounds.")
+    w = valid.astype(x.dtype)
+    if cw is not None:
+        w = (w * cw[safe]).astype(x.dtype, copy=False)
+    losses = -(x[np.arange(t.shape[0]), safe] * w)
+    total = w.sum()
+    with np.errstate(divide="ignore", invalid="ignore"):   # all targets ignored: nan, as torch
+        if reduction == "mean":
+            out, coef = np.asarray(losses.sum() / total, dtype=x.dtype), w / total
+        elif reduction == "sum":
+            out, coef = np.asarray(losses.sum(), dtype=x.dtype), w
+        elif reduction == "none":
+            out, coef = losses, w
+        else:
+            raise ValueError(f"{reduction} is not a valid value for reduction")
+    return out, coef.astype(x.dtype, copy=False), np.ascontiguousarray(safe)
+
+
 def nll_rule(grad, ri):
     """d input[n, target[n]] = -grad * weight[n] (grad is one value unless reduction='none';
     the saved weight already holds the class weight, the ignore mask and the 1/total)."""
     ncls, per_row = ri.iparams()[:2]
     shape = ri.in_shape(0)
     n = shape[0]
-    target = np.asarray(ri.saved(0, None)).reshape(n)
-    coef = _wrap(np.asarray(ri.saved(1, (n,))).reshape(n))
+    target = _as_array(ri.saved(0, None)).reshape(n)
+    coef = _wrap(_as_array(ri.saved(1, (n,))).reshape(n))
     g = grad if per_row else expand(reshape(grad, (1,)), (n,))
-    return (index_put_flat(-(g * coef), np.arange(n, dtype=np.int64) * ncls + target, shape),)
+    return (index_put_flat(-(g * coef), np.arange(n, dtype=np.int64, **_like(target)) * ncls + target, shape),)
 
 
 def _target(ri, k):
-    return _wrap(np.asarray(ri.saved(k, None)).reshape(ri.in_shape(0)[:1]))
+    return _wrap(_as_array(ri.saved(k, None)).reshape(ri.in_shape(0)[:1]))
 
 
 def nll_jvp(ci, tangents):
@@ -499,7 +554,7 @@ def nll_jvp(ci, tangents):
     ncls, per_row = ci.iparams()[:2]
     n = ci.in_shape(0)[0]
     target = ci.saved_named("target")._data.reshape(n)
-    picked = index_flat(t, np.arange(n, dtype=np.int64) * ncls + target, (n,), INDEX)
+    picked = index_flat(t, np.arange(n, dtype=np.int64, **_like(target)) * ncls + target, (n,), INDEX)
     losses = -(picked * ci.saved_named("_coef"))
     return losses if per_row else sum(losses)
 
@@ -520,6 +575,7 @@ def convolution(input, weight, bias, stride, pads, dilation, groups):
     """The ConvolutionBackward0 primitive on batched input: compiled forward (kernels/conv.py)
     and one row whose kernel (kernels/conv.py, k_conv) computes all three gradients."""
     x, w = input._data, weight._data
+    _same_device(x, w, None if bias is None else bias._data)
     n, c, h, wd = x.shape
     cout, cg, kh, kw = w.shape
     pt, pb, pl, pr = pads
@@ -527,14 +583,20 @@ def convolution(input, weight, bias, stride, pads, dilation, groups):
     wo = (wd + pl + pr - dilation[1] * (kw - 1) - 1) // stride[1] + 1
     geom = np.array([n, c, h, wd, cout, cg, kh, kw, stride[0], stride[1], pt, pl, dilation[0], dilation[1],
                      groups, ho, wo], np.int64)
-    b = bias._data if bias is not None else np.zeros(0, x.dtype)
-    out = conv_forward(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(w).reshape(-1),
-                       np.ascontiguousarray(b), bias is not None, geom)
+    out = _conv_data(x, w, None if bias is None else bias._data, geom)
     res = _wrap(out.reshape(n, cout, ho, wo))
     inputs = (input, weight) if bias is None else (input, weight, bias)
     if not _needs(*inputs):
         return traced(CONVOLUTION, res, inputs, (x, w), (), CONVOLUTION.pack_ints(*geom.tolist())) if _cap.on else res
     return record(CONVOLUTION, res, inputs, (x, w), (), CONVOLUTION.pack_ints(*geom.tolist()))
+
+
+def _conv_data(x, w, b, geom):
+    """The convolution of arrays x, w (b: the bias, or None) for the geometry."""
+    if _on_device(x):
+        return _KERNELS["nn.conv2d"](x, w, b, geom)
+    return conv_forward(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(w).reshape(-1),
+                        np.ascontiguousarray(b if b is not None else np.zeros(0, x.dtype)), b is not None, geom)
 
 
 def conv_rule(grad, ri):
@@ -545,8 +607,8 @@ def conv_rule(grad, ri):
     n, c, h, w, cout, cg, kh, kw, _, _, _, _, _, _, groups, ho, wo = geom
     x = ri.saved_input(0, 0)
     wt = ri.saved_input(1, 1)
-    idx = conv_gather_index(geom)                                  # (G, K, N*L)
-    xz = cat([reshape(x, (-1,)), _wrap(np.zeros(1, x._data.dtype))], 0)
+    idx = conv_gather_index(geom, x._data)                         # (G, K, N*L)
+    xz = cat([reshape(x, (-1,)), _wrap(np.zeros(1, x._data.dtype, **_like(x._data)))], 0)
     cols = index_flat(xz, idx.reshape(-1), idx.shape, INDEX)
     m = cout // groups
     # grad (N, Cout, Ho, Wo) -> (G, M, N*L), the columns' layout
@@ -560,9 +622,12 @@ def conv_rule(grad, ri):
     return (gx, gw) if gb is None else (gx, gw, gb)
 
 
-def conv_gather_index(geom):
+def conv_gather_index(geom, data=None):
     """For each column entry (group, (c, i, j), (sample, oh, ow)), the flat input index it
-    reads, or N*C*H*W (the appended zero) where it falls in the padding."""
+    reads, or N*C*H*W (the appended zero) where it falls in the padding; on the device when
+    the input's array `data` is there."""
+    if _on_device(data):
+        return _KERNELS["nn.conv_gather_index"](geom)
     n, c, h, w, _, cg, kh, kw, sh, sw, pt, pl, dh, dw, groups, ho, wo = (int(v) for v in geom)
     grp, ch, i, j, s, oh, ow = np.ix_(*(np.arange(d) for d in (groups, cg, kh, kw, n, ho, wo)))
     ih = oh * sh - pt + i * dh
@@ -608,17 +673,26 @@ def _max_pool2d_with_indices(input, kernel, stride, padding, dilation, out_size)
     planes = x.size // (h * w)
     (ho, wo) = out_size
     pgeom = np.array([planes, h, w, *kernel, *stride, *padding, *dilation, ho, wo], np.int64)
-    out, arg = max_pool_forward(np.ascontiguousarray(x).reshape(-1), pgeom)
+    out, arg, flat = _max_pool_data(x, pgeom)
     shape = x.shape[:-2] + (ho, wo)
     indices = _wrap(arg.reshape(shape))
     res = _wrap(out.reshape(shape))
     needs = _needs(input)
     if not (needs or _cap.on):
         return res, indices
-    flat = arg + np.repeat(np.arange(planes, dtype=np.int64) * (h * w), ho * wo)
+    if flat is None:
+        flat = arg + np.repeat(np.arange(planes, dtype=np.int64) * (h * w), ho * wo)
     if not needs:
         return traced(MAX_POOL2D, res, (input,), (flat,), (), pgeom.tolist(), (indices,)), indices
     return _record_with(MAX_POOL2D, res, (input,), (flat,), (), pgeom.tolist(), extra=(indices,)), indices
+
+
+def _max_pool_data(x, pgeom):
+    """(values, argmax within each plane, argmax within the input: None on the host, where
+    it is made only for a recorded node), flat."""
+    if _on_device(x):
+        return _KERNELS["nn.max_pool2d"](x, pgeom)
+    return (*max_pool_forward(np.ascontiguousarray(x).reshape(-1), pgeom), None)
 
 
 def _gather_jvp(spec):
@@ -673,6 +747,8 @@ def _pad2d(x, pads, mode):
     rows, cols = _pad_source(h, pt, pb, mode), _pad_source(w, pl, pr, mode)
     planes = int(np.prod(shape[:-2], dtype=np.int64))
     idx = (np.arange(planes)[:, None, None] * (h * w) + rows[None, :, None] * w + cols[None, None, :]).reshape(-1)
+    if _on_device(x._data):  # the gather reads where the data is
+        idx = _DeviceArray.from_host(idx)
     out_shape = shape[:-2] + (rows.size, cols.size)
     return index_flat(x, idx, out_shape, _PAD_SPEC[mode])
 
