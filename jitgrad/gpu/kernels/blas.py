@@ -1,4 +1,4 @@
-"""Matrix products on the device: np.matmul (and np.dot, np.trace) for DeviceArrays.
+"""Matrix products on the device: np.matmul (and np.dot) for DeviceArrays.
 
 Two backends compute a (batched) product; `backend()` says which one runs:
   - "cupy": cuBLAS through cupy, when cupy is installed and a real GPU runs. The operands
@@ -286,51 +286,8 @@ def dot(a, b, out=None):
     return matmul(a, b, out=out)
 
 
-@cuda.jit
-def _trace(x, off, step, n, out):
-    # one block: each thread sums a strided share of the diagonal, thread 0 adds them up
-    part = cuda.shared.array(1024, numba.float64)
-    s = 0.0
-    i = cuda.threadIdx.x
-    while i < n:
-        s += x[off + i * step]
-        i += cuda.blockDim.x
-    part[cuda.threadIdx.x] = s
-    cuda.syncthreads()
-    if cuda.threadIdx.x == 0:
-        for t in range(1, cuda.blockDim.x):
-            s += part[t]
-        out[0] = s
-
-
-def trace(x, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    """np.trace of a float matrix (ints go through float64, exact below 2**53)."""
-    if x.ndim != 2 or offset or (axis1, axis2) != (0, 1) or out is not None:
-        raise TypeError("numpy.trace beyond a matrix's main diagonal is not supported on cuda tensors by jitgrad yet")
-    n = min(x.shape)
-    acc = DeviceArray.empty((), np.float64)
-    _, threads = driver.grid(n)
-    _trace[1, threads](x.buf, x.offset, x.estrides[0] + x.estrides[1], n, acc.buf)
-    want = np.dtype(dtype) if dtype is not None else (x.dtype if x.dtype.kind == "f" else np.dtype(np.int64))
-    return acc if want == acc.dtype else acc.astype(want)
-
-
-def eye(N, M=None, k=0, dtype=float, order="C", device=None):
-    """np.eye(..., like=a DeviceArray): zeros with ones on a strided view of the diagonal."""
-    n, m = N, N if M is None else M
-    out = DeviceArray.empty((n, m), dtype)
-    KERNELS["fill"](out, 0)
-    first = k if k >= 0 else -k * m
-    count = max(0, min(n, m - k) if k >= 0 else min(n + k, m))
-    if count:
-        KERNELS["fill"](DeviceArray(out.buf, first, (count,), (m + 1,), out.dtype), 1)
-    return out
-
-
 UFUNCS[np.matmul] = _matmul_ufunc
 FUNCTIONS[np.dot] = dot
-FUNCTIONS[np.trace] = trace
-FUNCTIONS.setdefault(np.eye, eye)  # trace's backward (the creation functions' module may register its own)
 KERNELS["gemm"] = gemm_into
 
 
@@ -352,5 +309,4 @@ def signature(*args):
 PTX_SIGNATURES = {
     **{k: [signature(d, "i", r, "i", "i", d, "i", r, "i", "i", d, "i", r, "i", "i", r, "i", "i", "i", ("s", d), ("s", d))
            for r in (1, 2)] for kind in _GEMMS.values() for d, k in kind.items()},
-    _trace: [signature(d, "i", "i", "i", np.float64) for d in DTYPES],
 }
