@@ -23,7 +23,7 @@ def test_a_cuda_step_runs_eagerly_with_eagers_results():
         assert loss.is_cuda
     ref = jitgrad.tensor([0.5, -1.0, 2.0], dtype=jitgrad.float64, requires_grad=True)
     ref_loss = _step(ref, jitgrad.tensor([1.0, 2.0, 3.0], dtype=jitgrad.float64))
-    np.testing.assert_allclose(loss.cpu().numpy(), ref_loss.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(loss.detach().cpu().numpy(), ref_loss.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(w.grad.cpu().numpy(), ref.grad.numpy(), rtol=1e-12)
     out = jitgrad.compiler.explain(_step, w, x)
     assert out.graph_break_count >= 1 and any("CUDA" in str(r) for r in out.break_reasons)
