@@ -335,6 +335,35 @@ def _tapes_from(roots):
     return sorted(seen.values(), key=lambda t: t.id)
 
 
+def requested(tapes, runs, targets, mark_need):
+    """For grad(inputs=...): ({key of each requested tensor}, [the requested non-leaves]),
+    with each tape's rows on a path to one of them marked RECV by mark_need(tape, run);
+    (None, []) for backward(), which sweeps everything. Shared by the CPU and CUDA drivers."""
+    if targets is None:
+        return None, []
+    want = {tg.key for tg in targets}
+    inner = [tg for tg in targets if not isinstance(tg.node, AccumulateGrad)]
+    for t in tapes:  # oldest first: EXT rows read their foreign tape's decision
+        r = runs[t.id]
+        r.st[:] = 0
+        for tg in inner:
+            if tg.tape is t:
+                r.st[tg.row] |= RECV
+        for row, acc in r.leaves.items():
+            if (id(acc), 0) in want:
+                r.st[row] |= RECV
+        for row, (ft, frow) in r.ext.items():
+            if runs[ft.id].st[frow] & RECV:
+                r.st[row] |= RECV
+        mark_need(t, r)
+    return want, inner
+
+
+def _mark_need(tape, r):
+    cols = r._columns()
+    scheduler().mark_need(cols[0], cols[1], r.st.size, r.st)
+
+
 def run(roots, grads, targets, retain, tapes=None):
     """roots, targets: autograd._engine.Target of the outputs and of the requested inputs;
     tapes: _tapes_from(roots), whose locks the caller holds.
@@ -346,24 +375,7 @@ def run(roots, grads, targets, retain, tapes=None):
     if tapes is None:
         tapes = _tapes_from(roots)
     runs = {t.id: _TapeRun(t, npd) for t in tapes}
-    want = None if targets is None else {tg.key for tg in targets}
-    inner = [] if targets is None else [tg for tg in targets if not isinstance(tg.node, AccumulateGrad)]
-    if want is not None:
-        for t in tapes:  # oldest first: EXT rows read their foreign tape's decision
-            r = runs[t.id]
-            r.st[:] = 0
-            for tg in inner:
-                if tg.tape is t:
-                    r.st[tg.row] |= RECV
-            for row, acc in r.leaves.items():
-                if (id(acc), 0) in want:
-                    r.st[row] |= RECV
-            for row, (ft, frow) in r.ext.items():
-                if runs[ft.id].st[frow] & RECV:
-                    r.st[row] |= RECV
-            cols = r._columns()
-            scheduler().mark_need(cols[0], cols[1], r.st.size, r.st)
-            del cols
+    want, inner = requested(tapes, runs, targets, _mark_need)
     code = _DT[npd]
     for t in tapes:
         r = runs[t.id]

@@ -56,7 +56,7 @@ from jitgrad.engine import executor as pyengine
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 from jitgrad.gpu import driver
 from jitgrad.gpu.array import DeviceArray, assign
-from jitgrad.graph.node import AccumulateGrad, node_for
+from jitgrad.graph.node import node_for
 from jitgrad.graph.pynode import FunctionNode, validate_gradient
 from jitgrad.graph.spec import BY_OP, OP_OUT
 from jitgrad.graph.tape import close_current_tape, live_tape
@@ -349,22 +349,7 @@ def run(roots, grads, targets, retain, tapes):
         # decided before any tape is swept (a run abandoned halfway would have run hooks)
         if t.reshaped or not _compiled._runs_at(runs[t.id], code):
             return FALLBACK
-    want = None if targets is None else {tg.key for tg in targets}
-    inner = [] if targets is None else [tg for tg in targets if not isinstance(tg.node, AccumulateGrad)]
-    if want is not None:
-        for t in tapes:  # oldest first: EXT rows read their foreign tape's decision
-            r = runs[t.id]
-            r.st[:] = 0
-            for tg in inner:
-                if tg.tape is t:
-                    r.st[tg.row] |= RECV
-            for row, acc in r.leaves.items():
-                if (id(acc), 0) in want:
-                    r.st[row] |= RECV
-            for row, (ft, frow) in r.ext.items():
-                if runs[ft.id].st[frow] & RECV:
-                    r.st[row] |= RECV
-            mark_need(t, r.st)
+    want, inner = _compiled.requested(tapes, runs, targets, lambda t, r: mark_need(t, r.st))
     for i, (tg, g) in enumerate(zip(roots, grads)):
         shape = tg.tape.out_shape(tg.row)
         if g._data.shape != shape:
