@@ -82,3 +82,39 @@ def test_forward_ad_dual_repr_and_dual_tangent_rejected():
         return shows_tangent, e
 
     both(run)
+
+
+@gap
+def test_in_place_view_ops_change_shape_bump_the_version_and_backprop():
+    # transpose_/t_/unsqueeze_/squeeze_: PyTorch's own inference-mode and view tests use them
+    def run(T):
+        x = mk(T, [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], rg=True)
+        y = x * 1
+        v0 = y._version
+        same_object = y.transpose_(0, 1) is y
+        facts = [same_object, tuple(y.shape), y._version - v0, type(y.grad_fn).__name__]
+        (y * T.arange(6.0, dtype=T.float64).reshape(3, 2)).sum().backward()
+        for op in (lambda t: t.t_(), lambda t: t.unsqueeze_(0), lambda t: t.unsqueeze_(0).squeeze_(0)):
+            z = op(x * 1)
+            facts += [type(z.grad_fn).__name__, tuple(z.shape)]
+        facts.append(err_of(lambda: x.transpose_(0, 1)))
+        return facts, x.grad
+
+    both(run)
+
+
+@gap
+def test_in_place_through_a_view_records_copyslices_and_regenerates_the_view():
+    # PyTorch's graph after an in-place op on a view: the base's node is CopySlices, a view of the
+    # modified base is regenerated with AsStridedBackward0 (view replay is off by default)
+    def run(T):
+        base = mk(T, [1.0, 2.0, 3.0, 4.0], rg=True).clone()
+        view = base[1:3]
+        view.mul_(2)
+        plain = T.zeros(2, 2, dtype=T.float64)
+        plain[0] = mk(T, [0.5, -0.5], rg=True)
+        names = [type(base.grad_fn).__name__, type(view.grad_fn).__name__, type(plain.grad_fn).__name__,
+                 [type(n).__name__ for n, _ in plain.grad_fn.next_functions]]
+        return names
+
+    both(run)
