@@ -210,3 +210,65 @@ def k_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 @jit
 def k_log_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, True)
+
+
+# --- batch norm and group norm backward (one kernel: they differ only in what a statistic covers) ---
+@njit(cache=True, nogil=True, error_model="numpy")
+def k_batch_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """NativeBatchNormBackward0 / NativeGroupNormBackward0 (input, weight, bias) over input
+    (n, c, s), s the spatial size. The channels fall in `groups` of c // groups; a statistic
+    (saved mean and rstd) covers one group of one sample (per_sample: group norm) or one
+    group over all samples (batch norm: groups = c). With y = (x - mean) * rstd and
+    gy = g * weight[c]: db = sum of g, dw = sum of g * y per channel, and
+    dx = rstd * (gy - mean(gy) - y * mean(gy * y)) per statistic when the statistics came
+    from the input (train), dx = rstd * gy when they are constants (batch norm's eval)."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    ip = hdr[b + H_IP]
+    n, c, s, groups = xs[ip + 1], xs[ip + 2], xs[ip + 3], xs[ip + 4]
+    per_sample, train, has_w, has_b = xs[ip + 5], xs[ip + 6], xs[ip + 7], xs[ip + 8]
+    tx = edge_target(edges, e0, st)
+    tw = edge_target(edges, e0 + 1, st) if has_w else -1
+    tb = edge_target(edges, e0 + 2, st) if has_b else -1
+    kp = hdr[b + H_KP]
+    x = saved(slots, v, kp)
+    mean = saved(slots, v, kp + 1)
+    rstd = saved(slots, v, kp + 2)
+    w = saved(slots, v, kp + 3) if has_w else np.ones(c, g.dtype)
+    cg = c // groups
+    count = (1 if per_sample else n) * cg * s
+    sg = np.zeros(mean.size)
+    sgy = np.zeros(mean.size)
+    dw = target_buffer(tw, c, g1, bslot, bigs) if tw >= 0 else x[0:0]
+    db = target_buffer(tb, c, g1, bslot, bigs) if tb >= 0 else x[0:0]
+    for i in range(n):
+        for ch in range(c):
+            k = (i * groups if per_sample else 0) + ch // cg
+            mu, r, wc = mean[k], rstd[k], w[ch]
+            o = (i * c + ch) * s
+            acc_g = 0.0
+            acc_gy = 0.0
+            for q in range(o, o + s):
+                acc_g += g[q]
+                acc_gy += g[q] * (x[q] - mu) * r
+            if tb >= 0:
+                db[ch] += acc_g
+            if tw >= 0:
+                dw[ch] += acc_gy
+            sg[k] += acc_g * wc
+            sgy[k] += acc_gy * wc
+    if tx < 0:
+        return
+    dx = target_buffer(tx, x.size, g1, bslot, bigs)
+    for i in range(n):
+        for ch in range(c):
+            k = (i * groups if per_sample else 0) + ch // cg
+            mu, r, wc = mean[k], rstd[k], w[ch]
+            m1, m2 = sg[k] / count, sgy[k] / count
+            o = (i * c + ch) * s
+            for q in range(o, o + s):
+                if train:
+                    dx[q] += r * (g[q] * wc - m1 - (x[q] - mu) * r * m2)
+                else:
+                    dx[q] += r * g[q] * wc

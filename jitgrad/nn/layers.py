@@ -1,6 +1,7 @@
 """Layers, containers and losses. Each forward is a composition of jitgrad's
 differentiable ops (see nn/functional.py), so it needs no gradient rule of its own."""
 import numbers
+import warnings
 from collections import OrderedDict
 
 from jitgrad._core import dtype as _dtype
@@ -41,6 +42,32 @@ class ReLU(Module):
 
     def forward(self, x):
         return F.relu(x)
+
+
+class Identity(Module):
+    """Returns its input; takes (and ignores) any arguments, as torch's."""
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, input):
+        return input
+
+
+class Softmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        dim = self.dim
+        if dim is None:  # torch's legacy implicit choice, with its warning
+            warnings.warn("Implicit dimension choice for softmax has been deprecated. Change the call to include "
+                          "dim=X as an argument.", UserWarning, stacklevel=2)
+            dim = 0 if input.dim() in (0, 1, 3) else 1
+        return F.softmax(input, dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
 
 
 class Tanh(Module):
