@@ -4,10 +4,10 @@ one compiled backward kernel for both) are in ops/nn.py."""
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
 from jitgrad.graph.tensor import full, tensor
+from jitgrad.nn import functional as F
 from jitgrad.nn import init
 from jitgrad.nn.module import Module
 from jitgrad.nn.parameter import Parameter
-from jitgrad.ops.nn import batch_norm, group_norm
 
 
 class _BatchNorm(Module):
@@ -65,7 +65,7 @@ class _BatchNorm(Module):
                 factor = 1.0 / float(self.num_batches_tracked.item())
         use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
         tracked = not self.training or self.track_running_stats
-        return batch_norm(input, self.running_mean if tracked else None, self.running_var if tracked else None,
+        return F.batch_norm(input, self.running_mean if tracked else None, self.running_var if tracked else None,
                           self.weight, self.bias, use_batch_stats, factor, self.eps)
 
     def extra_repr(self):
@@ -108,7 +108,7 @@ class GroupNorm(Module):
                 init.zeros_(self.bias)
 
     def forward(self, input):
-        return group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
         return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "

@@ -1,7 +1,7 @@
 """Average pooling modules, as torch.nn.AvgPool2d / AdaptiveAvgPool2d (the functional forms
 and their nodes, AvgPool2DBackward0 and AdaptiveAvgPool2DBackward0, are in ops/nn.py)."""
+from jitgrad.nn import functional as F
 from jitgrad.nn.module import Module
-from jitgrad.ops.nn import adaptive_avg_pool2d, avg_pool2d
 
 
 class AvgPool2d(Module):
@@ -14,7 +14,7 @@ class AvgPool2d(Module):
         self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
 
     def forward(self, input):
-        return avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                           self.count_include_pad, self.divisor_override)
 
     def extra_repr(self):
@@ -27,7 +27,7 @@ class AdaptiveAvgPool2d(Module):
         self.output_size = output_size
 
     def forward(self, input):
-        return adaptive_avg_pool2d(input, self.output_size)
+        return F.adaptive_avg_pool2d(input, self.output_size)
 
     def extra_repr(self):
         return f"output_size={self.output_size}"

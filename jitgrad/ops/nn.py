@@ -805,7 +805,7 @@ def _normalize(spec, input, weight, bias, n, c, groups, per_sample, eps, given=N
     inputs = (input, _ABSENT if weight is None else weight, _ABSENT if bias is None else bias)
     needs = _needs(*inputs)
     if needs or _cap.on:
-        mean_, rstd_ = (np.ascontiguousarray(a.astype(x.dtype, copy=False).reshape(-1)) for a in (mu, rstd))
+        mean_, rstd_ = (a.reshape(-1).astype(x.dtype) for a in (mu, rstd))  # contiguous copies
         saved = (x, mean_, rstd_) if weight is None else (x, mean_, rstd_, weight._data)
         ints = spec.pack_ints(n=n, c=c, s=s, groups=groups, per_sample=per_sample, train=given is None,
                               has_w=weight is not None, has_b=bias is not None)
