@@ -37,6 +37,7 @@ class _BatchNorm(Module):
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
             self.register_buffer("num_batches_tracked", None)
+        self.reset_parameters()
 
     def reset_running_stats(self):
         if self.track_running_stats:
@@ -100,6 +101,7 @@ class GroupNorm(Module):
             self.bias = Parameter(full((num_channels,), 0.0, dtype=dtype, device=device))
         else:
             self.register_parameter("bias", None)
+        self.reset_parameters()
 
     def reset_parameters(self):
         if self.affine:

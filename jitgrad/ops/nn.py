@@ -927,8 +927,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     size = int(np.prod(shape, dtype=np.int64)) // c if c else 0
     if training and size == 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {torch_size(shape)}")
-    for name, p in (("weight", weight), ("bias", bias), ("running_mean", running_mean),
-                    ("running_var", running_var)):
+    for name, p in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
         if p is not None and p.numel() != c:
             raise RuntimeError(f"{name} should contain {c} elements not {p.numel()}")
     if not training and (running_mean is None or running_var is None):
