@@ -272,3 +272,77 @@ def k_batch_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
                     dx[q] += r * (g[q] * wc - m1 - (x[q] - mu) * r * m2)
                 else:
                     dx[q] += r * g[q] * wc
+
+
+# --- batch norm / group norm forward (the eager op on the host and jitgrad.compile's replay) ---
+@njit(cache=True, nogil=True, error_model="numpy")
+def _norm_into_nb(x, n, c, s, groups, per_sample, train, w, b, has_w, has_b, rm, rv, eps, out, mean, rstd, var):
+    """x (n, c, s), flat -> out, and per statistic (see k_batch_norm) mean, rstd (at x's dtype)
+    and the biased variance (float64, for batch norm's running statistics). train: the
+    statistics from x, accumulated in float64; else mean = rm and rstd = 1 / sqrt(rv + eps)."""
+    cg = c // groups
+    count = (1 if per_sample else n) * cg * s
+    if train:
+        acc = np.zeros(mean.size)
+        for i in range(n):
+            for ch in range(c):
+                o = (i * c + ch) * s
+                t = 0.0
+                for q in range(o, o + s):
+                    t += x[q]
+                acc[(i * groups if per_sample else 0) + ch // cg] += t
+        mu = acc / count
+        sq = np.zeros(mean.size)
+        for i in range(n):
+            for ch in range(c):
+                k = (i * groups if per_sample else 0) + ch // cg
+                o = (i * c + ch) * s
+                t = 0.0
+                for q in range(o, o + s):
+                    d = x[q] - mu[k]
+                    t += d * d
+                sq[k] += t
+        for k in range(mean.size):
+            var[k] = sq[k] / count
+            mean[k] = mu[k]
+            rstd[k] = 1.0 / np.sqrt(var[k] + eps)
+    else:
+        for k in range(mean.size):
+            mean[k] = rm[k]
+            rstd[k] = 1.0 / np.sqrt(np.float64(rv[k]) + eps)
+    for i in range(n):
+        for ch in range(c):
+            k = (i * groups if per_sample else 0) + ch // cg
+            mu_k, r = mean[k], rstd[k]
+            wc = w[ch] if has_w else 1.0
+            bc = b[ch] if has_b else 0.0
+            o = (i * c + ch) * s
+            for q in range(o, o + s):
+                out[q] = (x[q] - mu_k) * r * wc + bc
+
+
+def _norm_into_np(x, n, c, s, groups, per_sample, train, w, b, has_w, has_b, rm, rv, eps, out, mean, rstd, var):
+    cg = c // groups
+    x4 = x.reshape(n, groups, cg, s)
+    if train:
+        x64 = x4.astype(np.float64)
+        axes = (2, 3) if per_sample else (0, 2, 3)
+        mu = x64.mean(axis=axes, keepdims=True)
+        d = x64 - mu
+        v = (d * d).mean(axis=axes, keepdims=True)
+        var[:] = v.reshape(-1)
+        mean[:] = mu.reshape(-1)
+        rstd[:] = (1.0 / np.sqrt(v + eps)).reshape(-1)
+    else:
+        mean[:] = rm
+        rstd[:] = 1.0 / np.sqrt(rv.astype(np.float64) + eps)
+    shape = (n, groups, 1, 1) if per_sample else (1, groups, 1, 1)
+    y = (x4 - mean.reshape(shape)) * rstd.reshape(shape)
+    if has_w:
+        y = y * w.reshape(1, groups, cg, 1)
+    if has_b:
+        y = y + b.reshape(1, groups, cg, 1)
+    out[:] = y.reshape(-1)
+
+
+norm_into = _norm_into_np if DISABLE_JIT else _norm_into_nb

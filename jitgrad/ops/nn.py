@@ -18,7 +18,17 @@ from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import Tensor, _wrap_dim
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.conv import conv_forward, k_conv, max_pool_forward
-from jitgrad.kernels.forward_nn import f_conv, f_embedding, f_layer_norm, f_log_softmax, f_max_pool2d, f_nll, f_softmax
+from jitgrad.kernels.forward_nn import (
+    f_avg_pool,
+    f_batch_norm,
+    f_conv,
+    f_embedding,
+    f_layer_norm,
+    f_log_softmax,
+    f_max_pool2d,
+    f_nll,
+    f_softmax,
+)
 from jitgrad.kernels.loss import k_nll
 from jitgrad.kernels.norm import (
     k_batch_norm,
@@ -26,9 +36,10 @@ from jitgrad.kernels.norm import (
     k_log_softmax_grad,
     k_softmax_grad,
     layer_norm_forward,
+    norm_into,
     softmax_into,
 )
-from jitgrad.kernels.pool import k_avg_pool
+from jitgrad.kernels.pool import avg_pool_into, k_avg_pool
 from jitgrad.kernels.shape import k_embedding
 from jitgrad.ops._common import _cap, _needs, traced
 from jitgrad.ops.elementwise import _as_float, _erf_array, _ew, exp, reciprocal, sqrt, to_dtype
@@ -770,47 +781,72 @@ REFLECTION_PAD2D.forward = REPLICATION_PAD2D.forward = _pad2d
 # samples (batch norm, groups = c) or one group of one sample (group norm, per_sample).
 # The statistics come from the input (train) or are given (batch norm's eval: the
 # running mean and 1 / sqrt(running var + eps)); weight and bias are per channel.
-def _norm_stats(x4, axes, eps):
-    """(mean, biased variance, rstd) of x4 over axes, kept as size-1 dims."""
-    mu = x4.mean(axis=axes, keepdims=True)
-    c = x4 - mu
-    var = (c * c).mean(axis=axes, keepdims=True)
-    return mu, var, 1.0 / np.sqrt(var + eps)
+def _norm_data(x, n, c, groups, per_sample, w, b, running, eps):
+    """(out, mean, rstd, biased variance or None) of array x as (n, c, s): the statistics per
+    group from x, or (running: (mean, var) arrays) from the running ones (batch norm's eval);
+    w, b: arrays or None. The host runs the loops jitgrad.compile's replay runs
+    (kernels/norm.py); the device, the same arithmetic in numpy calls on its arrays."""
+    s = x.size // (n * c) if n * c else 0
+    cg = c // groups
+    nstat = groups * (n if per_sample else 1)
+    if _on_device(x):
+        x4 = x.reshape(n, groups, cg, s)
+        var = None
+        if running is None:
+            axes = (2, 3) if per_sample else (0, 2, 3)
+            mu = x4.mean(axis=axes, keepdims=True)
+            d = x4 - mu
+            var = (d * d).mean(axis=axes, keepdims=True)
+            rstd = 1.0 / np.sqrt(var + eps)
+        else:
+            mu = running[0].reshape(1, groups, 1, 1).astype(x.dtype)
+            rstd = (1.0 / np.sqrt(running[1].astype(np.float64) + eps)).reshape(1, groups, 1, 1).astype(x.dtype)
+        y = (x4 - mu) * rstd
+        if w is not None:
+            y = y * w.reshape(1, groups, cg, 1)
+        if b is not None:
+            y = y + b.reshape(1, groups, cg, 1)
+        return (y.astype(x.dtype).reshape(x.shape), mu.reshape(-1).astype(x.dtype),
+                rstd.reshape(-1).astype(x.dtype), None if var is None else var.reshape(-1))
+    out = np.empty(x.shape, x.dtype)
+    mean, rstd, var = np.empty(nstat, x.dtype), np.empty(nstat, x.dtype), np.empty(nstat)
+    none = np.zeros(0, x.dtype)
+    rm, rv = (none, none) if running is None else (np.ascontiguousarray(a).reshape(-1) for a in running)
+    norm_into(np.ascontiguousarray(x).reshape(-1), n, c, s, groups, per_sample, running is None,
+              none if w is None else np.ascontiguousarray(w).reshape(-1),
+              none if b is None else np.ascontiguousarray(b).reshape(-1), w is not None, b is not None,
+              rm, rv, float(eps), out.reshape(-1), mean, rstd, var)
+    return out, mean, rstd, None if running is not None else var
 
 
-def _normalize(spec, input, weight, bias, n, c, groups, per_sample, eps, given=None):
+def _normalize(spec, input, weight, bias, n, c, groups, per_sample, eps, running=None):
     """Record `spec` (NativeBatchNormBackward0 / NativeGroupNormBackward0) for the normalisation
-    of `input` as (n, c, s). given: None (statistics from the input), or the arrays
-    (mean, rstd) per channel. Returns (the result, the mean and the biased variance per
-    statistic or None), which batch norm's running statistics take."""
+    of `input` as (n, c, s); running: None (statistics from the input), or the running
+    (mean, var) Tensors. Returns (the result, (the mean, the biased variance) per
+    statistic, None for given statistics), which batch norm's running statistics take."""
     x = input._data
     if x.dtype.kind != "f":
         name = "batch_norm" if spec is BATCH_NORM else "group_norm"
         raise NotImplementedError(f"\"{name}\" not implemented for '{scalar_name(x.dtype)}'")
     _same_device(x, *(None if p is None else p._data for p in (weight, bias)))
-    s = x.size // (n * c) if n * c else 0
-    cg = c // groups
-    x4 = x.reshape(n, groups, cg, s)
-    var = None
-    if given is None:
-        mu, var, rstd = _norm_stats(x4, (2, 3) if per_sample else (0, 2, 3), eps)
-    else:
-        mu, rstd = (a.reshape(1, groups, 1, 1).astype(x.dtype, copy=False) for a in given)
-    y = (x4 - mu) * rstd
-    if weight is not None:
-        y = y * weight._data.reshape(1, groups, cg, 1)
-    if bias is not None:
-        y = y + bias._data.reshape(1, groups, cg, 1)
-    res = _wrap(y.astype(x.dtype, copy=False).reshape(x.shape))
+    out, mean_, rstd_, var = _norm_data(x, n, c, groups, per_sample, None if weight is None else weight._data,
+                                        None if bias is None else bias._data,
+                                        None if running is None else tuple(t._data for t in running), eps)
+    res = _wrap(out)
     inputs = (input, _ABSENT if weight is None else weight, _ABSENT if bias is None else bias)
     needs = _needs(*inputs)
     if needs or _cap.on:
-        mean_, rstd_ = (a.reshape(-1).astype(x.dtype) for a in (mu, rstd))  # contiguous copies
         saved = (x, mean_, rstd_) if weight is None else (x, mean_, rstd_, weight._data)
-        ints = spec.pack_ints(n=n, c=c, s=s, groups=groups, per_sample=per_sample, train=given is None,
+        s = x.size // (n * c) if n * c else 0
+        ints = spec.pack_ints(n=n, c=c, s=s, groups=groups, per_sample=per_sample, train=running is None,
                               has_w=weight is not None, has_b=bias is not None)
-        res = (record if needs else traced)(spec, res, inputs, saved, (float(eps),), ints)
-    return res, None if var is None else (mu.reshape(-1), var.reshape(-1))
+        # eval: the forward reads the running statistics (no gradient edge: they are buffers)
+        reads = () if running is None else tuple(running)
+        if _cap.on and any(t._data.dtype != x.dtype for t in reads):
+            _stop(f"batch_norm with {reads[0]._data.dtype} running statistics for {x.dtype} input")
+        res = _record_with(spec, res, inputs, saved, (float(eps),), ints, reads) if needs else \
+            traced(spec, res, inputs + reads, saved, (float(eps),), ints)
+    return res, None if var is None else (mean_, var)
 
 
 def _norm_view(t, ints):
@@ -908,7 +944,7 @@ BATCH_NORM = structural("batch_norm", "NativeBatchNormBackward0", args=("input",
                         saves=("input", "result1", "result2", "weight"),
                         saved_as={"result1": _norm_stat, "result2": _norm_stat, "weight": _norm_weight},
                         rule=norm_rule, kernel=k_batch_norm, iparams=_NORM_INTS, fparams=("eps",),
-                        jvp=norm_jvp)
+                        jvp=norm_jvp, fwd_kernel=f_batch_norm)
 GROUP_NORM = alias("group_norm", BATCH_NORM, "NativeGroupNormBackward0")
 
 
@@ -934,10 +970,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if not training and (running_mean is None or running_var is None):
         raise RuntimeError(f"{'running_mean' if running_mean is None else 'running_var'} must be defined in "
                            "evaluation mode")
-    given = None
-    if not training:
-        given = (running_mean._data, 1.0 / np.sqrt(running_var._data.astype(np.float64) + eps))
-    out, stats = _normalize(BATCH_NORM, input, weight, bias, n, c, c, 0, eps, given)
+    running = None if training else (running_mean, running_var)
+    out, stats = _normalize(BATCH_NORM, input, weight, bias, n, c, c, 0, eps, running)
     if training and (running_mean is not None or running_var is not None):
         _stop("batch_norm updates its running statistics in place")
         mu, var = stats
@@ -1024,16 +1058,25 @@ def _avg_pool(spec, input, ints, out_hw):
     x = input._data
     if x.dtype.kind != "f":
         raise NotImplementedError(f"\"{spec.name}\" not implemented for '{scalar_name(x.dtype)}'")
-    planes, h, w, ho, wo, fixed, rows, cols = _windows(ints)
-    r = _window_matrix(rows, h, fixed, x)._data.astype(x.dtype)
-    ct = _window_matrix(cols, w, fixed, x)._data.astype(x.dtype).T
-    out = np.matmul(np.matmul(r, x.reshape(planes, h, w)), ct)
-    if fixed:
-        out = out / x.dtype.type(fixed)
+    out = _avg_pool_data(x, ints)
     res = _wrap(out.astype(x.dtype, copy=False).reshape(tuple(x.shape[:-2]) + out_hw))
     if not _needs(input):
         return traced(spec, res, (input,), (), (), ints) if _cap.on else res
     return record(spec, res, (input,), (), (), ints)
+
+
+def _avg_pool_data(x, ints):
+    """The pooled planes of array x, flat: the loops jitgrad.compile's replay runs on the host
+    (kernels/pool.py), R @ X @ C^T on the device."""
+    planes, h, w, ho, wo, fixed, rows, cols = _windows(ints)
+    if not _on_device(x):
+        out = np.empty(planes * ho * wo, x.dtype)
+        avg_pool_into(np.ascontiguousarray(x).reshape(-1), np.asarray(ints, np.int64), out)
+        return out
+    r = _window_matrix(rows, h, fixed, x)._data.astype(x.dtype)
+    ct = _window_matrix(cols, w, fixed, x)._data.astype(x.dtype).T
+    out = np.matmul(np.matmul(r, x.reshape(planes, h, w)), ct)
+    return out / x.dtype.type(fixed) if fixed else out
 
 
 def _pool_ints(spec, planes, h, w, fixed, rows, cols):
@@ -1043,7 +1086,8 @@ def _pool_ints(spec, planes, h, w, fixed, rows, cols):
 
 # iparams: the windows, kernels/pool.py's layout; nothing saved (the backward needs none)
 AVG_POOL2D = structural("avg_pool2d", "AvgPool2DBackward0", rule=avg_pool_rule, kernel=k_avg_pool,
-                        iparams=("planes", "h", "w", "ho", "wo", "divisor", "*windows"), jvp=avg_pool_jvp)
+                        iparams=("planes", "h", "w", "ho", "wo", "divisor", "*windows"), jvp=avg_pool_jvp,
+                        fwd_kernel=f_avg_pool)
 ADAPTIVE_AVG_POOL2D = alias("adaptive_avg_pool2d", AVG_POOL2D, "AdaptiveAvgPool2DBackward0")
 
 

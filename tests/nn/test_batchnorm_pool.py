@@ -287,3 +287,60 @@ def test_running_stats_keep_their_version(T):
     m(x)
     y.sum().backward()
     assert (m.running_mean._version, m.running_var._version) == before == (1, 1)  # reset_parameters' zero_ / fill_
+
+
+# ============================================================================= jitgrad.compile
+def _replay_case(modules, dtype):
+    from compiler.test_nn_replay import Scale, with_sgd
+
+    def make():
+        jitgrad.manual_seed(5)
+        return with_sgd(jitgrad.nn.Sequential(Scale((3, 4, 6, 5), dtype), *modules(getattr(jitgrad, dtype))),
+                        momentum=0.9)
+    return make
+
+
+REPLAYS = {
+    "group_norm_pools": lambda dt: [jitgrad.nn.GroupNorm(2, 4, dtype=dt), jitgrad.nn.AvgPool2d(3, 2, 1, True, False),
+                                    jitgrad.nn.AdaptiveAvgPool2d((2, 3))],
+    "batch_norm_no_stats": lambda dt: [jitgrad.nn.BatchNorm2d(4, affine=False, track_running_stats=False, dtype=dt),
+                                       jitgrad.nn.AvgPool2d(2, divisor_override=3)],
+    "batch_norm_eval": lambda dt: [jitgrad.nn.BatchNorm2d(4, dtype=dt).eval()],
+}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", sorted(REPLAYS))
+def test_compile_replays_as_eager(name, dtype):
+    """A training step through the new primitives replays (forward kernels: kernels/forward_nn.py)
+    as eager runs it, call after call."""
+    from compiler.test_nn_replay import compare, data, train
+
+    def step(state, x):
+        out = state[0](x)
+        return train(state, (out * out).sum()), out
+    compare(_replay_case(REPLAYS[name], dtype), step, data(np.random.default_rng(12), (3, 4, 6, 5), dtype), dtype)
+
+
+def test_compile_falls_back_for_running_stats_updates():
+    """Training batch norm updates its running statistics in place: a graph break, then the
+    step runs eagerly, with the same results and statistics."""
+    from compiler.test_nn_replay import compare, data, train
+
+    def step(state, x):
+        out = state[0](x)
+        return train(state, (out * out).sum()), state[0][1].running_mean.clone()
+    make = _replay_case(lambda dt: [jitgrad.nn.BatchNorm2d(4, dtype=dt)], "float64")
+    from compiler.test_nn_replay import only_entry
+    c = compare(make, step, data(np.random.default_rng(13), (3, 4, 6, 5), "float64"), "float64", breaks=ANY_BREAKS)
+    assert "batch_norm updates its running statistics in place" in [r for r, _ in only_entry(c).breaks]
+
+
+class _AnyBreaks(list):
+    """compare(breaks=...) that accepts the breaks it finds (the module's num_batches_tracked
+    update breaks too); the test then looks for batch norm's own."""
+    def __eq__(self, other):
+        return True
+
+
+ANY_BREAKS = _AnyBreaks()
