@@ -11,6 +11,7 @@ from jitgrad.nn.layers import (  # noqa: F401
     Identity,
     LayerNorm,
     Linear,
+    LogSoftmax,
     ModuleList,
     MSELoss,
     NLLLoss,

@@ -1,7 +1,6 @@
 """Layers, containers and losses. Each forward is a composition of jitgrad's
 differentiable ops (see nn/functional.py), so it needs no gradient rule of its own."""
 import numbers
-import warnings
 from collections import OrderedDict
 
 from jitgrad._core import dtype as _dtype
@@ -59,15 +58,15 @@ class Softmax(Module):
         self.dim = dim
 
     def forward(self, input):
-        dim = self.dim
-        if dim is None:  # torch's legacy implicit choice, with its warning
-            warnings.warn("Implicit dimension choice for softmax has been deprecated. Change the call to include "
-                          "dim=X as an argument.", UserWarning, stacklevel=2)
-            dim = 0 if input.dim() in (0, 1, 3) else 1
-        return F.softmax(input, dim)
+        return F.softmax(input, self.dim, _stacklevel=5)
 
     def extra_repr(self):
         return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    def forward(self, input):
+        return F.log_softmax(input, self.dim, _stacklevel=5)
 
 
 class Tanh(Module):

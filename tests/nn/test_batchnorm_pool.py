@@ -226,10 +226,15 @@ def test_softmax_and_identity_modules():
         ident = nn.Identity(54, unused=0.1)
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
-            implicit = nn.Softmax()(xt)
+            implicit = [nn.Softmax()(xt).detach(), nn.LogSoftmax()(xt[0]).detach(), F_(T).softmax(xt[0, 0]),
+                        F_(T).log_softmax(xt)]
+        logp = nn.LogSoftmax(dim=-1)(xt)
         return dict(y=y.detach(), gx=xt.grad, node=type(y.grad_fn).__name__, same=ident(xt) is xt,
-                    reprs=[repr(nn.Softmax(dim=-1)), repr(nn.Softmax()), repr(ident)], implicit=implicit.detach(),
-                    warned=[str(w.message) for w in seen])
+                    reprs=[repr(nn.Softmax(dim=-1)), repr(nn.Softmax()), repr(ident), repr(nn.LogSoftmax(1))],
+                    implicit=implicit, warned=[str(w.message) for w in seen],
+                    # F's warnings point at the caller (torch's modules' at torch's module code)
+                    at_caller=[w.filename == __file__ for w in seen[2:]],
+                    logp=logp.detach(), logp_node=type(logp.grad_fn).__name__)
     both(run)
 
 
