@@ -1,9 +1,10 @@
-"""Average pooling's backward kernel (AvgPool2DBackward0 and AdaptiveAvgPool2DBackward0).
+"""Average pooling's loops: the backward kernel of AvgPool2DBackward0 and
+AdaptiveAvgPool2DBackward0, and the host forward (the eager op's and jitgrad.compile's replay).
 
 Both poolings average a window per output (oh, ow) that is a product of a row range
 [hs, he) and a column range [ws, we), divided by dr[oh] * dc[ow] (or by one fixed
 divisor, avg_pool2d's divisor_override). The row's int params hold the ranges
-(ops/nn.py, _pool_windows):
+(ops/nn.py, _pool_ints):
   planes, H, W, Ho, Wo, divisor (0: none), then hs, he, dr (Ho each), ws, we, dc (Wo each)
 """
 import numpy as np

@@ -1005,8 +1005,9 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
 # --- average pooling: avg_pool2d and adaptive_avg_pool2d, one primitive layout --------------------
 # Both average, per output (oh, ow), the window rows [hs, he) x columns [ws, we) over the
 # divisor dr[oh] * dc[ow] (or a fixed one): the pooling of a plane X is R @ X @ C^T with
-# R[oh, ih] = 1 / dr[oh] on the window's rows, C likewise, so the forward, the rule and
-# the tangent are two matmuls each, and the kernel (kernels/pool.py) loops the windows.
+# R[oh, ih] = 1 / dr[oh] on the window's rows, C likewise. The rule and the tangent are
+# those two matmuls (differentiable Tensor ops), as is the forward on the device; the host
+# forward and the backward kernel loop over the windows (kernels/pool.py).
 def _windows(ints):
     """(planes, h, w, ho, wo, fixed divisor or 0, (hs, he, dr), (ws, we, dc)) from a row's int params."""
     planes, h, w, ho, wo, fixed = ints[:6]
