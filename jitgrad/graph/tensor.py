@@ -1,4 +1,5 @@
 """Tensor: a numpy array plus the autograd fields PyTorch exposes."""
+import warnings
 import weakref
 
 import numpy as np
@@ -11,7 +12,7 @@ from jitgrad._core.capture import stop as _stop
 from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.format import tensor_repr
 from jitgrad._core.forward import state as _forward
-from jitgrad._core.messages import c_name, scalar_name, size_str
+from jitgrad._core.messages import NONLEAF_GRAD_WARNING, c_name, scalar_name, size_str
 from jitgrad._core.modes import _state
 from jitgrad.gpu import driver as _gpu
 from jitgrad.gpu import foreign as _foreign
@@ -53,7 +54,9 @@ def _rare_property(name):
 class Tensor:
     # _tape/_row: the row of the tape that produced this tensor (None for leaves); grad_fn is
     # made from it on demand. _row and _output_nr are only meaningful when _tape is set.
-    __slots__ = ("_data", "_requires_grad", "_tape", "_row", "_output_nr", "_x", "__weakref__")
+    # __dict__: user code sets its own attributes on tensors (t.name = ...), as on torch's;
+    # the dict is only allocated by the first such write
+    __slots__ = ("_data", "_requires_grad", "_tape", "_row", "_output_nr", "_x", "__weakref__", "__dict__")
     _grad = _rare_property("grad")
     _acc = _rare_property("acc")
     _retain = _rare_property("retain")
@@ -165,9 +168,13 @@ class Tensor:
 
     @property
     def grad(self):
-        if _cap.on and self._grad is not None and _cap.mine():
-            _cap.rec.read_grad(self._grad)  # a .grad from before the step is not a value of the plan
-        return self._grad
+        g = self._grad
+        if g is None:
+            if self._tape is not None and not self._retain:
+                warnings.warn(NONLEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+        elif _cap.on and _cap.mine():
+            _cap.rec.read_grad(g)  # a .grad from before the step is not a value of the plan
+        return g
 
     @grad.setter
     def grad(self, value):
@@ -267,6 +274,8 @@ class Tensor:
     @data.setter
     def data(self, value):
         _stop("an assignment to .data in a compiled step")
+        if self._requires_grad and value._data.dtype.kind not in "fc":
+            raise RuntimeError("data set to a tensor that requires gradients must be floating point or complex dtype")
         old = self._data
         self._data = value._data
         if old.shape != self._data.shape or old.dtype != self._data.dtype:
@@ -276,6 +285,10 @@ class Tensor:
             for tape in (self._tape, acc._tape if acc is not None else None):
                 if tape is not None:
                     tape.reshaped = True
+
+    @data.deleter
+    def data(self):
+        raise RuntimeError("Deleting tensor data is not allowed. Delete tensor instead!")
 
     def detach(self):
         t = Tensor._make(self._data)  # shares the storage, hence its version counter
@@ -290,10 +303,10 @@ class Tensor:
         return self
 
     # -- conversion ----------------------------------------------------------------
-    def numpy(self):
+    def numpy(self, *, force=False):
         if _cap.on:
             _stop("Tensor.numpy() reads a value in the step")
-        if self.requires_grad:
+        if self.requires_grad and _state.enabled and not force:  # torch allows it under no_grad
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return self._array()
 
