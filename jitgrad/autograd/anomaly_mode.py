@@ -9,6 +9,13 @@ import warnings
 
 from jitgrad._core.modes import _anomaly, _check_nan
 
+# torch computes 1/0, 0/0 and log(0) silently (inf, nan); numpy warns. The ops' numpy calls
+# and the generated backward module (modules named jitgrad...) must not add warnings torch
+# does not give: a user's warnings, anomaly mode's included, come through alone. A filter
+# costs nothing per op, where np.errstate around each op would cost microseconds (a filter
+# the user puts in front of it, as `-W error`, still sees them).
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"jitgrad")
+
 
 def is_anomaly_enabled():
     return _anomaly[0]

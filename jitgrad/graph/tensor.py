@@ -144,6 +144,10 @@ class Tensor:
                                "var_no_grad = var.detach().")
         self._requires_grad = bool(value)
 
+    @requires_grad.deleter
+    def requires_grad(self):
+        raise RuntimeError("requires_grad must be a bool")  # torch's words for a deletion too
+
     @property
     def grad_fn(self):
         if self._tape is None:
@@ -156,7 +160,22 @@ class Tensor:
             node = x.node = _node.node_for(self._tape, self._row)
         return node
 
-    _grad_fn = grad_fn
+    def _no_grad_fn_delete(self):
+        raise RuntimeError("Deletion of _grad_fn not allowed. Detach tensor instead!")
+
+    _grad_fn = property(grad_fn.fget, None, _no_grad_fn_delete)
+
+    @property
+    def _backward_hooks(self):
+        """The tensor hooks ({id: fn}) registered on this tensor, or None, as torch's."""
+        if self._tape is None:
+            x = self._x
+            return None if x is None or not x.hooks else x.hooks.get(0)
+        return self._tape.tensor_hooks.get(self._row)
+
+    @_backward_hooks.deleter
+    def _backward_hooks(self):
+        raise RuntimeError("Deletion of _backwards_hooks not allowed!")  # sic: torch's words
 
     @property
     def is_leaf(self):
@@ -274,6 +293,8 @@ class Tensor:
     @data.setter
     def data(self, value):
         _stop("an assignment to .data in a compiled step")
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Variable data has to be a tensor, but got {type(value).__name__}")
         if self._requires_grad and value._data.dtype.kind not in "fc":
             raise RuntimeError("data set to a tensor that requires gradients must be floating point or complex dtype")
         old = self._data
