@@ -290,10 +290,8 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
     if leaf_hooks[0]:
         # user hooks run between the accumulations, as in PyTorch: Ctrl-C in one of them
         # leaves the leaves before it updated (but the graph intact: the commit comes later)
+        # (a call with requested inputs and leaf hooks runs on the Python engine)
         with no_grad():  # hooks run as in any backward without create_graph
-            for tg in targets or ():
-                if isinstance(tg.node, AccumulateGrad) and tg.key in captured:
-                    captured[tg.key] = _pyengine.leaf_pre(tg.node, captured[tg.key])
             for acc, a in leaves:
                 g = _pyengine.leaf_pre(acc, F._wrap(a))
                 _pyengine.accumulate_grad(acc.variable, g, False, owned=True)

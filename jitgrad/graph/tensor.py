@@ -475,8 +475,30 @@ def linked(data, tape, row, nr=0):
 
 
 class Size(tuple):
+    """torch.Size: a tuple of ints that stays a Size when sliced, added to or repeated, so
+    messages built from it print torch.Size([...]) as PyTorch's do."""
+
     def __repr__(self):
         return f"torch.Size({list(self)})"
+
+    def __getitem__(self, key):
+        item = tuple.__getitem__(self, key)
+        return Size(item) if isinstance(key, slice) else item
+
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(self, other))
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(other, self))
+
+    def __mul__(self, n):
+        return Size(tuple.__mul__(self, n))
+
+    __rmul__ = __mul__
 
     def numel(self):
         n = 1

@@ -252,3 +252,14 @@ def test_reentrant_backward_deep_enough_for_a_new_thread_keeps_the_grad_mode(T):
     Nest.apply(x, 100).sum().backward()
     assert modes == [False] * 101
     assert_close(x.grad, [2.0])
+
+
+@LIBS
+def test_a_size_stays_a_size_when_sliced_added_or_repeated(T):
+    s = T.ones(2, 3).shape
+    assert repr(s[1:]) == "torch.Size([3])" and repr(s[::-1]) == "torch.Size([3, 2])"
+    assert repr(s + (4,)) == "torch.Size([2, 3, 4])" and repr((1,) + s) == "torch.Size([1, 2, 3])"
+    assert repr(s * 2) == "torch.Size([2, 3, 2, 3])" and repr(2 * s) == "torch.Size([2, 3, 2, 3])"
+    assert s[0] == 2 and type(s[0]) is int
+    assert f"got {s[1:]}" == "got torch.Size([3])"
+    assert s[1:] == (3,) and s[1:].numel() == 3
