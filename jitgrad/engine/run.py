@@ -172,14 +172,17 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
 
 def _in_new_thread(fn, *args):
     """fn(*args) in a new thread that starts from this thread's state (grad mode, saved-tensor
-    hooks, the tape locks held by the calls it is nested in); its result or error comes back."""
+    hooks, numpy's floating-point error setting, the tape locks held by the calls it is
+    nested in); its result or error comes back."""
     grad_mode = (_grad_mode_state.enabled, _grad_mode_state.inference)
+    fp_errors = np.geterr()
     hooks = saved_hooks_state()
     held = _calls.inherited | _calls.held
     out = []
 
     def work():
         _grad_mode_state.enabled, _grad_mode_state.inference = grad_mode
+        np.seterr(**fp_errors)
         restore_saved_hooks(hooks)
         _calls.inherited = held
         try:
