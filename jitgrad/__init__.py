@@ -34,6 +34,7 @@ from jitgrad._core.modes import (
     set_grad_enabled,
 )
 from jitgrad.graph.interop import from_dlpack  # noqa: F401  (binds Tensor.__dlpack__ too)
+from jitgrad.graph.views import is_inference  # noqa: F401  (torch.is_inference)
 from jitgrad.graph.tensor import (
     Size,
     Tensor,

@@ -8,12 +8,15 @@ old value, whose node then becomes the tensor's history ("rebasing", as in PyTor
 `y = x * 2; y += 1` gives AddBackward0). An in-place op on a leaf that requires grad is
 an error unless grad mode is off.
 """
+import weakref
+
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
 from jitgrad.gpu.array import DeviceArray
+from jitgrad.graph import views as _views
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import _forward
@@ -21,18 +24,48 @@ from jitgrad.ops import functional as F
 from jitgrad.ops._common import asarray, copy_array, like, storage
 
 
+_LEAF = "a leaf Variable that requires grad is being used in an in-place operation."
+
+
 def _needs_record(t, *others):
-    if not _grad_mode.is_grad_enabled():
+    """Whether the in-place op on t is recorded; raises PyTorch's error where it is not
+    allowed (graph/views.py for the view rules)."""
+    x = t._x
+    grad = _grad_mode.is_grad_enabled()
+    if x is not None and x.inference and not _grad_mode.is_inference_mode_enabled():
+        if grad and t._requires_grad and t._tape is None:
+            raise RuntimeError(_LEAF)
+        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
+                           "clone to get a normal tensor before doing inplace update.See "
+                           "https://github.com/pytorch/rfcs/pull/17 for more details.")
+    if not grad:
         return False
-    if t.requires_grad and t._tape is None:
-        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    return t.requires_grad or any(getattr(o, "requires_grad", False) for o in others)
+    if t._requires_grad:
+        view = None if x is None else x.view_of
+        if view is not None:
+            if view.meta != _views.DEFAULT:
+                raise _views.inplace_error(view)
+            base = view.base
+            if base._tape is None and base._requires_grad:
+                raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
+                                   "operation.")
+        elif t._tape is None:
+            raise RuntimeError(_LEAF)
+        return True
+    return any(getattr(o, "requires_grad", False) for o in others)
 
 
 def _stale_one_element_saves(t):
     """A one-element value is copied into the tape when an op saves it, so the version
     check at backward cannot see an in-place write to it. Mark the rows that saved it now:
-    its own row if it saved its result, and the rows reading it whose formulas saved it."""
+    its own row if it saved its result, and the rows reading it whose formulas saved it.
+    Written through a view or a detach() of it, the tensor that was saved is found first."""
+    view = _views.info(t)
+    if view is not None:
+        _stale_one_element_saves(view.base)
+    origin = t._origin() if t._x is not None and t._origin is not None else None
+    if origin is not None:
+        _stale_one_element_saves(origin)
     if t._tape is not None:
         tape, row = t._tape, t._row
     else:
@@ -77,13 +110,16 @@ def _update_tangent(t, new):
 def _apply(t, compute, *others):
     """t <- compute(old t), in place; recorded as compute's node when needed."""
     _stop("an in-place op in a compiled step")
+    _check_writable(t)
     if t._data.size == 1:
         _stale_one_element_saves(t)
     dual = _dual(t, others)
-    view = t._x.view_of if t._x is not None else None
-    if view is not None and _needs_record(t, *others):
-        return _apply_to_view(t, view, compute, others, dual)
-    if _needs_record(t, *others):
+    view = _views.info(t)
+    record = _needs_record(t, *others)
+    if view is not None and record:
+        _apply_to_view(t, view, compute, others, dual)
+        return t
+    if record:
         old = Tensor._make(copy_array(t._data))  # the value before, for the node to save
         old._requires_grad = t._requires_grad
         if t._tape is not None:
@@ -97,13 +133,43 @@ def _apply(t, compute, *others):
     _write(storage(t), new._data)
     t._bump()
     if new.requires_grad:  # rebase: the tensor's history is now the op's node
-        t._requires_grad = True
-        t._tape, t._row, t._output_nr = new._tape, new._row, new._output_nr
-        if t._x is not None:
-            t._x.node = None
+        _rebase(t, new)
+    _refresh_views(t if view is None else view.base, t, new.requires_grad)
     if dual:
         _update_tangent(t, new)
     return t
+
+
+def _rebase(t, new):
+    """t's history becomes new's; a retain_grad() follows it, as in PyTorch."""
+    retained = t._retain and t._tape is not None and t._tape.retained.pop(t._row, None) is not None
+    t._requires_grad = True
+    t._tape, t._row, t._output_nr = new._tape, new._row, new._output_nr
+    if t._x is not None:
+        t._x.node = None
+    if retained:
+        t._tape.retained[t._row] = weakref.ref(t)
+
+
+def _refresh_views(root, written, rebased):
+    """After an in-place write to root's storage (through `written`): its views that take
+    part in autograd read their values from root's new history when it changed, as
+    PyTorch's AsStridedBackward0 does; those whose meta forbids that become invalid."""
+    for v in _views.live_views(root):
+        info = v._x.view_of
+        if info.meta != _views.DEFAULT:
+            info.invalid = info.invalid or v._requires_grad
+        elif rebased and v is not written and root._requires_grad:
+            with _grad_mode.enable_grad():
+                again = F.index_flat(root, _positions(root, info.fn), v._data.shape, F.SLICE, data=v._data)
+            _rebase(v, again)
+
+
+def _check_writable(t):
+    d = t._data
+    if type(d) is np.ndarray and not d.flags.writeable and 0 in d.strides and d.size > 1:
+        raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
+                           "single memory location. Please clone() the tensor before performing the operation.")
 
 
 def _write(d, value):
@@ -137,7 +203,7 @@ def _apply_to_view(t, view, compute, others, dual):
     """An in-place op on a view of a tensor with history: the base gets the new values at
     the view's positions (rebasing the base), then the view reads them back from the base.
     This is what PyTorch's CopySlices does."""
-    base, fn = view
+    base, fn = view.base, view.fn
     old = Tensor._make(copy_array(t._data))
     old._requires_grad = t._requires_grad
     if t._tape is not None:
@@ -149,12 +215,9 @@ def _apply_to_view(t, view, compute, others, dual):
     _assign(base, flat, new if new._data.shape == t._data.shape else F.expand(new, t._data.shape))
     # the view's new history: its elements, read from the updated base
     again = F.index_flat(base, flat, t._data.shape, F.SLICE, data=t._data)
-    t._requires_grad = True
-    t._tape, t._row, t._output_nr = again._tape, again._row, again._output_nr
-    t._x.node = None
+    _rebase(t, again)
     if dual:
         _update_tangent(t, again)
-    return t
 
 
 def add_(t, other, alpha=1):
@@ -238,11 +301,14 @@ def setitem(t, index, value):
     if not isinstance(value, Tensor):
         value = F._wrap(np.asarray(value, dtype=t._data.dtype))
     value = _to_device_of(t, value)
+    _check_writable(t)
     if not _needs_record(t, value):
         dual = _dual(t, (value,))
         d = storage(t)
         d[F._norm_index(index, d)] = value._data
         t._bump()
+        view = _views.info(t)
+        _refresh_views(t if view is None else view.base, t, False)
         if dual:  # the tangent's elements at index <- value's tangent (zero without one)
             vt = _forward.tangent(value)
             with _forward._paused:
