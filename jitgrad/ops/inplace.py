@@ -23,7 +23,6 @@ from jitgrad.ops import _forward
 from jitgrad.ops import functional as F
 from jitgrad.ops._common import asarray, copy_array, like, storage
 
-
 _LEAF = "a leaf Variable that requires grad is being used in an in-place operation."
 
 
