@@ -119,13 +119,7 @@ def _apply(t, compute, *others):
         _apply_to_view(t, view, compute, others, dual)
         return t
     if record:
-        old = Tensor._make(copy_array(t._data))  # the value before, for the node to save
-        old._requires_grad = t._requires_grad
-        if t._tape is not None:
-            old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
-        if dual:
-            old._fw = _forward.tangent(t)
-        new = compute(old)
+        new = compute(_before(t, dual))
     else:
         with _grad_mode.no_grad():
             new = compute(t)
@@ -137,6 +131,17 @@ def _apply(t, compute, *others):
     if dual:
         _update_tangent(t, new)
     return t
+
+
+def _before(t, dual):
+    """The value of t before the write, with t's history, for the op's node to save."""
+    old = Tensor._make(copy_array(t._data))
+    old._requires_grad = t._requires_grad
+    if t._tape is not None:
+        old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
+    if dual:
+        old._fw = _forward.tangent(t)
+    return old
 
 
 def _rebase(t, new):
@@ -188,6 +193,10 @@ def _positions(base, fn):
 def _assign(t, flat, value):
     """t.flatten()[flat] = value, recorded: the old value keeps its gradient outside the
     written positions, value gets the gradient of the positions it was written to."""
+    _apply(t, _placing(t, flat, value), value)
+
+
+def _placing(t, flat, value):
     keep = np.ones(t._data.size, dtype=t._data.dtype, like=like(t._data))
     keep[flat] = 0
     shape = t._data.shape
@@ -195,7 +204,20 @@ def _assign(t, flat, value):
     def compute(a):
         placed = F.index_put_flat(F.reshape(value, (-1,)), flat, shape)
         return F.add(F.mul(a, F._wrap(keep.reshape(shape))), placed)
-    _apply(t, compute, value)
+    return compute
+
+
+def rebase_dirty_view(view):
+    """A custom Function wrote `view` in place (ctx.mark_dirty) and is now its history:
+    the root base's history becomes its old one outside the view's positions and the
+    view's inside, as _apply_to_view makes it for an op (PyTorch's CopySlices). The
+    values are already in the storage."""
+    info = _views.info(view)
+    root = info.base
+    with _grad_mode.enable_grad():
+        new = _placing(root, _positions(root, info.fn), view)(_before(root, False))
+    _rebase(root, new)
+    _refresh_views(root, view, True)
 
 
 def _apply_to_view(t, view, compute, others, dual):
@@ -203,13 +225,7 @@ def _apply_to_view(t, view, compute, others, dual):
     the view's positions (rebasing the base), then the view reads them back from the base.
     This is what PyTorch's CopySlices does."""
     base, fn = view.base, view.fn
-    old = Tensor._make(copy_array(t._data))
-    old._requires_grad = t._requires_grad
-    if t._tape is not None:
-        old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
-    if dual:
-        old._fw = _forward.tangent(t)
-    new = compute(old)
+    new = compute(_before(t, dual))
     flat = _positions(base, fn)
     _assign(base, flat, new if new._data.shape == t._data.shape else F.expand(new, t._data.shape))
     # the view's new history: its elements, read from the updated base
