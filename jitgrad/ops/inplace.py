@@ -223,10 +223,15 @@ def rebase_dirty_view(view):
 def _apply_to_view(t, view, compute, others, dual):
     """An in-place op on a view of a tensor with history: the base gets the new values at
     the view's positions (rebasing the base), then the view reads them back from the base.
-    This is what PyTorch's CopySlices does."""
+    This is what PyTorch's CopySlices does. The op reads the view's old value from the
+    base too, so the view's old node is left out of the graph (its hooks do not fire)."""
     base, fn = view.base, view.fn
-    new = compute(_before(t, dual))
     flat = _positions(base, fn)
+    if dual:
+        old = _before(t, dual)
+    else:
+        old = F.index_flat(base, flat, t._data.shape, F.SLICE)  # a copy of the old values
+    new = compute(old)
     _assign(base, flat, new if new._data.shape == t._data.shape else F.expand(new, t._data.shape))
     # the view's new history: its elements, read from the updated base
     again = F.index_flat(base, flat, t._data.shape, F.SLICE, data=t._data)

@@ -344,3 +344,28 @@ def test_no_warning_for_marking_an_input():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         AddOne.apply(jitgrad.ones(3, requires_grad=True).clone())
+
+
+@LIBS
+def test_hooks_of_views_after_an_inplace_write(T):
+    fired = []
+    base = T.tensor([1.0, 2.0], requires_grad=True).clone()
+    view, view2 = base[:], base[:]
+    view.register_hook(lambda g: fired.append("view, before"))
+    view2.register_hook(lambda g: fired.append("view2, before"))
+    view.mul_(2)
+    view2.grad_fn  # torch refreshes a view's grad_fn when it is read
+    view2.register_hook(lambda g: fired.append(("view2, after", g.tolist())))
+    (view + view2 * 3).sum().backward()
+    assert fired == [("view2, after", [3.0, 3.0])]
+
+
+@LIBS
+def test_hooks_before_and_after_an_inplace_write(T):
+    fired = []
+    out = T.ones(3, requires_grad=True) * 1.0
+    out.register_hook(lambda g: fired.append(("before", g.tolist())))  # the old value's gradient
+    out.mul_(2)
+    out.register_hook(lambda g: fired.append(("after", g.tolist())))
+    out.sum().backward()
+    assert sorted(fired) == [("after", [1.0] * 3), ("before", [2.0] * 3)]
