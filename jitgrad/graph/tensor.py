@@ -166,7 +166,7 @@ class Tensor:
 
     @property
     def is_leaf(self):
-        return self.grad_fn is None
+        return self._tape is None and self.grad_fn is None  # (grad_fn raises for an invalid view)
 
     def is_inference(self):
         return _views.is_inference(self)

@@ -129,14 +129,15 @@ def _mark_view(res, x, fn, meta=_views.DEFAULT, origin=None):
     parent = None if xx is None else xx.view_of
     root = x
     if parent is not None:
-        root, first = parent.base, parent.fn
-        fn = _compose(first, fn)
-        if parent.meta != _views.DEFAULT and meta == _views.DEFAULT:
-            meta = parent.meta
-            origin = parent.origin if parent.origin is not None else (0, _node_name(res))
+        root = parent.base
+        fn = _compose(parent.fn, fn)
     if x._requires_grad and not res._requires_grad:  # made without recording
         meta = _views.INFERENCE if _mode.inference else _views.NO_GRAD
+        origin = None
         res._requires_grad = True
+    elif parent is not None and parent.meta != _views.DEFAULT and meta == _views.DEFAULT:
+        meta = parent.meta  # PyTorch names the new view in its message ("Output 0 of Slice is a view...")
+        origin = (res.output_nr, _node_name(res))
     rx.view_of = _views.View(root, fn, meta, origin)
     if res._requires_grad:
         _views.register(root, res, _Rare)
@@ -164,15 +165,17 @@ def _no_record(x):
     return not _needs(x) or (xx is not None and xx.inference)
 
 
-def _view_like(spec, x, out, fn=None):
+def _view_like(spec, x, out, fn=None, meta=_views.DEFAULT, origin=None):
+    """The view `out` of x's array as the result of view op `spec` (fn: x's array -> out,
+    a reshape when None); meta and origin as for _mark_view."""
     res = _wrap(out)
     if fn is None:
         fn = _reshaper(out.shape)
     if _no_record(x):
         if _cap.on and _cap.mine():
             _report(spec, res, (x,), fn)
-        return _mark_view(res, x, fn)
-    return _mark_view(record(spec, res, (x,)), x, fn)
+        return _mark_view(res, x, fn, meta, origin)
+    return _mark_view(record(spec, res, (x,)), x, fn, meta, origin)
 
 
 def reshape(x, *shape):
