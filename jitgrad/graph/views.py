@@ -68,18 +68,14 @@ def register(root, view, rare):
     if x is None:
         x = root._x = rare()
     if x.views is None:
-        x.views = []
-    x.views.append(weakref.ref(view))
+        x.views = weakref.WeakSet()
+    x.views.add(view)
 
 
 def live_views(root):
-    """The registered views of root still alive (the dead ones are dropped)."""
+    """The registered views of root still alive."""
     x = root._x
-    if x is None or not x.views:
-        return []
-    alive = [v for v in (r() for r in x.views) if v is not None]
-    x.views = [weakref.ref(v) for v in alive]
-    return alive
+    return () if x is None or not x.views else list(x.views)
 
 
 _FORBIDDEN = (" Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code "
