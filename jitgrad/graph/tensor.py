@@ -38,7 +38,7 @@ class _Rare:
         self.view_of = None     # graph/views.View: this tensor is a view of another's storage
         self.fw = None          # forward AD: the tangent at the open dual level (_core/forward.py)
         self.inference = False  # made in inference mode (an inference tensor)
-        self.views = None       # a WeakSet of this root's views that take part in autograd (graph/views.py)
+        self.views = None       # weakrefs to this root's views that take part in autograd (graph/views.py)
         self.origin = None      # a one-element detach(): weakref to the tensor it was detached from
 
 

@@ -63,19 +63,31 @@ def autograd_skips(inputs, saved):
 
 
 def register(root, view, rare):
-    """List `view` on its root, so that an in-place write can refresh it."""
+    """List `view` on its root, so that an in-place write can refresh it. (A list of
+    weakrefs, pruned as it doubles: a WeakSet would compare tensors with ==.)"""
     x = root._x
     if x is None:
         x = root._x = rare()
     if x.views is None:
-        x.views = weakref.WeakSet()
-    x.views.add(view)
+        x.views = []
+    x.views.append(weakref.ref(view))
+    n = len(x.views)
+    if n >= 8 and not n & (n - 1):
+        live_views(root)
 
 
 def live_views(root):
-    """The registered views of root still alive."""
+    """The registered views of root still alive (the dead ones are dropped)."""
     x = root._x
-    return () if x is None or not x.views else list(x.views)
+    if x is None or not x.views:
+        return ()
+    alive = {}
+    for r in x.views:
+        v = r()
+        if v is not None:
+            alive[id(v)] = v
+    x.views = [weakref.ref(v) for v in alive.values()]
+    return list(alive.values())
 
 
 _FORBIDDEN = (" Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code "
