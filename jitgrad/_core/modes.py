@@ -86,6 +86,11 @@ class set_grad_enabled(_DecoratorContextManager):
 
 
 class inference_mode(_DecoratorContextManager):
+    def __new__(cls, mode=True):
+        if callable(mode):  # @inference_mode, or inference_mode(mode=fn), as PyTorch accepts
+            return cls()(mode)
+        return object.__new__(cls)
+
     def __init__(self, mode=True):
         self.mode = bool(mode)
 

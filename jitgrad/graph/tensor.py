@@ -218,16 +218,19 @@ class Tensor:
         if x is not None:
             if x.inference:
                 raise RuntimeError("Inference tensors do not track version counter.")
-            if x.vc is not None:
-                return x.vc[0]
+            vc = _counter(x)
+            if vc is not None:
+                return vc[0]
         return versions.version(self._data)
 
     def _bump(self):
         """An in-place write happened: count it on the storage (shared with views and
         detach()), which saved values check. A `.data` alias counts its writes on a counter
-        of its own only, so they go unseen, as in PyTorch; a tensor given new data by
-        `x.data = y` keeps reporting its own count but its writes are still checked."""
-        vc = self._vc
+        of its own only (as do its views), so they go unseen, as in PyTorch; a tensor given
+        new data by `x.data = y` keeps its count, shared with its views, and its writes are
+        still checked."""
+        x = self._x
+        vc = None if x is None else _counter(x)
         if vc is not None:
             vc[0] += 1
             if not vc[1]:
@@ -425,6 +428,17 @@ class Tensor:
         return True
 
     # in-place ops (add_, mul_, copy_, op=, item assignment...) are in ops/inplace.py
+
+
+def _counter(x):
+    """The version counter of a tensor of its own (its _Rare x), or of its view's root."""
+    if x.vc is not None:
+        return x.vc
+    view = x.view_of
+    if view is not None:
+        rx = view.base._x
+        return None if rx is None else rx.vc
+    return None
 
 
 def _init_from(t, arr):

@@ -28,30 +28,29 @@ _LEAF = "a leaf Variable that requires grad is being used in an in-place operati
 
 def _needs_record(t, *others):
     """Whether the in-place op on t is recorded; raises PyTorch's error where it is not
-    allowed (graph/views.py for the view rules)."""
+    allowed (graph/views.py for the view rules). A view needs it when its base requires
+    grad, as in PyTorch, where such a view requires grad."""
     x = t._x
-    grad = _grad_mode.is_grad_enabled()
     if x is not None and x.inference and not _grad_mode.is_inference_mode_enabled():
-        if grad and t._requires_grad and t._tape is None:
+        if _grad_mode.is_grad_enabled() and t._requires_grad and t._tape is None:
             raise RuntimeError(_LEAF)
         raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
                            "clone to get a normal tensor before doing inplace update.See "
                            "https://github.com/pytorch/rfcs/pull/17 for more details.")
-    if not grad:
+    if not _grad_mode.is_grad_enabled():
         return False
-    if t._requires_grad:
-        view = None if x is None else x.view_of
-        if view is not None:
-            if view.meta != _views.DEFAULT:
-                raise _views.inplace_error(view)
-            base = view.base
-            if base._tape is None and base._requires_grad:
-                raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
-                                   "operation.")
-        elif t._tape is None:
-            raise RuntimeError(_LEAF)
-        return True
-    return any(getattr(o, "requires_grad", False) for o in others)
+    view = None if x is None else x.view_of
+    needs = (t._requires_grad or (view is not None and view.base._requires_grad)
+             or any(getattr(o, "requires_grad", False) for o in others))
+    if view is not None:
+        if needs and view.meta != _views.DEFAULT:
+            raise _views.inplace_error(view)
+        if view.base._tape is None and view.base._requires_grad:
+            raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
+                               "operation.")
+    elif t._requires_grad and t._tape is None:
+        raise RuntimeError(_LEAF)
+    return needs
 
 
 def _stale_one_element_saves(t):

@@ -112,8 +112,8 @@ def _mark_view(res, x, fn, meta=_views.DEFAULT, origin=None):
     and one on the root or another of its views updates res's (ops/inplace.py).
     A view of an inference tensor is an inference tensor and no view; one of a normal
     tensor is normal, even in inference mode. A view made without recording (no_grad or
-    inference mode) of a tensor that requires grad requires grad, with no grad_fn, and
-    may not be written in place with grad mode on, as in PyTorch. shapeops' multi-output
+    inference mode) may not be written in place with grad mode on; of a tensor that
+    requires grad, it requires grad, with no grad_fn, as in PyTorch. shapeops' multi-output
     views (unbind, split...) pass meta=MULTI_OUTPUT and origin=(output index, node name)."""
     xx = x._x
     rx = res._x
@@ -131,10 +131,11 @@ def _mark_view(res, x, fn, meta=_views.DEFAULT, origin=None):
     if parent is not None:
         root = parent.base
         fn = _compose(parent.fn, fn)
-    if x._requires_grad and not res._requires_grad:  # made without recording
+    if not _mode.enabled:  # made in no_grad or inference mode, which PyTorch's view record keeps
         meta = _views.INFERENCE if _mode.inference else _views.NO_GRAD
         origin = None
-        res._requires_grad = True
+        if x._requires_grad:
+            res._requires_grad = True
     elif parent is not None and parent.meta != _views.DEFAULT and meta == _views.DEFAULT:
         meta = parent.meta  # PyTorch names the new view in its message ("Output 0 of Slice is a view...")
         origin = (res.output_nr, _node_name(res))
