@@ -18,7 +18,7 @@ from jitgrad._core.forward import state as _fw
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph import views as _views
 from jitgrad.graph.spec import SPECS
-from jitgrad.graph.tensor import Tensor
+from jitgrad.graph.tensor import Tensor, _wrap_dim
 from jitgrad.ops import _forward
 from jitgrad.ops import functional as F
 from jitgrad.ops._common import asarray, copy_array, like, storage
@@ -341,6 +341,53 @@ def setitem(t, index, value):
     _assign(t, flat, value if value._data.shape == target_shape else F.expand(value, target_shape))
 
 
+def transpose_(t, dim0, dim1):
+    """t becomes its transpose: a new layout of the same storage (recorded as the
+    transpose of its old value, PyTorch's TransposeBackward). The view records that
+    describe arrays through t's layout are rewritten for the new one."""
+    _stop("an in-place op in a compiled step")
+    record = _needs_record(t)
+    nd = t._data.ndim
+    if nd == 0:
+        return t
+    perm = list(range(nd))
+    a, b = _wrap_dim(dim0, nd), _wrap_dim(dim1, nd)
+    perm[a], perm[b] = perm[b], perm[a]
+    if record:
+        new = F.transpose(t, a, b)
+    else:
+        with _grad_mode.no_grad():
+            new = F.transpose(t, a, b)
+    t._data = new._data
+    t._bump()
+    view = _views.info(t)
+    swap = _transposer(perm)  # its own inverse
+    if view is not None:
+        view.fn = _then(view.fn, swap)
+    else:
+        for v in _views.live_views(t):
+            info = v._x.view_of
+            info.fn = _then(swap, info.fn)
+    if record:
+        _rebase(t, new)
+    _refresh_views(t if view is None else view.base, t, record)
+    return t
+
+
+def t_(t):
+    if t._data.ndim > 2:
+        raise RuntimeError(f"t_() expects a tensor with <= 2 dimensions, but self is {t._data.ndim}D")
+    return transpose_(t, 0, -1) if t._data.ndim == 2 else t
+
+
+def _transposer(perm):
+    return lambda arr: arr.transpose(perm)
+
+
+def _then(first, then):
+    return lambda arr: then(first(arr))
+
+
 def _iop(fn):
     def op(self, other):
         return fn(self, other)
@@ -357,6 +404,8 @@ def install():
     Tensor.fill_ = fill_
     Tensor.zero_ = zero_
     Tensor.__setitem__ = setitem
+    Tensor.transpose_ = transpose_
+    Tensor.t_ = t_
     Tensor.__iadd__ = _iop(add_)
     Tensor.__isub__ = _iop(sub_)
     Tensor.__imul__ = _iop(mul_)

@@ -21,7 +21,11 @@ def _setitem(x):
     x[0] = 3.0
 
 
-INPLACE = pytest.mark.parametrize("fn", [_add, _setitem], ids=["add_", "setitem"])
+def _transpose(x):
+    return x.transpose_(0, 1)
+
+
+INPLACE = pytest.mark.parametrize("fn", [_add, _setitem, _transpose], ids=["add_", "setitem", "transpose_"])
 RG = pytest.mark.parametrize("rg", [False, True], ids=["plain", "requires_grad"])
 
 

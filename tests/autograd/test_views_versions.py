@@ -110,9 +110,19 @@ def _setitem_on_view(T):
     return x, (a.sin() * 3).sum() + rows.pow(2).sum()
 
 
+def _transposed_in_place(T):
+    x = _leaf(T, 2, 3)
+    a = x.clone()
+    row = a[0]
+    a.transpose_(0, 1)
+    col = a[1]
+    a.mul_(a.detach() + 1)
+    return x, a.sum() + (row * 2).sum() + (col * 10).sum()
+
+
 @LIBS
 @pytest.mark.parametrize("case", [_base_written_after_view, _sibling_view_written, _view_of_view_written,
-                                  _written_under_no_grad, _setitem_on_view])
+                                  _written_under_no_grad, _setitem_on_view, _transposed_in_place])
 def test_view_histories_follow_inplace_writes(T, case):
     import torch
 
@@ -185,6 +195,8 @@ def test_inplace_on_a_view_of_a_leaf(T):
         x[0][1:].mul_(2)
     with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
         x.add_(1)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+        x.t_()
     with T.no_grad():
         x[0].add_(1)
     assert x.tolist() == [[2.0] * 3, [1.0] * 3]
