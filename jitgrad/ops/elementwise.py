@@ -19,7 +19,6 @@ from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
-from jitgrad._core.modes import _inference_on
 from jitgrad.graph.record import record, record_ew
 from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import _ARRAYLIKE, Tensor, in_inference_mode
@@ -62,7 +61,7 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None, dual=True):
         return record_ew(spec, res, a, b, p0, p1, aux)  # links res to its row
     res._requires_grad = False
     res._tape = None
-    if _inference_on[0]:
+    if _grad_mode._inference_on[0]:
         in_inference_mode(res)
     return res
 
