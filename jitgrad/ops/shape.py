@@ -140,7 +140,7 @@ def _mark_view(res, x, fn, meta=_views.DEFAULT, origin=None):
         meta = parent.meta  # PyTorch names the new view in its message ("Output 0 of Slice is a view...")
         origin = (res.output_nr, _node_name(res))
     rx.view_of = _views.View(root, fn, meta, origin)
-    if res._requires_grad:
+    if res._requires_grad or _mode.enabled:  # (with grad mode on, its root may get a history later)
         _views.register(root, res, _Rare)
     return res
 

@@ -381,3 +381,15 @@ def test_hooks_before_and_after_an_inplace_write(T):
     out.register_hook(lambda g: fired.append(("after", g.tolist())))
     out.sum().backward()
     assert sorted(fired) == [("after", [1.0] * 3), ("before", [2.0] * 3)]
+
+
+@LIBS
+def test_view_of_a_plain_tensor_follows_its_base_into_the_graph(T):
+    r = T.tensor([2.0], dtype=T.float64, requires_grad=True)
+    x = T.ones(5, dtype=T.float64)
+    v = x[1]
+    assert not v.requires_grad and v.grad_fn is None
+    x.mul_(r)
+    assert v.requires_grad
+    (v * 3).backward()
+    assert r.grad.tolist() == [3.0]
