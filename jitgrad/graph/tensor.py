@@ -318,8 +318,12 @@ class Tensor:
 
     def detach(self):
         t = Tensor._make(self._data)  # shares the storage, hence its version counter
-        if _views.is_inference(self):
-            _views.mark_inference(t, _Rare)
+        x = self._x
+        if x is not None:
+            if x.inference:
+                _views.mark_inference(t, _Rare)
+            elif _counter(x) is not None:
+                t._vc = _counter(x)  # or the counter of its own that it has (see _bump)
         if self._data.size == 1:  # its writes must find the saves of self copied into a tape (ops/inplace.py)
             t._origin = self._origin or weakref.ref(self)
         if _cap.on and _cap.mine():  # jitgrad.compile: the same value as this tensor's

@@ -393,3 +393,14 @@ def test_view_of_a_plain_tensor_follows_its_base_into_the_graph(T):
     assert v.requires_grad
     (v * 3).backward()
     assert r.grad.tolist() == [3.0]
+
+
+@LIBS
+def test_detach_shares_a_counter_kept_by_data_assignment(T):
+    x = T.ones(2)
+    x.data = T.zeros(3)
+    d = x.detach()
+    d.add_(1)
+    alias = x.data
+    alias.detach().add_(1)
+    assert x._version == d._version == 1 and alias._version == 1
