@@ -149,12 +149,11 @@ class Tensor:
 
     @property
     def grad_fn(self):
-        if self._tape is None:
-            x = self._x
-            if x is not None and x.view_of is not None and x.view_of.invalid:
-                raise _views.inplace_error(x.view_of, indirect=True)
-            return None
         x = self._x
+        if x is not None and x.view_of is not None and x.view_of.invalid:
+            raise _views.inplace_error(x.view_of, indirect=True)
+        if self._tape is None:
+            return None
         if x is None:
             x = self._x = _Rare()
         node = x.node
@@ -166,7 +165,10 @@ class Tensor:
 
     @property
     def is_leaf(self):
-        return self._tape is None and self.grad_fn is None  # (grad_fn raises for an invalid view)
+        x = self._x
+        if x is not None and x.view_of is not None and x.view_of.invalid:
+            raise _views.inplace_error(x.view_of, indirect=True)
+        return self._tape is None
 
     def is_inference(self):
         return _views.is_inference(self)
