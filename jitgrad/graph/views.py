@@ -25,6 +25,21 @@ class View:
         self.origin = origin      # (output index, node name): a Function's output, or a view of a no_grad view
 
 
+class Chain:
+    """Array functions applied in turn: a view's fn from its root, kept flat so that a view
+    of a view of ... (a loop reshaping a tensor) is not a deep nest of closures."""
+    __slots__ = ("steps",)
+
+    def __init__(self, first, then):
+        self.steps = ((first.steps if type(first) is Chain else (first,))
+                      + (then.steps if type(then) is Chain else (then,)))
+
+    def __call__(self, arr):
+        for step in self.steps:
+            arr = step(arr)
+        return arr
+
+
 def info(t):
     x = t._x
     return None if x is None else x.view_of

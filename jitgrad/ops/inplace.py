@@ -363,11 +363,11 @@ def transpose_(t, dim0, dim1):
     view = _views.info(t)
     swap = _transposer(perm)  # its own inverse
     if view is not None:
-        view.fn = _then(view.fn, swap)
+        view.fn = _views.Chain(view.fn, swap)
     else:
         for v in _views.live_views(t):
             info = v._x.view_of
-            info.fn = _then(swap, info.fn)
+            info.fn = _views.Chain(swap, info.fn)
     if record:
         _rebase(t, new)
     _refresh_views(t if view is None else view.base, t, record)
@@ -382,10 +382,6 @@ def t_(t):
 
 def _transposer(perm):
     return lambda arr: arr.transpose(perm)
-
-
-def _then(first, then):
-    return lambda arr: then(first(arr))
 
 
 def _iop(fn):

@@ -130,7 +130,7 @@ def _mark_view(res, x, fn, meta=_views.DEFAULT, origin=None):
     root = x
     if parent is not None:
         root = parent.base
-        fn = _compose(parent.fn, fn)
+        fn = _views.Chain(parent.fn, fn)
     if not _mode.enabled:  # made in no_grad or inference mode, which PyTorch's view record keeps
         meta = _views.INFERENCE if _mode.inference else _views.NO_GRAD
         origin = None
@@ -143,10 +143,6 @@ def _mark_view(res, x, fn, meta=_views.DEFAULT, origin=None):
     if res._requires_grad or _mode.enabled:  # (with grad mode on, its root may get a history later)
         _views.register(root, res, _Rare)
     return res
-
-
-def _compose(first, then):
-    return lambda a: then(first(a))
 
 
 def _node_name(t):

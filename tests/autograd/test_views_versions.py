@@ -404,3 +404,15 @@ def test_detach_shares_a_counter_kept_by_data_assignment(T):
     alias = x.data
     alias.detach().add_(1)
     assert x._version == d._version == 1 and alias._version == 1
+
+
+@LIBS
+def test_inplace_through_a_long_chain_of_views(T):
+    x = T.ones(4, dtype=T.float64, requires_grad=True)
+    a = x.clone()
+    v = a
+    for _ in range(3000):  # deeper than Python's recursion limit
+        v = v.view(4)
+    v.mul_(3)
+    a.sum().backward()
+    assert x.grad.tolist() == [3.0] * 4
