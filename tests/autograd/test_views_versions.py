@@ -416,3 +416,58 @@ def test_inplace_through_a_long_chain_of_views(T):
     v.mul_(3)
     a.sum().backward()
     assert x.grad.tolist() == [3.0] * 4
+
+
+def _dirty_functions(T):
+    class TwoOut(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            a.add_(b)
+            ctx.mark_dirty(a)
+            return a, a + b
+
+        @staticmethod
+        def backward(ctx, ga, gab):
+            return ga + gab, ga + gab
+
+    class NotReturned(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            a.add_(1)
+            ctx.mark_dirty(a)
+            return a.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class MarksTempView(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            out = a.clone().view_as(a)
+            ctx.mark_dirty(out)
+            return out
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    return TwoOut, NotReturned, MarksTempView
+
+
+@LIBS
+def test_mark_dirty_errors(T):
+    TwoOut, NotReturned, MarksTempView = _dirty_functions(T)
+    x = T.ones(2, requires_grad=True)
+    b = T.ones(2, requires_grad=True)
+    c, d = TwoOut.apply(x.clone(), b)  # a dirty input that is no view may come with other outputs
+    (c * d).sum().backward()
+    assert x.grad.tolist() == [5.0, 5.0]
+    with pytest.raises(RuntimeError, match="If your Function modifies inplace an input that is a view of another "
+                                           "Tensor, your Function cannot return more than one Tensor"):
+        TwoOut.apply(x.clone().view_as(x), b)
+    with pytest.raises(RuntimeError, match="Some elements marked as dirty during the forward method were not "
+                                           "returned as output"):
+        NotReturned.apply(x.clone())
+    with pytest.raises(RuntimeError, match=re.escape("ctx.mark_dirty() received a tensor that was not an input.")):
+        MarksTempView.apply(x.clone())
