@@ -18,7 +18,7 @@ from jitgrad._core.forward import state as _fw
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph import views as _views
 from jitgrad.graph.spec import SPECS
-from jitgrad.graph.tensor import Tensor, _wrap_dim
+from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import _forward
 from jitgrad.ops import functional as F
 from jitgrad.ops._common import asarray, copy_array, like, storage
@@ -347,27 +347,22 @@ def transpose_(t, dim0, dim1):
     describe arrays through t's layout are rewritten for the new one."""
     _stop("an in-place op in a compiled step")
     record = _needs_record(t)
-    nd = t._data.ndim
-    if nd == 0:
-        return t
-    perm = list(range(nd))
-    a, b = _wrap_dim(dim0, nd), _wrap_dim(dim1, nd)
-    perm[a], perm[b] = perm[b], perm[a]
     if record:
-        new = F.transpose(t, a, b)
+        new = F.transpose(t, dim0, dim1)
     else:
         with _grad_mode.no_grad():
-            new = F.transpose(t, a, b)
+            new = F.transpose(t, dim0, dim1)
+    if new is t:  # a 0-d tensor
+        return t
     t._data = new._data
     t._bump()
-    view = _views.info(t)
-    swap = _transposer(perm)  # its own inverse
-    if view is not None:
-        view.fn = _views.Chain(view.fn, swap)
-    else:
-        for v in _views.live_views(t):
-            info = v._x.view_of
-            info.fn = _views.Chain(swap, info.fn)
+    view, made = _views.info(t), _views.info(new)
+    if made is not None:  # (an inference tensor has no views)
+        if view is not None:
+            view.fn = made.fn  # the transposed view's function from the root is now t's
+        else:
+            for v in _views.live_views(t):  # made.fn, a swap of two dims, undoes itself
+                v._x.view_of.fn = _views.Chain(made.fn, v._x.view_of.fn)
     if record:
         _rebase(t, new)
     _refresh_views(t if view is None else view.base, t, record)
@@ -378,10 +373,6 @@ def t_(t):
     if t._data.ndim > 2:
         raise RuntimeError(f"t_() expects a tensor with <= 2 dimensions, but self is {t._data.ndim}D")
     return transpose_(t, 0, -1) if t._data.ndim == 2 else t
-
-
-def _transposer(perm):
-    return lambda arr: arr.transpose(perm)
 
 
 def _iop(fn):

@@ -120,9 +120,19 @@ def _transposed_in_place(T):
     return x, a.sum() + (row * 2).sum() + (col * 10).sum()
 
 
+def _view_transposed_in_place(T):
+    x = _leaf(T, 3, 4)
+    a = x.clone()
+    v = a[:, 1:]
+    v.transpose_(0, 1)
+    v.mul_(v.detach() + 2)
+    return x, a.pow(2).sum() + (v[0] * 3).sum()
+
+
 @LIBS
 @pytest.mark.parametrize("case", [_base_written_after_view, _sibling_view_written, _view_of_view_written,
-                                  _written_under_no_grad, _setitem_on_view, _transposed_in_place])
+                                  _written_under_no_grad, _setitem_on_view, _transposed_in_place,
+                                  _view_transposed_in_place])
 def test_view_histories_follow_inplace_writes(T, case):
     import torch
 
