@@ -12,11 +12,11 @@ import weakref
 
 import numpy as np
 
+import jitgrad.graph.views as _views
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
 from jitgrad.gpu.array import DeviceArray
-from jitgrad.graph import views as _views
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import _forward
@@ -56,14 +56,7 @@ def _needs_record(t, *others):
 def _stale_one_element_saves(t):
     """A one-element value is copied into the tape when an op saves it, so the version
     check at backward cannot see an in-place write to it. Mark the rows that saved it now:
-    its own row if it saved its result, and the rows reading it whose formulas saved it.
-    Written through a view or a detach() of it, the tensor that was saved is found first."""
-    view = _views.info(t)
-    if view is not None:
-        _stale_one_element_saves(view.base)
-    origin = t._origin() if t._x is not None and t._origin is not None else None
-    if origin is not None:
-        _stale_one_element_saves(origin)
+    its own row if it saved its result, and the rows reading it whose formulas saved it."""
     if t._tape is not None:
         tape, row = t._tape, t._row
     else:
@@ -82,6 +75,19 @@ def _stale_one_element_saves(t):
             tape.stale[r] = (t._data, version + 1, version)
             tape.grow_freed()
             tape.freed[r] = 1
+
+
+def _sharing(t):
+    """t, and the tensors whose saves a write through t reaches: its view's root, the
+    tensor it was detach()ed from."""
+    out = [t]
+    view = _views.info(t)
+    if view is not None:
+        out.append(view.base)
+    origin = t._origin() if t._x is not None and t._origin is not None else None
+    if origin is not None:
+        out.append(origin)
+    return out
 
 
 def _dual(t, others):
@@ -110,7 +116,8 @@ def _apply(t, compute, *others):
     _stop("an in-place op in a compiled step")
     _check_writable(t)
     if t._data.size == 1:
-        _stale_one_element_saves(t)
+        for s in _sharing(t):
+            _stale_one_element_saves(s)
     dual = _dual(t, others)
     view = _views.info(t)
     record = _needs_record(t, *others)
