@@ -3,6 +3,7 @@ import weakref
 
 import numpy as np
 
+import jitgrad._core.modes as _modes
 from jitgrad._core import device as _device
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import versions
@@ -12,7 +13,7 @@ from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.format import tensor_repr
 from jitgrad._core.forward import state as _forward
 from jitgrad._core.messages import c_name, scalar_name, size_str
-from jitgrad._core.modes import _inference_on, _state
+from jitgrad._core.modes import _state
 from jitgrad.gpu import driver as _gpu
 from jitgrad.gpu import foreign as _foreign
 from jitgrad.gpu.array import TO_NUMPY, DeviceArray
@@ -333,7 +334,6 @@ class Tensor:
         return t
 
     def detach_(self):
-        _stop("detach_() in a compiled step")
         v = _views.info(self)
         if v is not None:
             raise RuntimeError("Can't detach views in-place. Use detach() instead. If you are using DistributedDataParallel "
@@ -341,6 +341,7 @@ class Tensor:
                                "DDP buckets, and hence detach_() cannot be called on these gradients. To fix this "
                                "error, please refer to the Optimizer.zero_grad() function in torch/optim/optimizer.py "
                                "as the solution.")
+        _stop("detach_() in a compiled step")
         self._tape = None
         self._requires_grad = False
         return self
@@ -487,7 +488,7 @@ def wrap(arr):
     t._requires_grad = False
     t._tape = None
     t._x = None
-    if _inference_on[0]:
+    if _modes._inference_on[0]:
         in_inference_mode(t)
     return t
 
@@ -695,7 +696,7 @@ def _finish(arr, requires_grad, draw=None):
     _check_requires_grad(arr, requires_grad)
     t = Tensor._make(arr)
     t._requires_grad = bool(requires_grad)
-    if _inference_on[0]:
+    if _modes._inference_on[0]:
         in_inference_mode(t)
     if _cap.on and _cap.mine():
         if requires_grad:
