@@ -83,10 +83,11 @@ def register(root, view, rare):
     x = root._x
     if x is None:
         x = root._x = rare()
-    if x.views is None:
-        x.views = []
-    x.views.append(weakref.ref(view))
-    n = len(x.views)
+    views = x.views
+    if views is None:
+        views = x.views = []
+    views.append(weakref.ref(view))
+    n = len(views)
     if n >= 8 and not n & (n - 1):
         live_views(root)
 

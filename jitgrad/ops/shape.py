@@ -125,13 +125,15 @@ def _mark_view(res, x, fn, meta=_views.DEFAULT, origin=None):
         return res  # numpy made a copy
     if rx is None:
         rx = res._x = _Rare()
-    rx.inference = False
+    elif rx.inference:  # made in inference mode, of a normal tensor
+        rx.inference = False
     parent = None if xx is None else xx.view_of
     root = x
     if parent is not None:
         root = parent.base
         fn = _views.Chain(parent.fn, fn)
-    if not _mode.enabled:  # made in no_grad or inference mode, which PyTorch's view record keeps
+    grad_mode = _mode.enabled
+    if not grad_mode:  # made in no_grad or inference mode, which PyTorch's view record keeps
         meta = _views.INFERENCE if _mode.inference else _views.NO_GRAD
         origin = None
         if x._requires_grad:
@@ -140,7 +142,7 @@ def _mark_view(res, x, fn, meta=_views.DEFAULT, origin=None):
         meta = parent.meta  # PyTorch names the new view in its message ("Output 0 of Slice is a view...")
         origin = (res.output_nr, _node_name(res))
     rx.view_of = _views.View(root, fn, meta, origin)
-    if res._requires_grad or _mode.enabled:  # (with grad mode on, its root may get a history later)
+    if grad_mode or res._requires_grad:  # (with grad mode on, its root may get a history later)
         _views.register(root, res, _Rare)
     return res
 
@@ -460,7 +462,7 @@ def getitem(x, index):
 
 
 def _basic_index(idx):
-    idx = idx if any(i is Ellipsis for i in idx) else idx + (Ellipsis,)
+    idx = idx if Ellipsis in idx else idx + (Ellipsis,)  # (basic indexing: ints, slices, None)
     return lambda a: a[idx]
 
 
