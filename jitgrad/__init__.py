@@ -34,6 +34,7 @@ from jitgrad._core.modes import (
     set_grad_enabled,
 )
 from jitgrad.graph.interop import from_dlpack  # noqa: F401  (binds Tensor.__dlpack__ too)
+from jitgrad.graph.random import Generator, randint, randperm  # noqa: F401
 from jitgrad.graph.tensor import (
     Size,
     Tensor,
