@@ -77,12 +77,12 @@ def collate(batch, *, collate_fn_map=None):
         fields = {key: collate([d[key] for d in batch], collate_fn_map=collate_fn_map) for key in elem}
         return _same_mapping(elem, fields)
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # a named tuple keeps its type
-        return type(elem)(*(collate(list(s), collate_fn_map=collate_fn_map) for s in zip(*batch)))
+        return type(elem)(*(collate(s, collate_fn_map=collate_fn_map) for s in zip(*batch)))
     if isinstance(elem, collections.abc.Sequence):
         size = len(elem)
         if any(len(e) != size for e in batch):
             raise RuntimeError("each element in list of batch should be of equal size")
-        fields = [collate(list(s), collate_fn_map=collate_fn_map) for s in zip(*batch)]
+        fields = [collate(s, collate_fn_map=collate_fn_map) for s in zip(*batch)]
         return fields if isinstance(elem, tuple) else _same_sequence(elem, fields)
     raise TypeError(ERR.format(type(elem)))
 
