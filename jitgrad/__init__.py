@@ -59,6 +59,11 @@ from jitgrad.graph.tensor import (
 )
 from jitgrad.ops import FUNCTIONS as _FUNCTIONS
 
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
+
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
 from jitgrad import (  # noqa: E402
     compiler,
