@@ -74,6 +74,10 @@ class Generator:
         raw = self._mt.random_raw(2 * n).astype(np.uint64)
         return (raw[0::2] << np.uint64(32)) | raw[1::2]
 
+    def uniform64(self, n):
+        """n doubles in [0, 1): the low 53 bits of random64() scaled (torch's uniform for double)."""
+        return (self.random64(n) & np.uint64((1 << 53) - 1)).astype(np.float64) * 2.0 ** -53
+
     def __repr__(self):
         return f"<jitgrad.Generator object at {id(self):#x}>"
 
@@ -141,3 +145,26 @@ def randint(*args, size=None, generator=None, dtype=None, device=None, requires_
         raw = generator.random64(count) if span >= 1 << 32 else generator.random32(count)
         values = (raw % np.uint64(span)).astype(np.int64) + low   # torch: random() % range + from
     return _finish(place(values.reshape(shape).astype(npd), dev), requires_grad)
+
+
+def weighted_draws(weights, num_samples, replacement, generator):
+    """Indices drawn with probability proportional to `weights` (a float64 array), as
+    torch.multinomial. With replacement and a Generator these are torch's draws (a uniform
+    double per sample, searched in the normalised cumulative sums) for two samples or more;
+    without replacement or for one sample, torch runs an exponential race whose exponentials
+    it draws its own way, so those indices are jitgrad's (same distribution, other numbers)."""
+    if np.any(~(weights >= 0)):   # NaN included, as in torch
+        raise RuntimeError("invalid multinomial distribution (encountering probability entry < 0)")
+    if np.any(np.isinf(weights)):
+        raise RuntimeError("invalid multinomial distribution (encountering probability entry = infinity or NaN)")
+    if weights.sum() <= 0:
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if not replacement and num_samples > len(weights):
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    draw = generator.uniform64 if generator is not None else _rng[0].random
+    if replacement and num_samples > 1:
+        cumulative = np.cumsum(weights)
+        return np.searchsorted(cumulative / cumulative[-1], draw(num_samples), side="left")
+    # weights / Exp(1) noise: its top num_samples are a draw without replacement
+    keys = weights / -np.log1p(-draw(len(weights)))
+    return np.argsort(-keys, kind="stable")[:num_samples]

@@ -349,3 +349,42 @@ def test_a_dataset_subclass_and_the_base_class():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(jitgrad.utils.data.DataLoader(Squares(), batch_size=3, num_workers=2)) == 2
+
+
+@pytest.mark.parametrize("weights", [[0.1, 0.9, 0.4, 0.0, 2.0], [1.0] * 40, list(range(1, 8))])
+@pytest.mark.parametrize("n", [2, 7, 50])
+def test_weighted_random_sampler_with_replacement_is_torchs(weights, n):
+    def run(T):
+        s = T.utils.data.WeightedRandomSampler(weights, n, generator=T.Generator().manual_seed(n))
+        return len(s), list(s), list(s), s.weights
+    both(run)
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_weighted_random_sampler_single_draws_follow_the_weights(replacement):
+    """One sample (torch's exponential race, with jitgrad's own numbers): by weight."""
+    s = jitgrad.utils.data.WeightedRandomSampler([1.0, 0.0, 6.0], 1, replacement=replacement,
+                                                 generator=jitgrad.Generator().manual_seed(0))
+    counts = np.bincount([next(iter(s)) for _ in range(700)], minlength=3)
+    assert counts[1] == 0 and 450 < counts[2] < 750 and 50 < counts[0] < 200
+
+
+def test_weighted_random_sampler_takes_a_tensor_and_draws_without_replacement():
+    s = jitgrad.utils.data.WeightedRandomSampler(jitgrad.tensor([1.0, 0.0, 3.0, 2.0]), 3, replacement=False,
+                                                 generator=jitgrad.Generator().manual_seed(0))
+    draws = [list(s) for _ in range(200)]
+    assert all(len(set(d)) == 3 and 1 not in d for d in draws)  # distinct, never a zero weight
+    firsts = np.bincount([d[0] for d in draws], minlength=4) / 200
+    assert firsts[2] > firsts[3] > firsts[0]   # in order of weight
+    dl = jitgrad.utils.data.DataLoader(pairs(jitgrad, 4), batch_size=2, sampler=s)
+    assert sorted(len(b[1]) for b in dl) == [1, 2]
+
+
+@pytest.mark.parametrize("case", ["negative", "zero_sum", "nan", "inf", "too_many", "two_d", "num_samples",
+                                  "replacement"])
+def test_weighted_random_sampler_errors_are_torchs(case):
+    args = {"negative": ([-1.0, 1.0], 2), "zero_sum": ([0.0, 0.0], 2), "nan": ([float("nan"), 1.0], 2),
+            "inf": ([float("inf"), 1.0], 2), "too_many": ([1.0, 2.0], 3, False), "two_d": ([[1.0, 2.0]], 2),
+            "num_samples": ([1.0], 0), "replacement": ([1.0], 2, 1)}[case]
+    assert err_of(lambda T: list(T.utils.data.WeightedRandomSampler(*args)), jitgrad) == \
+        err_of(lambda T: list(T.utils.data.WeightedRandomSampler(*args)), torch)

@@ -16,4 +16,5 @@ from jitgrad.utils.data.sampler import (  # noqa: F401
     Sampler,
     SequentialSampler,
     SubsetRandomSampler,
+    WeightedRandomSampler,
 )

@@ -3,8 +3,10 @@ BatchSampler groups them. RandomSampler draws as torch's does (randperm, or rand
 chunks of 32 with replacement), so a seeded jitgrad.Generator gives torch's order."""
 import itertools
 
-from jitgrad.graph.random import Generator, randint, randperm
-from jitgrad.graph.tensor import _rng
+import numpy as np
+
+from jitgrad.graph.random import Generator, randint, randperm, weighted_draws
+from jitgrad.graph.tensor import Tensor, _rng
 
 
 class Sampler:
@@ -78,6 +80,30 @@ class SubsetRandomSampler(Sampler):
 
     def __len__(self):
         return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """num_samples indices drawn with probability proportional to weights (see
+    graph/random.weighted_draws: with replacement, a seeded Generator gives torch's draws)."""
+
+    def __init__(self, weights, num_samples, replacement=True, generator=None):
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+            raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
+        if not isinstance(replacement, bool):
+            raise ValueError(f"replacement should be a boolean value, but got replacement={replacement}")
+        w = np.asarray(weights._array() if isinstance(weights, Tensor) else weights, dtype=np.float64)
+        if w.ndim != 1:
+            raise ValueError(f"weights should be a 1d sequence but given weights have shape {tuple(w.shape)}")
+        self.weights = Tensor._make(w)   # float64, as torch keeps them
+        self.num_samples = num_samples
+        self.replacement = replacement
+        self.generator = generator
+
+    def __iter__(self):
+        yield from weighted_draws(self.weights._data, self.num_samples, self.replacement, self.generator).tolist()
+
+    def __len__(self):
+        return self.num_samples
 
 
 class BatchSampler(Sampler):
