@@ -93,7 +93,8 @@ def test_without_a_generator_the_global_seed_decides():
 @pytest.mark.parametrize("kw", [dict(), dict(batch_size=3), dict(batch_size=3, drop_last=True),
                                 dict(batch_size=4, shuffle=True), dict(batch_size=3, shuffle=True, drop_last=True),
                                 dict(batch_size=None), dict(batch_size=20, shuffle=True),
-                                dict(batch_size=2, shuffle=False, num_workers=2)])
+                                dict(batch_size=2, shuffle=False, num_workers=2),
+                                dict(batch_size=3, shuffle=True, num_workers=1, persistent_workers=True)])
 def test_loader_batches_are_torchs(kw):
     def run(T):
         gen = T.Generator().manual_seed(99) if kw.get("shuffle") else None

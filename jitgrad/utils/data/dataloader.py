@@ -107,6 +107,7 @@ class DataLoader:
         self.persistent_workers = persistent_workers
         self._iterable = iterable
         self._len_reported = None  # len(self) of an IterableDataset, to warn when it yields more
+        self._iterator = None      # the one iterator of persistent workers
         self._initialized = True
 
     def __setattr__(self, name, value):
@@ -123,6 +124,14 @@ class DataLoader:
         return self.batch_sampler if self._auto_collation else self.sampler
 
     def __iter__(self):
+        # torch keeps persistent workers' iterator across epochs and draws its base seed once:
+        # later epochs' shuffles come from the generator without that draw in between
+        if self.persistent_workers and self.num_workers > 0:
+            if self._iterator is None:
+                self._iterator = _LoaderIter(self)
+            else:
+                self._iterator._reset()
+            return self._iterator
         return _LoaderIter(self)
 
     def __len__(self):
@@ -159,6 +168,10 @@ class _LoaderIter:
 
     def __len__(self):
         return len(self._index_sampler)
+
+    def _reset(self):
+        self._sampler_iter = iter(self._index_sampler)
+        self._num_yielded = 0
 
     def __next__(self):
         index = next(self._sampler_iter)
