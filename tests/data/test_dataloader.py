@@ -9,8 +9,10 @@ import pytest
 from conftest import both, err_of
 
 import jitgrad
+from jitgrad.utils.data import collate as jcollate
 
 torch = pytest.importorskip("torch")
+tcollate = pytest.importorskip("torch.utils.data._utils.collate")
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -389,3 +391,31 @@ def test_weighted_random_sampler_errors_are_torchs(case):
             "num_samples": ([1.0], 0), "replacement": ([1.0], 2, 1)}[case]
     assert err_of(lambda T: list(T.utils.data.WeightedRandomSampler(*args)), jitgrad) == \
         err_of(lambda T: list(T.utils.data.WeightedRandomSampler(*args)), torch)
+
+
+def test_unseeded_shuffle_follows_the_global_seed():
+    """Without a generator the order comes from the global generator: jitgrad.manual_seed
+    repeats it (the numbers are jitgrad's, not torch's)."""
+    def epochs():
+        dl = jitgrad.utils.data.DataLoader(pairs(jitgrad, 12), batch_size=5, shuffle=True)
+        return ints(dl), ints(dl)
+    jitgrad.manual_seed(3)
+    a = epochs()
+    jitgrad.manual_seed(3)
+    assert epochs() == a and a[0] != a[1]
+    assert sorted(v for b in a[0] for v in b[1][1][2]) == list(range(12))
+
+
+def test_collate_with_a_map_extends_default_collate():
+    class Box:
+        def __init__(self, v):
+            self.v = v
+
+    def run(T, mod):
+        def boxes(batch, *, collate_fn_map=None):
+            return ("boxes", [b.v for b in batch])
+        fmap = dict(mod.default_collate_fn_map)
+        fmap[Box] = boxes
+        return mod.collate([(Box(1), T.ones(2)), (Box(2), T.zeros(2))], collate_fn_map=fmap)
+    j, t = run(jitgrad, jcollate), run(torch, tcollate)
+    assert j[0] == t[0] and ints([j[1]]) == ints([t[1]])
