@@ -111,10 +111,12 @@ def _update_tangent(t, new):
             tt.copy_(nt)
 
 
-def _apply(t, compute, *others):
-    """t <- compute(old t), in place; recorded as compute's node when needed."""
+def _apply(t, compute, *others, fills=False):
+    """t <- compute(old t), in place; recorded as compute's node when needed. `fills`: the
+    op writes one value everywhere, which PyTorch allows into overlapping memory."""
     _stop("an in-place op in a compiled step")
-    _check_writable(t)
+    if not fills:
+        _check_writable(t)
     if t._data.size == 1:
         for s in _sharing(t):
             _stale_one_element_saves(s)
@@ -175,9 +177,18 @@ def _refresh_views(root, written, rebased):
             _rebase(v, again)
 
 
-def _check_writable(t):
+def _check_writable(t, index=None):
+    """PyTorch refuses a write that would reach one memory location through two elements
+    (into an expand() result); a write to part of it that repeats none, `g[0] = 0`, is fine."""
     d = t._data
-    if type(d) is np.ndarray and not d.flags.writeable and 0 in d.strides and d.size > 1:
+    if type(d) is not np.ndarray or d.flags.writeable:
+        return
+    if index is not None:
+        index = F._norm_index(index, d)
+        if any(isinstance(i, (np.ndarray, DeviceArray)) for i in index):
+            return  # advanced indexing writes each selected element once (PyTorch only warns)
+        d = d[index]
+    if any(s == 0 and n > 1 for n, s in zip(d.shape, d.strides)):
         raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                            "single memory location. Please clone() the tensor before performing the operation.")
 
@@ -282,7 +293,7 @@ def _overwritten(spec, a, value):
 
 def _overwrite(t, spec, value):
     others = (value,) if isinstance(value, Tensor) else ()
-    return _apply(t, lambda a: _overwritten(spec, a, value), *others)
+    return _apply(t, lambda a: _overwritten(spec, a, value), *others, fills=spec is not F.COPY)
 
 
 def copy_(t, src):
@@ -327,7 +338,7 @@ def setitem(t, index, value):
     if not isinstance(value, Tensor):
         value = F._wrap(np.asarray(value, dtype=t._data.dtype))
     value = _to_device_of(t, value)
-    _check_writable(t)
+    _check_writable(t, index)
     if not _needs_record(t, value):
         dual = _dual(t, (value,))
         d = storage(t)
