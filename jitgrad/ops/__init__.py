@@ -32,7 +32,9 @@ FUNCTIONS.update({
     # shape
     "reshape": shape.reshape, "flatten": shape.flatten, "squeeze": shape.squeeze, "unsqueeze": shape.unsqueeze,
     "expand": shape.expand, "permute": shape.permute, "transpose": shape.transpose, "t": shape.t,
-    "cat": shape.cat, "stack": shape.stack,
+    "cat": shape.cat, "stack": shape.stack, "narrow": shape.narrow, "select": shape.select, "unbind": shape.unbind,
+    "chunk": shape.chunk, "split": shape.split, "split_with_sizes": shape.split_with_sizes,
+    "diagonal": shape.diagonal,
     # reductions
     "sum": reduce.sum, "mean": reduce.mean, "amax": reduce.amax, "amin": reduce.amin, "max": reduce.max,
     "min": reduce.min, "argmax": reduce.argmax, "argmin": reduce.argmin, "prod": reduce.prod,
@@ -49,10 +51,11 @@ for _name in ("add", "sub", "mul", "div", "pow", "reciprocal", "sign", "clamp", 
               "gt", "ge", "isnan", "logical_not", "allclose", "equal", "reshape", "flatten", "squeeze",
               "unsqueeze", "expand", "permute", "transpose", "t", "sum", "mean", "amax", "amin", "max", "min",
               "argmax", "argmin", "prod", "matmul", "mm", "addmm", "dot", "mv", "bmm", "trace",
-              "softmax", "log_softmax"):
+              "softmax", "log_softmax", "narrow", "select", "unbind", "chunk", "split", "split_with_sizes",
+              "diagonal"):
     METHODS[_name] = FUNCTIONS[_name]
 METHODS.update({
-    "true_divide": elementwise.div, "view": shape.view, "expand_as": shape.expand_as,
+    "true_divide": elementwise.div, "view": shape.view, "expand_as": shape.expand_as, "repeat": shape.repeat,
     "sum_to_size": lambda self, *size: reduce.sum_to(self, size[0] if len(size) == 1 and
                                                       isinstance(size[0], (tuple, list)) else size),
 })
