@@ -659,7 +659,12 @@ def _pieces(x, spec, sizes, dim):
 
 
 def split_with_sizes(x, split_sizes, dim=0):
-    sizes = _shape_arg((split_sizes,), "split_with_sizes", "split_sizes")
+    sizes = tuple(split_sizes)
+    for k, n in enumerate(sizes):
+        if isinstance(n, (bool, np.bool_)) or not hasattr(n, "__index__"):
+            raise TypeError(f"split_with_sizes(): argument 'split_sizes' (position 2) must be tuple of ints, but "
+                            f"found element of type {type(n).__name__} at pos {k}")
+    sizes = tuple(operator.index(n) for n in sizes)
     dim = _wrap_dim(operator.index(dim), x._data.ndim)
     if x._data.ndim == 0:
         raise RuntimeError("split_with_sizes expects at least a 1-dimensional tensor")
