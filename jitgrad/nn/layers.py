@@ -38,9 +38,10 @@ class Linear(Module):
 class ReLU(Module):
     def __init__(self, inplace=False):
         super().__init__()
+        self.inplace = inplace
 
     def forward(self, x):
-        return F.relu(x)
+        return F.relu(x, inplace=self.inplace)
 
 
 class Tanh(Module):

@@ -28,7 +28,7 @@ FUNCTIONS.update({
     "eq": elementwise.eq, "ne": elementwise.ne, "lt": elementwise.lt, "le": elementwise.le, "gt": elementwise.gt,
     "ge": elementwise.ge, "logical_and": elementwise.logical_and, "logical_or": elementwise.logical_or,
     "logical_not": elementwise.logical_not, "isnan": elementwise.isnan, "isfinite": elementwise.isfinite,
-    "allclose": elementwise.allclose, "equal": elementwise.equal,
+    "allclose": elementwise.allclose, "equal": elementwise.equal, "masked_fill": elementwise.masked_fill,
     # shape
     "reshape": shape.reshape, "flatten": shape.flatten, "squeeze": shape.squeeze, "unsqueeze": shape.unsqueeze,
     "expand": shape.expand, "permute": shape.permute, "transpose": shape.transpose, "t": shape.t,
@@ -38,6 +38,7 @@ FUNCTIONS.update({
     # reductions
     "sum": reduce.sum, "mean": reduce.mean, "amax": reduce.amax, "amin": reduce.amin, "max": reduce.max,
     "min": reduce.min, "argmax": reduce.argmax, "argmin": reduce.argmin, "prod": reduce.prod,
+    "all": reduce.all, "any": reduce.any,
     # linear algebra
     "matmul": linalg.matmul, "mm": linalg.mm, "addmm": linalg.addmm, "dot": linalg.dot, "mv": linalg.mv,
     "bmm": linalg.bmm, "trace": linalg.trace,
@@ -52,7 +53,7 @@ for _name in ("add", "sub", "mul", "div", "pow", "reciprocal", "sign", "clamp", 
               "unsqueeze", "expand", "permute", "transpose", "t", "sum", "mean", "amax", "amin", "max", "min",
               "argmax", "argmin", "prod", "matmul", "mm", "addmm", "dot", "mv", "bmm", "trace",
               "softmax", "log_softmax", "narrow", "select", "unbind", "chunk", "split", "split_with_sizes",
-              "diagonal"):
+              "diagonal", "masked_fill", "all", "any"):
     METHODS[_name] = FUNCTIONS[_name]
 METHODS.update({
     "true_divide": elementwise.div, "view": shape.view, "expand_as": shape.expand_as, "repeat": shape.repeat,
@@ -68,6 +69,9 @@ _common._bound[0] = True    # a later defop binds its op at once
 from jitgrad.graph.spec import FUNCS as _FUNCS  # noqa: E402
 from jitgrad.ops import functional as _F  # noqa: E402
 from jitgrad.ops import methods as _methods  # noqa: E402,F401  (operators, in-place ops: after the table)
+from jitgrad.ops.inplace import UNARY as _UNARY_INPLACE  # noqa: E402
+
+FUNCTIONS.update(_UNARY_INPLACE)  # jitgrad.exp_, jitgrad.relu_...: Tensor's in-place forms
 
 # forward mode evaluates the elementwise formulas on Tensors with these functions
 _forward.NS.update({_name: getattr(_F, _name) for _name in _FUNCS})

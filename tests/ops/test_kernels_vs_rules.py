@@ -56,6 +56,8 @@ CASES = {
     "fill_tensor": (lambda: (t(3, 4), t()), lambda a, v: (a * 1.0).fill_(v)),
     "zero": (lambda: (t(3, 4),), lambda a: (a * 1.0).zero_()),
     "copy": (lambda: (t(3, 4), t(4)), lambda a, b: (a * 1.0).copy_(b)),
+    "masked_fill": (lambda: (t(3, 4, sign=True),), lambda a: a.masked_fill(a > 0, 0.5)),
+    "masked_fill_tensor": (lambda: (t(3, 4, sign=True), t()), lambda a, v: (a * 1.0).masked_fill_(a < 0, v)),
     "sum": (lambda: (t(3, 4, 2),), lambda a: a.sum((0, 2))),
     "sum_all": (lambda: (t(3, 4),), lambda a: a.sum()),
     "mean": (lambda: (t(3, 4),), lambda a: a.mean(1, keepdim=True)),
