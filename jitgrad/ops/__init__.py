@@ -15,7 +15,7 @@ Layout (each module imports only the ones above it; no import cycle):
 Each primitive is one entry (graph/spec.py documents its keys) right beside its forward.
 """
 from jitgrad.graph.tensor import Tensor
-from jitgrad.ops import _common, _forward, device, elementwise, linalg, nn, reduce, shape  # noqa: F401
+from jitgrad.ops import _common, _forward, device, elementwise, linalg, nn, out, reduce, shape  # noqa: F401
 from jitgrad.ops.elementwise import defop  # noqa: F401  (the public declarator: jitgrad.ops.defop)
 
 # jitgrad.<name>: every public op; elementwise ones declared with defop come from _common.PUBLIC
@@ -63,6 +63,8 @@ METHODS.update({
 
 for _name, _fn in METHODS.items():
     setattr(Tensor, _name, _fn)
+# jitgrad.<name>(..., out=t): the functions (not the methods) take PyTorch's out= keyword
+FUNCTIONS.update({_name: out.with_out(_name, _fn) for _name, _fn in FUNCTIONS.items() if _name not in out.NO_OUT})
 globals().update(FUNCTIONS)  # jitgrad.ops.<name>
 _common._bound[0] = True    # a later defop binds its op at once
 

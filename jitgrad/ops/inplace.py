@@ -13,6 +13,7 @@ import numpy as np
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
+from jitgrad._core.messages import scalar_name
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tensor import Tensor
@@ -282,7 +283,6 @@ def install():
 # Each is its out-of-place op written back into the tensor (the node is the op's own, as in
 # PyTorch: y.exp_() gives ExpBackward0), through _apply: views, versions and rebasing as above.
 _KEEP_INT = {"neg", "abs", "sign"}  # the others give floats, which an int tensor cannot hold
-_TYPE_NAMES = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
 
 
 def _unary_inplace(name):
@@ -290,7 +290,7 @@ def _unary_inplace(name):
         kind = t._data.dtype.kind
         if kind in "iub" and name not in _KEEP_INT:
             raise RuntimeError(f"result type Float can't be cast to the desired output type "
-                               f"{_TYPE_NAMES[t._data.dtype.name]}")
+                               f"{scalar_name(t._data.dtype)}")
         return _apply(t, getattr(F, name))
     op.__name__ = op.__qualname__ = name + "_"
     return op
