@@ -726,11 +726,11 @@ def _spaced(fn, start, end, steps, npd, calc, fused):
     first half and from end for the second (both ends exact). fused: a + step * i rounded
     once, as linspace's compiled kernel does (a fused multiply-add), so it is computed in a
     wider float; else rounded twice (logspace's)."""
-    for pos, (name, v) in enumerate((("start", start), ("end", end)), 1):
-        if not _number(v):
-            raise TypeError(f"{fn}(): argument '{name}' (position {pos}) must be Number, not {_tname(v)}")
-    if not _is_int(steps):
-        raise TypeError(f"{fn}(): argument 'steps' (position 3) must be int, not {_tname(steps)}")
+    if not (_number(start) and _number(end) and _is_int(steps)):
+        raise TypeError(f"{fn}() received an invalid combination of arguments - got ({_tname(start)}, {_tname(end)}, "
+                        f"{_tname(steps)}), but expected one of:\n * (Number start, Number end, int steps, *, "
+                        "Tensor out = None, torch.dtype dtype = None, torch.device device = None, "
+                        "bool requires_grad = False)")
     steps = int(steps)
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")

@@ -19,6 +19,7 @@ from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
+from jitgrad._core.messages import c_name
 from jitgrad.graph.record import record, record_ew
 from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import _ARRAYLIKE, Tensor
@@ -432,10 +433,11 @@ MASKED_FILL_TENSOR = alias("masked_fill_tensor", WHERE, "MaskedFillBackward1")
 
 
 def masked_fill(x, mask, value):
-    if not isinstance(mask, Tensor) or mask._data.dtype.kind != "b":
-        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"masked_fill(): argument 'mask' (position 1) must be Tensor, not {type(mask).__name__}")
+    if mask._data.dtype.kind != "b":
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
-                           f"{str(got).replace('torch.', '')}")
+                           f"{c_name(mask._data.dtype)}")
     if isinstance(value, Tensor):
         if value._data.ndim:
             raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "

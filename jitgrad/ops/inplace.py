@@ -282,7 +282,7 @@ def install():
 # --- in-place forms of the unary ops (exp_, relu_, ...) and masked_fill_ ------------------
 # Each is its out-of-place op written back into the tensor (the node is the op's own, as in
 # PyTorch: y.exp_() gives ExpBackward0), through _apply: views, versions and rebasing as above.
-_KEEP_INT = {"neg", "abs", "sign"}  # the others give floats, which an int tensor cannot hold
+_KEEP_INT = {"neg", "abs", "sign", "relu"}  # the others give floats, which an int tensor cannot hold
 
 
 def _unary_inplace(name):
