@@ -400,6 +400,15 @@ def _dim_view(ctx, x, *args, dim=None):
     return ctx.wrap(out)
 
 
+@batch_rule(public=("masked_fill",))
+def _masked_fill(ctx, x, mask, value):
+    """The op broadcasts x and the mask (where's rule): both padded to one rank."""
+    if is_batched(value):  # a 0-d value per sample
+        return fallback(ctx, x, mask, value)
+    rank = max(ndim(x), ndim(mask))
+    return ctx.wrap(ctx.fn(ctx.padded(x, rank), ctx.padded(mask, rank), value))
+
+
 @batch_rule(primitives=("diagonal",), public=("diagonal",))
 def _diagonal(ctx, x, offset=0, dim1=0, dim2=1):
     if x.ndim < 2:

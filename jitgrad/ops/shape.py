@@ -721,9 +721,6 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
     d = x._data
     nd = d.ndim
     a, b = _wrap_dim(operator.index(dim1), nd), _wrap_dim(operator.index(dim2), nd)
-    if nd < 2:  # _wrap_dim accepts 0 / -1 on a 0-d tensor; torch wraps against the real rank
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-max(nd, 1)}, {max(nd, 1) - 1}], "
-                         f"but got {dim2 if b == 1 or nd == 0 else dim1})")
     if a == b:
         raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
     offset = operator.index(offset)

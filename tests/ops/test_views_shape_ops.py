@@ -199,6 +199,8 @@ ERRORS = {
     "unbind_bad_dim": lambda T, a: a.unbind(3),
     "diagonal_same_dims": lambda T, a: a.diagonal(0, 1, 1),
     "diagonal_1d": lambda T, a: T.ones(3).diagonal(),
+    "diagonal_1d_same_dims": lambda T, a: T.ones(3).diagonal(0, -1, 0),
+    "diagonal_0d": lambda T, a: T.tensor(1.0).diagonal(0, 0, -1),
     "diagonal_bad_dim": lambda T, a: a.diagonal(0, 0, 3),
     "repeat_too_few": lambda T, a: a.repeat(2, 2),
     "repeat_negative": lambda T, a: a.repeat(1, -1, 2),
