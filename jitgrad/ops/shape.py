@@ -597,12 +597,11 @@ def _gathered_view(x, spec, out, positions, fn):
     """out (a view of x's array, fn(x's array) gives it) as gather `spec` of x at the flat
     `positions` (a host array: computed only when the op is recorded or traced)."""
     if not _needs(x) and not (_cap.on and _cap.mine()):
-        return _wrap(out)
+        return _mark_view(_wrap(out), x, fn)  # a view without grad too: an in-place write reaches x
     flat = positions().reshape(-1)
     if type(x._data) is DeviceArray:
         flat = DeviceArray.from_host(flat)
-    res = index_flat(x, flat, out.shape, spec, data=out)
-    return _mark_view(res, x, fn) if _needs(x) else res
+    return _mark_view(index_flat(x, flat, out.shape, spec, data=out), x, fn)
 
 
 def _basic_view(x, spec, idx):

@@ -213,3 +213,18 @@ def test_errors_match_torch(name):
     t = err_of(ERRORS[name], torch, torch.tensor(DATA))
     assert t is not None and j is not None, (j, t)
     assert j[0] == t[0] and j[1] == t[1], (j, t)
+
+
+@pytest.mark.parametrize("name", [n for n in VIEWS if not n.startswith(("split", "chunk", "unbind"))])
+def test_in_place_with_grad_on_a_view_of_a_tensor_without_grad(name):
+    """The view of a plain tensor written with a value that requires grad: the base gets
+    the history (its gradient flows to the value)."""
+    def run(T):
+        x = T.tensor(DATA, dtype=T.float64)
+        outs = _outs(OPS[name](T, x))
+        w = T.tensor(2.5, dtype=T.float64, requires_grad=True)
+        for o in outs:
+            o.mul_(w)
+        g, = T.autograd.grad((x * x).sum(), w)
+        return x.detach(), x.requires_grad, g
+    both(run)
