@@ -14,6 +14,7 @@ Layout (each module imports only the ones above it; no import cycle):
   inplace.py      add_, mul_, fill_, copy_, setitem...
 Each primitive is one entry (graph/spec.py documents its keys) right beside its forward.
 """
+from jitgrad.graph import tensor as _tensor
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import _common, _forward, device, elementwise, linalg, nn, out, reduce, shape  # noqa: F401
 from jitgrad.ops.elementwise import defop  # noqa: F401  (the public declarator: jitgrad.ops.defop)
@@ -65,6 +66,7 @@ for _name, _fn in METHODS.items():
     setattr(Tensor, _name, _fn)
 # jitgrad.<name>(..., out=t): the functions (not the methods) take PyTorch's out= keyword
 FUNCTIONS.update({_name: out.with_out(_name, _fn) for _name, _fn in FUNCTIONS.items() if _name not in out.NO_OUT})
+FUNCTIONS.update({_name: out.with_out(_name, getattr(_tensor, _name), factory=True) for _name in out.FACTORIES})
 globals().update(FUNCTIONS)  # jitgrad.ops.<name>
 _common._bound[0] = True    # a later defop binds its op at once
 

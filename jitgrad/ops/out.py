@@ -17,14 +17,27 @@ from jitgrad.ops._common import asarray
 NO_OUT = {"split", "split_with_sizes", "chunk", "unbind", "allclose", "equal"}
 
 
-def with_out(name, fn):
+# factories with out=: they make the values in out's dtype, and resize out without a warning
+FACTORIES = ("zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "rand", "randn")
+
+
+def with_out(name, fn, factory=False):
     def op(*args, out=None, **kwargs):
         if out is None:
             return fn(*args, **kwargs)
-        return _into(name, fn, out, args, kwargs)
+        if factory:
+            kwargs["dtype"] = _factory_dtype(kwargs.get("dtype"), out)
+        return _into(name, fn, out, args, kwargs, warn=not factory)
     op.__name__ = op.__qualname__ = getattr(fn, "__name__", name)
     op.__doc__ = fn.__doc__
     return op
+
+
+def _factory_dtype(dtype, out):
+    if isinstance(out, Tensor) and dtype is not None and getattr(dtype, "np", None) != out._data.dtype:
+        raise RuntimeError(f"dtype {scalar_name(dtype.np)} does not match dtype of out parameter "
+                           f"({scalar_name(out._data.dtype)})")
+    return out.dtype if isinstance(out, Tensor) else dtype
 
 
 def _requires_grad(values):
@@ -36,7 +49,7 @@ def _requires_grad(values):
     return False
 
 
-def _into(name, fn, out, args, kwargs):
+def _into(name, fn, out, args, kwargs, warn=True):
     outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
     if not all(isinstance(o, Tensor) for o in outs):
         bad = next(o for o in outs if not isinstance(o, Tensor))
@@ -49,19 +62,19 @@ def _into(name, fn, out, args, kwargs):
     if len(results) != len(outs):
         raise TypeError(f"{name}(): argument 'out' must be a tuple of {len(results)} Tensors, not {len(outs)}")
     for o, r in zip(outs, results):
-        _write(o, r)
+        _write(o, r, warn)
     if isinstance(res, Tensor):
         return out
     return type(res)(*outs) if hasattr(res, "_fields") else tuple(outs)
 
 
-def _write(o, r):
+def _write(o, r, warn):
     rk, ok = r._data.dtype.kind, o._data.dtype.kind
     if (rk == "f" and ok in "iub") or (rk in "iu" and ok == "b"):
         raise RuntimeError(f"result type {scalar_name(r._data.dtype)} can't be cast to the desired output type "
                            f"{scalar_name(o._data.dtype)}")
     if tuple(o._data.shape) != tuple(r._data.shape):
-        if o._data.size:
+        if warn and o._data.size:
             warnings.warn(f"An output with one or more elements was resized since it had shape "
                           f"{list(o._data.shape)}, which does not match the required output shape "
                           f"{list(r._data.shape)}. This behavior is deprecated, and in a future PyTorch release "

@@ -280,3 +280,19 @@ def test_set_default_device():
     finally:
         jitgrad.set_default_device(None)
     assert jitgrad.get_default_device() == jitgrad.device("cpu") and jitgrad.zeros(1).device.type == "cpu"
+
+
+def test_factories_take_out():
+    def run(T):
+        o = T.empty(3)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            r = T.zeros(2, out=o)
+            rest = [T.arange(5, out=T.empty(0, dtype=T.int64)), T.linspace(0, 10, 4, out=T.empty(0, dtype=T.int64)),
+                    T.ones(2, out=T.empty(2, dtype=T.int64)), T.full((2,), 1.5, out=T.empty(2, dtype=T.int64)),
+                    T.eye(2, out=T.empty(0)), T.logspace(0, 1, 3, out=T.empty(3, dtype=T.float64)),
+                    T.randn(2, 3, out=T.empty(0)).shape, T.empty(2, out=T.empty(0)).shape]
+        return r is o, r, rest, [str(x.message) for x in w]
+    both(run, "float32")
+    assert err_of(lambda T: T.zeros(2, out=T.empty(2), dtype=T.float64), jitgrad) == \
+        err_of(lambda T: T.zeros(2, out=T.empty(2), dtype=T.float64), torch)
