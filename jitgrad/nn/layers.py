@@ -43,6 +43,9 @@ class ReLU(Module):
     def forward(self, x):
         return F.relu(x, inplace=self.inplace)
 
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
+
 
 class Tanh(Module):
     def forward(self, x):

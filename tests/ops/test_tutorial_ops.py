@@ -141,7 +141,8 @@ def test_relu_inplace_functional_and_module():
         b = T.nn.ReLU(inplace=True)(x * 3.0)
         c = T.nn.functional.relu(x)
         g, = T.autograd.grad((a + b + c).sum(), x)
-        return a is h, a.detach(), b.detach(), c.detach(), g, grad_fn_name(a), T.nn.ReLU(inplace=True).inplace
+        return a is h, a.detach(), b.detach(), c.detach(), g, grad_fn_name(a), T.nn.ReLU(inplace=True).inplace, \
+            repr(T.nn.ReLU(inplace=True)), repr(T.nn.ReLU())
     both(run)
 
 
