@@ -58,6 +58,7 @@ from jitgrad.graph.tensor import (
     zeros,
     zeros_like,
 )
+from jitgrad.graph.views import is_inference  # noqa: F401  (torch.is_inference)
 from jitgrad.ops import FUNCTIONS as _FUNCTIONS
 
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
