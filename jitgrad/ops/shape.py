@@ -649,25 +649,29 @@ STACK = alias("stack", CAT, "StackBackward0", forward=stack)
 # Each is the gather primitive at the positions the view covers (affine in the output
 # position), under PyTorch's node name, and its result shares x's storage: a real view.
 # split / chunk / unbind make one node per piece (PyTorch's single node has several outputs).
-def _gathered_view(x, spec, out, positions, fn):
+def _gathered_view(x, spec, out, positions, fn, piece=None):
     """out (a view of x's array, fn(x's array) gives it) as gather `spec` of x at the flat
-    `positions` (a host array: computed only when the op is recorded or traced)."""
-    if not _needs(x) and not (_cap.on and _cap.mine()):
-        return _mark_view(_wrap(out), x, fn)  # a view without grad too: an in-place write reaches x
+    `positions` (a host array: computed only when the op is recorded or traced). piece: the
+    index of this view among the several one call returns (split, unbind): PyTorch forbids
+    writing those in place, and its message names the output and the function."""
+    meta, origin = (_views.MULTI_OUTPUT, (piece, spec.node_name.replace("Backward0", ""))) if piece is not None \
+        else (_views.DEFAULT, None)
+    if _no_record(x) and not (_cap.on and _cap.mine()):
+        return _mark_view(_wrap(out), x, fn, meta, origin)
     flat = positions().reshape(-1)
     if type(x._data) is DeviceArray:
         flat = DeviceArray.from_host(flat)
-    return _mark_view(index_flat(x, flat, out.shape, spec, data=out), x, fn)
+    return _mark_view(index_flat(x, flat, out.shape, spec, data=out), x, fn, meta, origin)
 
 
-def _basic_view(x, spec, idx):
+def _basic_view(x, spec, idx, piece=None):
     """x[idx] for a tuple of ints and slices, recorded as `spec`."""
     d = x._data
     full = idx + (Ellipsis,)  # an int then gives a 0-d view, not a scalar copy
 
     def fn(a):
         return a[full]
-    return _gathered_view(x, spec, asarray(fn(d)), lambda: _positions(d.shape, full), fn)
+    return _gathered_view(x, spec, asarray(fn(d)), lambda: _positions(d.shape, full), fn, piece)
 
 
 def _dim_of(x, dim, fn):
@@ -707,8 +711,8 @@ def select(x, dim, index):
 def _pieces(x, spec, sizes, dim):
     out = []
     off = 0
-    for n in sizes:
-        out.append(_basic_view(x, spec, (slice(None),) * dim + (slice(off, off + n),)))
+    for k, n in enumerate(sizes):
+        out.append(_basic_view(x, spec, (slice(None),) * dim + (slice(off, off + n),), k))
         off += n
     return tuple(out)
 
@@ -769,7 +773,7 @@ def unbind(x, dim=0):
     if x._data.ndim == 0:
         raise IndexError("Dimension specified as 0 but tensor has no dimensions")
     dim = _wrap_dim(operator.index(dim), x._data.ndim)
-    return tuple(_basic_view(x, UNBIND, (slice(None),) * dim + (i,)) for i in range(x._data.shape[dim]))
+    return tuple(_basic_view(x, UNBIND, (slice(None),) * dim + (i,), i) for i in range(x._data.shape[dim]))
 
 
 def diagonal(x, offset=0, dim1=0, dim2=1):

@@ -228,3 +228,15 @@ def test_in_place_with_grad_on_a_view_of_a_tensor_without_grad(name):
         g, = T.autograd.grad((x * x).sum(), w)
         return x.detach(), x.requires_grad, g
     both(run)
+
+
+@pytest.mark.parametrize("piece", [lambda x: x.split(2, 1)[1], lambda x: x.chunk(2)[0], lambda x: x.unbind(2)[3],
+                                   lambda x: x.split([1, 3], 1)[1], lambda x: jitgrad.split(x, [2, 1])[1]
+                                   if isinstance(x, jitgrad.Tensor) else torch.split(x, [2, 1])[1]],
+                         ids=["split", "chunk", "unbind", "split_sizes", "split_with_sizes"])
+def test_in_place_on_a_multi_output_view_is_refused(piece):
+    def f(T):
+        x = T.tensor(DATA, dtype=T.float64, requires_grad=True) * 1.0
+        piece(x).mul_(2.0)
+    j, t = err_of(f, jitgrad), err_of(f, torch)
+    assert t is not None and j == t, (j, t)
