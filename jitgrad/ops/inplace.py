@@ -16,6 +16,7 @@ import jitgrad.graph.views as _views
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
+from jitgrad._core.messages import scalar_name
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tensor import Tensor
@@ -415,3 +416,44 @@ def install():
     Tensor.__isub__ = _iop(sub_)
     Tensor.__imul__ = _iop(mul_)
     Tensor.__itruediv__ = _iop(div_)
+
+
+# --- in-place forms of the unary ops (exp_, relu_, ...) and masked_fill_ ------------------
+# Each is its out-of-place op written back into the tensor (the node is the op's own, as in
+# PyTorch: y.exp_() gives ExpBackward0), through _apply: views, versions and rebasing as above.
+_KEEP_INT = {"neg", "abs", "sign", "relu"}  # the others give floats, which an int tensor cannot hold
+
+
+def _unary_inplace(name):
+    def op(t):
+        kind = t._data.dtype.kind
+        if kind in "iub" and name not in _KEEP_INT:
+            raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                               f"{scalar_name(t._data.dtype)}")
+        return _apply(t, getattr(F, name))
+    op.__name__ = op.__qualname__ = name + "_"
+    return op
+
+
+UNARY = {name + "_": _unary_inplace(name) for name in (
+    "neg", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "erf", "sigmoid", "relu", "abs",
+    "reciprocal", "sign")}
+
+
+def pow_(t, exponent):
+    return _apply(t, lambda a: F.pow(a, exponent), exponent)
+
+
+def masked_fill_(t, mask, value):
+    if isinstance(mask, Tensor) and np.broadcast_shapes(mask._data.shape, t._data.shape) != t._data.shape:
+        raise RuntimeError(f"output with shape {list(t._data.shape)} doesn't match the broadcast shape "
+                           f"{list(np.broadcast_shapes(mask._data.shape, t._data.shape))}")
+    return _apply(t, lambda a: F.masked_fill(a, mask, value), value)
+
+
+def install_unary():
+    for name, fn in UNARY.items():
+        setattr(Tensor, name, fn)
+    Tensor.pow_ = pow_
+    Tensor.__ipow__ = _iop(pow_)
+    Tensor.masked_fill_ = masked_fill_
