@@ -10,7 +10,7 @@ The layers, each importing only those before it (README.md, "How a gradient trav
 """
 from jitgrad import autograd  # noqa: F401  (torch.autograd)
 from jitgrad import ops as _ops  # noqa: F401  (the op table: binds Tensor methods)
-from jitgrad._core.device import device
+from jitgrad._core.device import device, get_default_device, set_default_device
 from jitgrad._core.dtype import bool_ as bool  # noqa: A004
 from jitgrad._core.dtype import (
     double,
@@ -34,6 +34,7 @@ from jitgrad._core.modes import (
     set_grad_enabled,
 )
 from jitgrad.graph.interop import from_dlpack  # noqa: F401  (binds Tensor.__dlpack__ too)
+from jitgrad.graph.random import Generator, randint, randperm  # noqa: F401
 from jitgrad.graph.tensor import (
     Size,
     Tensor,
@@ -45,6 +46,8 @@ from jitgrad.graph.tensor import (
     from_numpy,
     full,
     full_like,
+    linspace,
+    logspace,
     manual_seed,
     ones,
     ones_like,
@@ -56,10 +59,18 @@ from jitgrad.graph.tensor import (
     zeros,
     zeros_like,
 )
+from jitgrad.graph.views import is_inference  # noqa: F401  (torch.is_inference)
 from jitgrad.ops import FUNCTIONS as _FUNCTIONS
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
 
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
 from jitgrad import (  # noqa: E402
+    accelerator,
+    backends,
     compiler,
     cuda,
     func,

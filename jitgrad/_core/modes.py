@@ -1,6 +1,8 @@
 """Grad modes. The flag is thread-local, as in PyTorch: each thread records independently."""
 import functools
+import inspect
 import threading
+import warnings
 
 
 class _State(threading.local):
@@ -10,6 +12,7 @@ class _State(threading.local):
 
 
 _state = _State()
+_inference_on = [0]  # threads in inference mode: tensor creation reads _state.inference only when some are
 
 
 def is_grad_enabled():
@@ -24,15 +27,59 @@ def is_inference_mode_enabled():
     return _state.inference
 
 
+_CLASS_DECORATED = ("Decorating classes is deprecated and will be disabled in future versions. You should only "
+                    "decorate functions or methods. To preserve the current behavior of class decoration, you can "
+                    "directly decorate the `__init__` method and nothing else.")
+
+
+def _generator_in_mode(make_mode, gen_fn):
+    """A decorated generator runs each of its steps in the mode, and the caller's code
+    between steps in the caller's own mode: the mode is entered around every send(),
+    throw() and close() into the wrapped generator, never held across a yield."""
+    @functools.wraps(gen_fn)
+    def generator(*args, **kwargs):
+        gen = gen_fn(*args, **kwargs)
+        try:
+            with make_mode():
+                item = gen.send(None)
+            while True:
+                try:
+                    sent = yield item
+                except GeneratorExit:
+                    with make_mode():
+                        gen.close()
+                    raise
+                except BaseException as exc:  # thrown in by the caller: the generator may handle it
+                    with make_mode():
+                        item = gen.throw(exc)
+                else:
+                    with make_mode():
+                        item = gen.send(sent)
+        except StopIteration as stop:
+            return stop.value
+    return generator
+
+
 class _DecoratorContextManager:
     """Usable as `with mode():` and as `@mode()` / `@mode` like PyTorch's."""
 
     def __call__(self, fn):
+        if inspect.isclass(fn):
+            warnings.warn(_CLASS_DECORATED, FutureWarning, stacklevel=2)
+            cls = fn
+            fn = lambda *args, **kwargs: cls(*args, **kwargs)  # noqa: E731  (as torch: a function now)
+        if inspect.isgeneratorfunction(fn):
+            return _generator_in_mode(self._fresh, fn)
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with self.__class__(*self._args()):
+            with self._fresh():
                 return fn(*args, **kwargs)
         return wrapper
+
+    def _fresh(self):
+        """A new context of the same mode: each call (and each generator step) enters its own."""
+        return self.__class__(*self._args())
 
     def _args(self):
         return ()
@@ -85,6 +132,11 @@ class set_grad_enabled(_DecoratorContextManager):
 
 
 class inference_mode(_DecoratorContextManager):
+    def __new__(cls, mode=True):
+        if callable(mode):  # @inference_mode, or inference_mode(mode=fn), as PyTorch accepts
+            return cls()(mode)
+        return object.__new__(cls)
+
     def __init__(self, mode=True):
         self.mode = bool(mode)
 
@@ -96,16 +148,28 @@ class inference_mode(_DecoratorContextManager):
         # inside inference_mode() turns inference off and grad on for its body
         self.prev = (is_grad_enabled(), is_inference_mode_enabled())
         _set(not self.mode)
-        _state.inference = self.mode
+        _set_inference(self.mode)
 
     def __exit__(self, *exc):
         _set(self.prev[0])
-        _state.inference = self.prev[1]
+        _set_inference(self.prev[1])
+
+
+def _set_inference(flag):
+    _inference_on[0] += flag - _state.inference
+    _state.inference = flag
 
 
 # --- anomaly mode and saved_tensors_hooks: thread state that recording reads per op ---
 _anomaly = [False]  # set by anomaly mode; read here so recording checks it cheaply
 _check_nan = [True]  # anomaly mode's check_nan: backward checks each node's gradients for NaN
+
+
+class _AnomalyParent(threading.local):
+    node = None  # anomaly mode: the node whose backward runs now; nodes it records name it their parent
+
+
+_anomaly_parent = _AnomalyParent()
 
 
 class _SavedHooks(threading.local):

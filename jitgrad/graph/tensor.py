@@ -1,8 +1,10 @@
 """Tensor: a numpy array plus the autograd fields PyTorch exposes."""
+import warnings
 import weakref
 
 import numpy as np
 
+import jitgrad._core.modes as _modes
 from jitgrad._core import device as _device
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import versions
@@ -11,30 +13,35 @@ from jitgrad._core.capture import stop as _stop
 from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.format import tensor_repr
 from jitgrad._core.forward import state as _forward
-from jitgrad._core.messages import c_name, scalar_name, size_str
+from jitgrad._core.messages import NONLEAF_GRAD_WARNING, c_name, scalar_name, size_str
 from jitgrad._core.modes import _state
 from jitgrad.gpu import driver as _gpu
 from jitgrad.gpu import foreign as _foreign
 from jitgrad.gpu.array import TO_NUMPY, DeviceArray
 from jitgrad.graph import node as _node  # the Tensor <-> Node pair: grad_fn is a view of the row
+from jitgrad.graph import views as _views
 from jitgrad.graph.hooks import add_hook
 
 
 class _Rare:
     """Per-tensor state most tensors never use; allocated on first write so that creating
     the output of an op (the forward hot path) sets only four fields."""
-    __slots__ = ("grad", "acc", "retain", "vc", "node", "hooks", "post_hooks", "view_of", "fw")
+    __slots__ = ("grad", "acc", "retain", "vc", "node", "hooks", "post_hooks", "view_of", "fw", "inference",
+                 "views", "origin")
 
     def __init__(self):
         self.grad = None
         self.acc = None
         self.retain = False
-        self.vc = None    # True for a `.data` alias: its writes bypass version counting
+        self.vc = None    # a version counter of its own: [version, writes reach the storage's counter too]
         self.node = None  # grad_fn, once made
         self.hooks = None       # a leaf's tensor hooks ({0: {id: fn}}, see autograd/hooks.py)
         self.post_hooks = None
-        self.view_of = None     # (base tensor, fn: base array -> this view) for a view made with grad
+        self.view_of = None     # graph/views.View: this tensor is a view of another's storage
         self.fw = None          # forward AD: the tangent at the open dual level (_core/forward.py)
+        self.inference = False  # made in inference mode (an inference tensor)
+        self.views = None       # weakrefs to this root's views that take part in autograd (graph/views.py)
+        self.origin = None      # a one-element detach(): weakref to the tensor it was detached from
 
 
 def _rare_property(name):
@@ -53,12 +60,15 @@ def _rare_property(name):
 class Tensor:
     # _tape/_row: the row of the tape that produced this tensor (None for leaves); grad_fn is
     # made from it on demand. _row and _output_nr are only meaningful when _tape is set.
-    __slots__ = ("_data", "_requires_grad", "_tape", "_row", "_output_nr", "_x", "__weakref__")
+    # __dict__: user code sets its own attributes on tensors (t.name = ...), as on torch's;
+    # the dict is only allocated by the first such write
+    __slots__ = ("_data", "_requires_grad", "_tape", "_row", "_output_nr", "_x", "__weakref__", "__dict__")
     _grad = _rare_property("grad")
     _acc = _rare_property("acc")
     _retain = _rare_property("retain")
     _vc = _rare_property("vc")
     _fw = _rare_property("fw")
+    _origin = _rare_property("origin")
     __array_priority__ = 1000  # so `ndarray op Tensor` defers to Tensor's reflected operator
 
     def __init__(self, data=None, *, dtype=None, requires_grad=False):
@@ -141,11 +151,17 @@ class Tensor:
                                "var_no_grad = var.detach().")
         self._requires_grad = bool(value)
 
+    @requires_grad.deleter
+    def requires_grad(self):
+        raise RuntimeError("requires_grad must be a bool")  # torch's words for a deletion too
+
     @property
     def grad_fn(self):
+        x = self._x
+        if x is not None and x.view_of is not None and x.view_of.invalid:
+            raise _views.inplace_error(x.view_of, indirect=True)
         if self._tape is None:
             return None
-        x = self._x
         if x is None:
             x = self._x = _Rare()
         node = x.node
@@ -153,11 +169,40 @@ class Tensor:
             node = x.node = _node.node_for(self._tape, self._row)
         return node
 
-    _grad_fn = grad_fn
+    def _no_grad_fn_delete(self):
+        raise RuntimeError("Deletion of _grad_fn not allowed. Detach tensor instead!")
+
+    _grad_fn = property(grad_fn.fget, None, _no_grad_fn_delete)
+
+    @property
+    def _backward_hooks(self):
+        """The tensor hooks ({id: fn}) registered on this tensor, or None, as torch's."""
+        if self._tape is None:
+            x = self._x
+            return None if x is None or not x.hooks else x.hooks.get(0)
+        return self._tape.tensor_hooks.get(self._row)
+
+    @_backward_hooks.deleter
+    def _backward_hooks(self):
+        raise RuntimeError("Deletion of _backwards_hooks not allowed!")  # sic: torch's words
 
     @property
     def is_leaf(self):
+        x = self._x
+        if x is not None and x.view_of is not None and x.view_of.invalid:
+            raise _views.inplace_error(x.view_of, indirect=True)
         return self._tape is None
+
+    def is_inference(self):
+        return _views.is_inference(self)
+
+    def _is_view(self):
+        return _views.info(self) is not None
+
+    @property
+    def _base(self):
+        v = _views.info(self)
+        return None if v is None else v.base
 
     @property
     def output_nr(self):
@@ -165,9 +210,13 @@ class Tensor:
 
     @property
     def grad(self):
-        if _cap.on and self._grad is not None and _cap.mine():
-            _cap.rec.read_grad(self._grad)  # a .grad from before the step is not a value of the plan
-        return self._grad
+        g = self._grad
+        if g is None:
+            if self._tape is not None and not self._retain:
+                warnings.warn(NONLEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+        elif _cap.on and _cap.mine():
+            _cap.rec.read_grad(g)  # a .grad from before the step is not a value of the plan
+        return g
 
     @grad.setter
     def grad(self, value):
@@ -194,14 +243,29 @@ class Tensor:
 
     @property
     def _version(self):
+        x = self._x
+        if x is not None:
+            if x.inference:
+                raise RuntimeError("Inference tensors do not track version counter.")
+            vc = _counter(x)
+            if vc is not None:
+                return vc[0]
         return versions.version(self._data)
 
     def _bump(self):
-        """An in-place write happened: count it on the storage (shared with views), except
-        through `.data`, which bypasses version counting as in PyTorch."""
-        if self._vc is None:
-            d = self._data
-            versions.bump(d.buf if type(d) is DeviceArray else self._array())  # a CUDA array's storage: its buffer
+        """An in-place write happened: count it on the storage (shared with views and
+        detach()), which saved values check. A `.data` alias counts its writes on a counter
+        of its own only (as do its views), so they go unseen, as in PyTorch; a tensor given
+        new data by `x.data = y` keeps its count, shared with its views, and its writes are
+        still checked."""
+        x = self._x
+        vc = None if x is None else _counter(x)
+        if vc is not None:
+            vc[0] += 1
+            if not vc[1]:
+                return
+        d = self._data
+        versions.bump(d.buf if type(d) is DeviceArray else self._array())  # a CUDA array's storage: its buffer
 
     @property
     def retains_grad(self):
@@ -259,7 +323,9 @@ class Tensor:
     @property
     def data(self):
         t = Tensor._make(self._data)
-        t._vc = True  # writes through .data are not counted (PyTorch's .data semantics)
+        t._vc = [0, False]  # writes through .data are not counted (PyTorch's .data semantics)
+        if _views.is_inference(self):
+            _views.mark_inference(t, _Rare)
         if _cap.on and _cap.mine():  # jitgrad.compile: the same value as this tensor's
             _cap.rec.alias(t, self)
         return t
@@ -267,7 +333,13 @@ class Tensor:
     @data.setter
     def data(self, value):
         _stop("an assignment to .data in a compiled step")
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Variable data has to be a tensor, but got {type(value).__name__}")
+        if self._requires_grad and value._data.dtype.kind not in "fc":
+            raise RuntimeError("data set to a tensor that requires gradients must be floating point or complex dtype")
         old = self._data
+        if self._vc is None and not _views.is_inference(self):
+            self._vc = [self._version, True]  # the tensor keeps its version counter, as in PyTorch
         self._data = value._data
         if old.shape != self._data.shape or old.dtype != self._data.dtype:
             # rows already recorded keep the old size: backward checks the tapes this
@@ -277,23 +349,42 @@ class Tensor:
                 if tape is not None:
                     tape.reshaped = True
 
+    @data.deleter
+    def data(self):
+        raise RuntimeError("Deleting tensor data is not allowed. Delete tensor instead!")
+
     def detach(self):
         t = Tensor._make(self._data)  # shares the storage, hence its version counter
+        x = self._x
+        if x is not None:
+            if x.inference:
+                _views.mark_inference(t, _Rare)
+            elif _counter(x) is not None:
+                t._vc = _counter(x)  # or the counter of its own that it has (see _bump)
+        if self._data.size == 1:  # its writes must find the saves of self copied into a tape (ops/inplace.py)
+            t._origin = self._origin or weakref.ref(self)
         if _cap.on and _cap.mine():  # jitgrad.compile: the same value as this tensor's
             _cap.rec.alias(t, self)
         return t
 
     def detach_(self):
+        v = _views.info(self)
+        if v is not None:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead. If you are using DistributedDataParallel "
+                               "(DDP) for training, and gradient_as_bucket_view is set as True, gradients are views of "
+                               "DDP buckets, and hence detach_() cannot be called on these gradients. To fix this "
+                               "error, please refer to the Optimizer.zero_grad() function in torch/optim/optimizer.py "
+                               "as the solution.")
         _stop("detach_() in a compiled step")
         self._tape = None
         self._requires_grad = False
         return self
 
     # -- conversion ----------------------------------------------------------------
-    def numpy(self):
+    def numpy(self, *, force=False):
         if _cap.on:
             _stop("Tensor.numpy() reads a value in the step")
-        if self.requires_grad:
+        if self.requires_grad and _state.enabled and not force:  # torch allows it under no_grad
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return self._array()
 
@@ -380,6 +471,17 @@ class Tensor:
     # in-place ops (add_, mul_, copy_, op=, item assignment...) are in ops/inplace.py
 
 
+def _counter(x):
+    """The version counter of a tensor of its own (its _Rare x), or of its view's root."""
+    if x.vc is not None:
+        return x.vc
+    view = x.view_of
+    if view is not None:
+        rx = view.base._x
+        return None if rx is None else rx.vc
+    return None
+
+
 def _init_from(t, arr):
     t._data = arr
     t._requires_grad = False
@@ -420,7 +522,15 @@ def wrap(arr):
     t._requires_grad = False
     t._tape = None
     t._x = None
+    if _modes._inference_on[0]:
+        in_inference_mode(t)
     return t
+
+
+def in_inference_mode(t):
+    """Every tensor made in inference mode is an inference tensor (t: one just made)."""
+    if _state.inference:
+        _views.mark_inference(t, _Rare)
 
 
 def linked(data, tape, row, nr=0):
@@ -441,8 +551,30 @@ def linked(data, tape, row, nr=0):
 
 
 class Size(tuple):
+    """torch.Size: a tuple of ints that stays a Size when sliced, added to or repeated, so
+    messages built from it print torch.Size([...]) as PyTorch's do."""
+
     def __repr__(self):
         return f"torch.Size({list(self)})"
+
+    def __getitem__(self, key):
+        item = tuple.__getitem__(self, key)
+        return Size(item) if isinstance(key, slice) else item
+
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(self, other))
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(other, self))
+
+    def __mul__(self, n):
+        return Size(tuple.__mul__(self, n))
+
+    __rmul__ = __mul__
 
     def numel(self):
         n = 1
@@ -620,6 +752,8 @@ def _finish(arr, requires_grad, draw=None):
     _check_requires_grad(arr, requires_grad)
     t = Tensor._make(arr)
     t._requires_grad = bool(requires_grad)
+    if _modes._inference_on[0]:
+        in_inference_mode(t)
     if _cap.on and _cap.mine():
         if requires_grad:
             _stop("a tensor requiring grad created in the step (a new leaf at every call)")
@@ -718,6 +852,48 @@ def arange(start, end=None, step=1, dtype=None, requires_grad=False, device=None
     if npd is None:
         npd = np.int64 if all(isinstance(v, int) for v in (start, end, step)) else _dtype.get_default_dtype().np
     return _finish(place(np.arange(start, end, step, dtype=npd), dev), requires_grad)
+
+
+def _spaced(fn, start, end, steps, npd, calc, fused):
+    """start .. end in `steps` evenly spaced values, as torch's kernels make them: the ends
+    cast to the result's dtype npd, the values computed in dtype calc, from start for the
+    first half and from end for the second (both ends exact). fused: a + step * i rounded
+    once, as linspace's compiled kernel does (a fused multiply-add), so it is computed in a
+    wider float; else rounded twice (logspace's)."""
+    if not (_number(start) and _number(end) and _is_int(steps)):
+        raise TypeError(f"{fn}() received an invalid combination of arguments - got ({_tname(start)}, {_tname(end)}, "
+                        f"{_tname(steps)}), but expected one of:\n * (Number start, Number end, int steps, *, "
+                        "Tensor out = None, torch.dtype dtype = None, torch.device device = None, "
+                        "bool requires_grad = False)")
+    steps = int(steps)
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
+    lo, hi = calc.type(npd.type(start)), calc.type(npd.type(end))
+    if steps <= 1:
+        return np.full(steps, lo, dtype=calc)
+    wide = (np.float64 if calc == np.float32 else np.longdouble) if fused else calc.type
+    i = np.arange(steps, dtype=wide)
+    with np.errstate(all="ignore"):
+        step = wide((hi - lo) / calc.type(steps - 1))
+        return np.where(i < steps // 2, wide(lo) + step * i, wide(hi) - step * (steps - 1 - i)).astype(calc)
+
+
+def linspace(start, end, steps, dtype=None, requires_grad=False, device=None):
+    npd = _dtype_arg(dtype, "linspace") or _dtype.get_default_dtype().np
+    dev = _device.check(device, "linspace")
+    calc = npd if npd.kind == "f" else np.dtype(np.float64)  # integer results: a float64 step, truncated
+    return _finish(place(_spaced("linspace", start, end, steps, npd, calc, True).astype(npd), dev), requires_grad)
+
+
+def logspace(start, end, steps, base=10.0, dtype=None, requires_grad=False, device=None):
+    npd = _dtype_arg(dtype, "logspace") or _dtype.get_default_dtype().np
+    dev = _device.check(device, "logspace")
+    # torch computes the powers in double whatever the dtype, then casts
+    exps = _spaced("logspace", start, end, steps, npd, np.dtype(np.float64), False)
+    with np.errstate(all="ignore"):
+        out = np.power(np.float64(base), exps)
+    return _finish(place(out.astype(npd), dev), requires_grad)
 
 
 def eye(n, m=None, dtype=None, requires_grad=False, device=None):
