@@ -306,3 +306,29 @@ def test_backward_errors_on_roots_that_need_no_grad():
                 err_of(lambda: T.autograd.backward(x * 2, ones, inputs=[]))[0])  # message: test_gaps.py
 
     both(run)
+
+
+def _first_sentence(e):
+    return None if e is None else (e[0], e[1].split(". ")[0])
+
+
+def test_outputs_of_multi_view_ops_are_views_that_refuse_in_place_writes():
+    # between the new ops (unbind/split/chunk/split_with_sizes) and the view mechanism: PyTorch
+    # marks their outputs as views made by a function returning several views
+    def run(T):
+        out = []
+        for make in (lambda t: t.unbind(), lambda t: t.split(1), lambda t: t.chunk(3),
+                     lambda t: t.split_with_sizes([1, 2])):
+            base = T.arange(9.0, dtype=T.float64).reshape(3, 3).requires_grad_() * 1
+            parts = make(base)
+            out.append([p._is_view() for p in parts])
+            out.append(_first_sentence(err_of(lambda: parts[0].mul_(2))))
+            with T.no_grad():
+                made_without_grad = make(base)
+            out.append(_first_sentence(err_of(lambda: made_without_grad[0].mul_(2))))
+            plain = T.zeros(3, 3, dtype=T.float64)
+            make(plain)[0].add_(1)          # no autograd involved: allowed, writes through
+            out.append(plain.sum().item())
+        return out
+
+    both(run)
