@@ -3,6 +3,7 @@ and lowering live in graph/pynode.py."""
 import contextlib
 import functools
 import inspect
+import warnings
 
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
@@ -63,6 +64,17 @@ class Function(metaclass=_FunctionMeta):
                                   "autograd.Function to use it with backward mode AD.")
 
     vjp = backward
+
+    def __init__(self, *args, **kwargs):
+        warnings.warn(f"{type(self)} should not be instantiated. Methods on autograd functions are all static, so "
+                      "you should invoke them on the class itself. Instantiating an autograd function will raise an "
+                      "error in a future version of PyTorch.", DeprecationWarning, stacklevel=2)
+
+    def __call__(self, *args, **kwargs):
+        # the legacy form (an instance with a non-static forward) is gone from PyTorch
+        raise RuntimeError("Legacy autograd function with non-static forward method is deprecated. Please use "
+                           "new-style autograd function with static forward method. (Example: "
+                           "https://pytorch.org/docs/stable/autograd.html#torch.autograd.Function)")
 
     @classmethod
     def apply(cls, *args, **kwargs):
@@ -140,3 +152,15 @@ class _DelayedError(Function):
     @staticmethod
     def backward(ctx, *grads):
         raise RuntimeError("trying to differentiate twice a function that was marked with @once_differentiable")
+
+
+class _ErrorNode(FunctionNode):
+    """PyTorch's node after a once_differentiable backward's results: class Error."""
+    __slots__ = ()
+
+    def name(self):
+        return "torch::autograd::Error"
+
+
+_ErrorNode.__name__ = _ErrorNode.__qualname__ = "Error"
+_DelayedError._node_cls = _ErrorNode

@@ -6,6 +6,7 @@ from jitgrad._core.modes import pop_saved_hooks, push_saved_hooks
 from jitgrad.engine import run as _engine
 from jitgrad.engine.run import GradientEdge, _target
 from jitgrad.graph.node import Node  # noqa: F401  (torch.autograd.graph.Node)
+from jitgrad.graph.saved import SavedTensor  # noqa: F401  (torch._C._autograd.SavedTensor: grad_fn._raw_saved_*)
 from jitgrad.graph.tensor import Tensor
 
 

@@ -21,7 +21,7 @@ from jitgrad._core.modes import _anomaly, _check_nan
 from jitgrad._core.threads import leaf_lock
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 from jitgrad.gpu.array import DeviceArray
-from jitgrad.graph.node import AccumulateGrad
+from jitgrad.graph.node import AccumulateGrad, Node
 from jitgrad.graph.pynode import FunctionNode
 from jitgrad.graph.rowinfo import RowInfo
 from jitgrad.graph.spec import FUNCS
@@ -37,6 +37,8 @@ def _seq(node):
 
 def freed_or_modified(tape, row):
     stale = tape.stale.get(row)
+    if isinstance(stale, RuntimeError):
+        return RuntimeError(*stale.args)
     if stale is not None:
         return modified_error(*stale)
     return _freed_error()
@@ -53,8 +55,10 @@ def apply_rule(node, grad):
         return spec.rule(grad, ri)
     ns = dict(_NS)
     ns["grad"] = grad
-    for name in spec.saves:
-        ns[name] = ri.saved_named(name)  # as the spec declares it (graph/spec.py)
+    live = [inp is not None for inp in node._inputs]
+    for name, users in zip(spec.saves, spec.save_users):
+        if any(live[j] for j in users):  # only what a computed gradient reads, as PyTorch saves
+            ns[name] = ri.saved_named(name)  # as the spec declares it (graph/spec.py)
     for k, p in enumerate(ri.floats(spec.nparams)):
         ns[f"p{k}"] = p
     out = []
@@ -267,3 +271,16 @@ def check_outputs(node, grads):
                 warnings.warn(f"Error detected in {name}. Traceback of forward call that caused the error:\n"
                               + "".join(tb), stacklevel=2)
             raise RuntimeError(f"Function '{name}' returned nan values in its {i}th output.")
+
+
+def _call_node(node, grad):
+    """grad_fn(grad): the node's input gradients, in the current grad mode (graph/node.py's
+    Node.__call__; the rules live in this layer, above the nodes)."""
+    if isinstance(node, AccumulateGrad):
+        raise RuntimeError("AccumulateGrad nodes cannot be called directly: use backward() on the tensor")
+    if isinstance(node, FunctionNode):
+        return tuple(node._state.run_backward([grad], _grad_mode.is_grad_enabled()))
+    return tuple(input_grads(node, grad))
+
+
+Node._apply = _call_node

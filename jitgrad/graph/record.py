@@ -17,6 +17,7 @@ from jitgrad._core.forward import state as _forward
 from jitgrad._core.layout import CUDA_DT_OF, CUDA_NP_OF
 from jitgrad._core.modes import _anomaly, _packing, _saved_hooks  # noqa: F401  (read per op)
 from jitgrad.gpu.array import DeviceArray
+from jitgrad.graph import saved as _saved
 from jitgrad.graph.node import AccumulateGrad
 from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, OpSpec  # noqa: F401  (OP_OUT, OP_PYFN: re-exported)
 from jitgrad.graph.tape import (
@@ -49,10 +50,8 @@ def _dtcode(d):
 
 def _pack_row(tape, row, tensors):
     """Under saved_tensors_hooks: keep pack(tensor) for each saved value instead of the
-    value, and mark the row for the Python engine (which unpacks it)."""
-    pack, unpack = _saved_hooks.stack[-1]
-    tape.packed[row] = (unpack, [pack(t) for t in tensors])
-    tape.set_dtcode(row, DT_OTHER)
+    value (None: not saved), and mark the row for the Python engine (which unpacks it)."""
+    _saved.pack_row(tape, row, tensors, _saved_hooks.stack[-1])
 _new = object.__new__
 
 
@@ -250,9 +249,11 @@ def _save_ew(tape, spec, result, a, b, aux, dt):
 def _ew_packed(spec, result, a, b, aux):
     """Under saved_tensors_hooks: the tensors to pack for the row, or None when some saved
     value is not a tensor (a float operand), which is then saved as usual."""
-    packed = [a if s == 0 else b if s == 1 else result if s == -1 else aux
-              for s in spec.save_src if not (s == 1 and type(b) is float)]
-    return packed if len(packed) == len(spec.saves) else None
+    if any(s == 1 and type(b) is float for s in spec.save_src):
+        return None
+    need = _saved.needed(spec, (a._requires_grad, b is not None and b._requires_grad))
+    return [(a if s == 0 else b if s == 1 else result if s == -1 else aux) if n else None
+            for s, n in zip(spec.save_src, need)]
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -301,7 +302,7 @@ def pack_saved(t):
     saved_tensors_hooks, or None."""
     if _packing[0] and _saved_hooks.stack:
         pack, unpack = _saved_hooks.stack[-1]
-        return unpack, pack(t)
+        return unpack, _saved.pack(pack, t)
     return None
 
 

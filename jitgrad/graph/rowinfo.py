@@ -54,17 +54,21 @@ class RowInfo:
             return x
         op = tape.op(t)
         if op == OP_ACC:
-            return tape.leaves[t].variable  # the leaf itself (its data is the saved value)
+            leaf = tape.leaves[t].variable
+            if data is leaf._data:
+                return leaf  # the leaf itself: the saved value
+            # an unpack hook's value for the leaf: its gradient still goes to the leaf
+            return _tensor.linked(data, tape, t)
         if op == OP_EXT:
             ft, frow = tape.ext[t]
             return _tensor.linked(data, ft, frow, nr)
         return _tensor.linked(data, tape, t, nr)
 
     def saved_input(self, k, j):
-        packed = self.tape.packed.get(self.row)
-        if packed is not None:  # saved_tensors_hooks: the tensor unpack returns, as it is
-            unpack, values = packed
-            return unpack(values[k])
+        st = self.tape.hooked(self.row, k)
+        if st is not None:
+            # packed by hooks: unpack's data, with the input's grad_fn (as PyTorch unpacks)
+            return None if st._none else self.input(j, st.unpack_tensor()._data)
         return self.input(j, self.saved(k, self.in_shape(j)))
 
     def result(self, k, always_linked=False):

@@ -79,6 +79,7 @@ from jitgrad._core.layout import (  # noqa: F401
     SW,
 )
 from jitgrad.gpu.array import DeviceArray
+from jitgrad.graph import saved as _saved
 from jitgrad.graph.spec import SPECS as _SPECS
 
 MAX_ROWS = 1 << 20          # close a tape past this many rows...
@@ -169,9 +170,10 @@ class Tape:
         self.ext_rows = {}    # (foreign tape id, row) -> EXT row here
         self.metadata = {}    # row -> its node's `metadata` dict
         self.py_nodes = {}    # row -> node run in Python (custom Function), see autograd/function.py
-        self.packed = {}      # row -> (unpack hook, packed saved values): saved_tensors_hooks
+        self.packed = {}      # row -> its SavedTensors (graph/saved.py): hooks, _raw_saved_*
         self.kept = []        # (slot, row, version: a stamp, an int or None) per array in keep (see save)
-        self.stale = {}       # row -> (data, version now, version saved): modified after it was saved
+        self.stale = {}       # row -> (data, version now, version saved): modified after it was saved,
+        #                       or the error to raise (a saved input detach_()ed, note_detached)
         self.tensor_hooks = {}   # row -> {id: hook} of the tensor whose gradient is that row's (hooks.py)
         self.node_prehooks = {}  # node row -> {id: hook}
         self.node_hooks = {}     # node row -> {id: hook}: post-hooks; the node then runs in Python
@@ -286,10 +288,9 @@ class Tape:
 
     def saved_value_of_row(self, row, k, shape):
         """Saved value k of `row` as numpy data, for the Python engine."""
-        packed = self.packed.get(row)
-        if packed is not None:  # recorded under saved_tensors_hooks
-            unpack, values = packed
-            return unpack(values[k])._data
+        st = self.hooked(row, k)
+        if st is not None:  # packed by hooks (graph/saved.py), or not saved at all
+            return None if st._none else st.unpack_tensor()._data
         b = row * HW
         kp = self.hdr[b + H_KP]
         dt = self.hdr[b + H_DT]
@@ -307,6 +308,34 @@ class Tape:
             return (np.float64 if where == 0 else np.float32)(v).reshape(shape) if shape else \
                 (np.float64 if where == 0 else np.float32)(v)
         return self.keep[where]
+
+    def hooked(self, row, k):
+        """Saved value k of `row` as a SavedTensor (graph/saved.py) when hooks packed it or
+        the op saved nothing there (x * y saves no y when y's gradient is not needed); else
+        None: the value is in the columns."""
+        entries = self.packed.get(row)
+        st = None if entries is None else entries[k]
+        return st if st is not None and (st._none or st.is_packed()) else None
+
+    def run_in_python(self, row):
+        """Hand `row` to the Python engine (which unpacks hooked values), from now on."""
+        self.set_dtcode(row, DT_OTHER)
+        self.dt_seen |= 1 << DT_OTHER  # a row already scanned (compiled._runs_at) is rescanned by no one
+
+    def note_detached(self, row):
+        """The output of `row` was detach_()ed: a node that saved it as an input (PyTorch's
+        saved original) can no longer reach its grad_fn, and raises when it runs."""
+        for r, j in self.readers_of(row):
+            spec = _SPECS[self.op(r)]
+            if spec.kind == "sink" or j >= len(spec.args) or spec.args[j] not in spec.saves or r in self.stale:
+                continue
+            if not _saved.needed_in_row(self, r)[spec.saves.index(spec.args[j])]:
+                continue  # not saved (graph/saved.py)
+            self.stale[r] = RuntimeError(
+                "Trying to use a saved tensor that has been detached in-place, i.e. with .detach_().This is not "
+                "supported, please use out-of-place `.detach()` instead")
+            self.grow_freed()
+            self.freed[r] = 1
 
     def check_versions(self):
         """Mark rows whose saved arrays were modified in place after being saved: backward

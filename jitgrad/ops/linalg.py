@@ -285,7 +285,7 @@ def _mm_operand(ri, k):
     p = ri.iparams()
     j = ri.n_inputs() - 2 + k
     shape, transposed = ((p.n, p.k), p.ta) if k == 0 else ((p.k, p.m), p.tb)
-    if not transposed or ri.tape.packed.get(ri.row) is not None:
+    if not transposed or ri.tape.hooked(ri.row, k) is not None:
         return ri.saved_input(k, j)
     return ri.input(j, _as_array(ri.saved(k, shape[::-1])).reshape(shape[::-1]).T)
 
