@@ -243,6 +243,11 @@ def accumulate_grad(t, grad, create_graph, owned=False, alone=False):
 def _accumulate(t, grad, create_graph, owned):
     old = t._grad
     if old is None:
+        if create_graph and grad._requires_grad:
+            # PyTorch's AccumulateGrad keeps a copy of a gradient with a graph: .grad's
+            # grad_fn is then CopyBackwards, whose input is the gradient's own node
+            t._grad = F.zeros_like(grad).copy_(grad)
+            return
         t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
         return
     if old._data.shape != grad._data.shape:
@@ -280,7 +285,7 @@ def _call_node(node, grad):
         raise RuntimeError("AccumulateGrad nodes cannot be called directly: use backward() on the tensor")
     if isinstance(node, FunctionNode):
         return tuple(node._state.run_backward([grad], _grad_mode.is_grad_enabled()))
-    return tuple(input_grads(node, grad))
+    return tuple(apply_rule(node, grad))  # as PyTorch's node call: broadcast gradients are not reduced
 
 
 Node._apply = _call_node
