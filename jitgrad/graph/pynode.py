@@ -22,6 +22,7 @@ from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.messages import freed_error as _freed_error
 from jitgrad._core.messages import modified_error, size_str
 from jitgrad.gpu.array import DeviceArray
+from jitgrad.graph import saved as _saved
 from jitgrad.graph.node import Node
 from jitgrad.graph.record import _dtcode, _edge_row, pack_saved
 from jitgrad.graph.spec import OP_OUT, OP_PYFN
@@ -54,6 +55,13 @@ class FunctionCtx:
         if self._released:
             raise _freed_error()
         return tuple(_unpack(self, s) for s in getattr(self, "to_save", ()))
+
+    @property
+    def _raw_saved_tensors(self):
+        """What save_for_backward saved, as SavedTensors (hooks can be registered on them)."""
+        if self._released:
+            raise _freed_error()
+        return tuple(_RawSaved(self, i) for i in range(len(getattr(self, "to_save", ()))))
 
     def mark_dirty(self, *tensors):
         self.dirty_tensors = tensors
@@ -205,10 +213,32 @@ class _Packed:
         self.unpack, self.value = unpack, value
 
 
+class _RawSaved(_saved.SavedTensor):
+    """Saved tensor i of a custom Function's ctx (grad_fn._raw_saved_tensors[i])."""
+    __slots__ = ("_ctx", "_i")
+
+    def __init__(self, ctx, i):
+        self._ctx, self._i = ctx, i
+
+    def register_hooks(self, *hooks):
+        if len(hooks) != 2 or not all(callable(h) for h in hooks):
+            raise TypeError(_saved.CALL_ERROR)
+        ctx = self._ctx
+        if ctx._released:
+            raise RuntimeError(_saved.FREED_ERROR)
+        s = ctx.to_save[self._i]
+        if type(s) is _Packed:
+            raise RuntimeError(_saved.TWICE_ERROR)
+        if s is None:
+            raise RuntimeError(_saved.NONE_ERROR)
+        packed = _Packed(hooks[1], _saved.pack(hooks[0], _unpack(ctx, s)))
+        ctx.to_save = ctx.to_save[:self._i] + (packed,) + ctx.to_save[self._i + 1:]
+
+
 def _unpack(ctx, s):
     """As PyTorch unpacks a SavedVariable: the tensor, with its grad_fn (in any grad mode)."""
     if type(s) is _Packed:
-        return s.unpack(s.value)
+        return _saved.checked_unpack(s.unpack, s.value)
     if type(s) is not _Saved:
         return s
     now = versions.changed(s.stamp)

@@ -13,9 +13,16 @@ import weakref
 from jitgrad._core import modes as _modes
 from jitgrad.graph.spec import SPECS
 
-_CALL_ERROR = ("register_hooks(): incompatible function arguments. The following argument types are supported:\n"
-               "    1. (self: torch._C._autograd.SavedTensor, arg0: collections.abc.Callable, "
-               "arg1: collections.abc.Callable) -> None\n")
+CALL_ERROR = ("register_hooks(): incompatible function arguments. The following argument types are supported:\n"
+              "    1. (self: torch._C._autograd.SavedTensor, arg0: collections.abc.Callable, "
+              "arg1: collections.abc.Callable) -> None\n")
+FREED_ERROR = ("Calling register_hooks on a saved tensor after it has been freed. Saved intermediate values of the "
+               "graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you "
+               "need to backward through the graph a second time or if you need to access saved variables after "
+               "calling backward.")
+TWICE_ERROR = ("Calling register_hooks on a saved tensor whose hooks have already been set. "
+               "Hint: only one pair of hooks is allowed at a time.")
+NONE_ERROR = "Calling register_hooks on a saved tensor with value None is forbidden"
 
 
 class SavedTensor:
@@ -35,19 +42,14 @@ class SavedTensor:
 
     def register_hooks(self, *hooks):
         if len(hooks) != 2 or not all(callable(h) for h in hooks):
-            raise TypeError(_CALL_ERROR)
+            raise TypeError(CALL_ERROR)
         tape = self._tape_ref()
         if tape is None or tape.is_freed(self._row):
-            raise RuntimeError(
-                "Calling register_hooks on a saved tensor after it has been freed. Saved intermediate values of the "
-                "graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you "
-                "need to backward through the graph a second time or if you need to access saved variables after "
-                "calling backward.")
+            raise RuntimeError(FREED_ERROR)
         if self._hooks is not None:
-            raise RuntimeError("Calling register_hooks on a saved tensor whose hooks have already been set. "
-                               "Hint: only one pair of hooks is allowed at a time.")
+            raise RuntimeError(TWICE_ERROR)
         if self._none:
-            raise RuntimeError("Calling register_hooks on a saved tensor with value None is forbidden")
+            raise RuntimeError(NONE_ERROR)
         self._pack(hooks, self._read(tape, self._row, self._k))
         tape.run_in_python(self._row)
 
@@ -59,12 +61,16 @@ class SavedTensor:
         return self._hooks is not None
 
     def unpack_tensor(self):
-        """unpack(packed): must give a Tensor."""
-        out = self._hooks[1](self._packed)
-        if not hasattr(out, "_data"):
-            raise TypeError(f"Output of saved tensor unpack_hook expected to be a Tensor but got result of type "
-                            f"{type(out).__name__}")
-        return out
+        return checked_unpack(self._hooks[1], self._packed)
+
+
+def checked_unpack(unpack, packed):
+    """unpack(packed), which must give a Tensor."""
+    out = unpack(packed)
+    if not hasattr(out, "_data"):
+        raise TypeError(f"Output of saved tensor unpack_hook expected to be a Tensor but got result of type "
+                        f"{type(out).__name__}")
+    return out
 
 
 def pack(hook, t):

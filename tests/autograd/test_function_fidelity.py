@@ -134,3 +134,45 @@ def test_pack_hook_writing_a_function_input_raises(T):
         y = Square.apply(x)
     y.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), 4 * x.detach().numpy())
+
+
+def _function_raw_saved(T):
+    class Keep(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x, None)
+            return x * 3
+
+        @staticmethod
+        def backward(ctx, g):
+            x, none = ctx.saved_tensors
+            return g * x
+
+    out = []
+
+    def catch(fn):
+        try:
+            fn()
+            out.append(None)
+        except (RuntimeError, TypeError) as e:
+            out.append((type(e).__name__, str(e).split("\n")[0][:50]))
+
+    x = T.tensor([1.0, 2.0], dtype=T.float64, requires_grad=True)
+    y = Keep.apply(x)
+    saved = y.grad_fn._raw_saved_tensors
+    out.append(len(saved))
+    catch(lambda: saved[1].register_hooks(lambda t: t, lambda t: t))
+    catch(lambda: saved[0].register_hooks(lambda t: t))
+    catch(lambda: saved[0].register_hooks(1, 1))
+    saved[0].register_hooks(lambda t: 2 * t, lambda t: t)  # backward then reads 2x
+    catch(lambda: saved[0].register_hooks(lambda t: t, lambda t: t))
+    y.sum().backward()
+    out.append(x.grad.numpy().tolist())
+    saved = None  # the SavedTensors are dropped before the freed node is read again
+    catch(lambda: y.grad_fn._raw_saved_tensors)
+    catch(lambda: y.grad_fn.saved_tensors)
+    return out
+
+
+def test_function_raw_saved_tensors_match_torch():
+    assert _function_raw_saved(jitgrad) == _function_raw_saved(torch)
