@@ -134,7 +134,7 @@ class Tape:
         # the columns (the layout is _core/layout.py) and their interning of shapes
         "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "freed", "shape_ptr",
         # saved storage: arrays read by address, their version stamps, rows found stale
-        "keep", "keep_bytes", "kept", "stale", "packed",
+        "keep", "keep_bytes", "kept", "stale", "packed", "leaf_values",
         # the graph's boundaries: leaf sinks, edges into older tapes, retained non-leaves
         "leaves", "ext", "ext_rows", "retained",
         # Python objects per row: node views, node metadata, custom Function nodes
@@ -171,6 +171,7 @@ class Tape:
         self.metadata = {}    # row -> its node's `metadata` dict
         self.py_nodes = {}    # row -> node run in Python (custom Function), see autograd/function.py
         self.packed = {}      # row -> its SavedTensors (graph/saved.py): hooks, _raw_saved_*
+        self.leaf_values = {}  # id -> array: values unpack hooks gave for a leaf (rowinfo.input)
         self.kept = []        # (slot, row, version: a stamp, an int or None) per array in keep (see save)
         self.stale = {}       # row -> (data, version now, version saved): modified after it was saved,
         #                       or the error to raise (a saved input detach_()ed, note_detached)
