@@ -74,7 +74,8 @@ class Node:
     def __dir__(self):
         spec = self._spec
         names = [n for n in spec.saves if not n.startswith("_")]
-        return sorted({*super().__dir__(), *("_saved_" + n for n in names + list(spec.fparams)),
+        params = [n for n in spec.fparams if not n.startswith("_")]
+        return sorted({*super().__dir__(), *("_saved_" + n for n in names + params),
                        *("_raw_saved_" + n for n in names)})
 
     def __call__(self, *grads):

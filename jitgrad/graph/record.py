@@ -287,11 +287,13 @@ def record(spec, result, inputs, saved=(), fparams=(), iparams=None, dual=True):
 
 def _record_packed(spec, result, inputs, saved, fparams, iparams):
     tensors = []
-    for name, arr in zip(spec.saves, saved):
-        # the tensor PyTorch would pack: the input itself for self / other
+    need = _saved.needed(spec, [t._requires_grad for t in inputs])
+    for name, arr, n in zip(spec.saves, saved, need):
+        # the tensor PyTorch would pack: the input itself for self / other (None: not saved)
         j = spec.input_of(name)
         t = inputs[j] if j is not None else None
-        tensors.append(t if t is not None and t._data is arr else (result if arr is result._data else wrap(arr)))
+        tensors.append(None if not n else t if t is not None and t._data is arr else
+                       (result if arr is result._data else wrap(arr)))
     out = _record(spec, result, inputs, (), fparams, iparams)
     _pack_row(out._tape, out._row, tensors)
     return out

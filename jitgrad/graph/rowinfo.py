@@ -17,6 +17,10 @@ class RowInfo:
     def n_inputs(self):
         return self.tape.n_inputs(self.row)
 
+    def needs(self, j):
+        """Whether input j's gradient is wanted (it required grad when the op ran)."""
+        return self.tape.edge_target(self.row, j) >= 0
+
     def in_shape(self, j):
         return self.tape.in_shape(self.row, j)
 

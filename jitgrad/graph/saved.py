@@ -108,10 +108,10 @@ def pack_row(tape, row, tensors, hooks):
 
 
 def needed(spec, requires):
-    """Per saved value of elementwise `spec`, whether a gradient that will be computed reads
-    it (requires: per input, whether it requires grad). PyTorch saves only those: x * y with
-    only x requiring grad saves y. Structural ops save all they declare."""
-    if spec.kind != "ew":
+    """Per saved value of `spec`, whether a gradient that will be computed reads it
+    (requires: per input, whether it requires grad). PyTorch saves only those: x * y with
+    only x requiring grad saves y. An op that declares no save_users saves all it declares."""
+    if not spec.save_users:
         return (True,) * len(spec.saves)
     return tuple(any(requires[j] for j in users if j < len(requires)) for users in spec.save_users)
 

@@ -230,3 +230,41 @@ def test_raw_saved_names_are_listed(T):
     y = T.randn(3, requires_grad=True) * T.randn(3, requires_grad=True)
     names = dir(y.grad_fn)
     assert {"_saved_self", "_saved_other", "_raw_saved_self", "_raw_saved_other", "__call__"} <= set(names)
+
+
+_PRODUCTS = {
+    "mm": lambda T, x, w, b: x @ w,
+    "addmm": lambda T, x, w, b: T.addmm(b, x, w),
+    "linear": lambda T, x, w, b: T.nn.functional.linear(x, w.t(), b),
+    "linear_nobias": lambda T, x, w, b: T.nn.functional.linear(x, w.t()),
+    "mm_transposed": lambda T, x, w, b: w.t() @ x.t(),
+    "mv": lambda T, x, w, b: w.t() @ x.sum(0),
+}
+
+
+def _product_saves(T, name, x_grad):
+    rng = np.random.default_rng(3)
+    x = T.tensor(rng.standard_normal((2, 3)), requires_grad=x_grad)
+    w = T.tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    b = T.tensor(rng.standard_normal(4), requires_grad=True)
+    shapes = []
+    with T.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(tuple(t.shape)) or t * 1, lambda t: t):
+        y = _PRODUCTS[name](T, x, w, b)
+    node = y.grad_fn
+    exposed = {a: None if getattr(node, a) is None else tuple(getattr(node, a).shape)
+               for a in ("_saved_" + n for n in ("self", "mat1", "mat2", "vec")) if hasattr(node, a)}
+    (y * y).sum().backward()
+    return shapes, exposed, [_np(t.grad) for t in (x, w, b)]
+
+
+@pytest.mark.parametrize("x_grad", [False, True], ids=["x_const", "x_grad"])
+@pytest.mark.parametrize("name", sorted(_PRODUCTS))
+def test_products_save_each_operand_only_for_the_other(name, x_grad):
+    # nn.Linear on data: torch packs the input once and keeps no weight
+    j, t = _product_saves(jitgrad, name, x_grad), _product_saves(torch, name, x_grad)
+    assert sorted(j[0]) == sorted(t[0])  # what is packed (torch packs mat2 before self / mat1; jitgrad in order)
+    assert j[1] == t[1]
+    for a, b in zip(j[2], t[2]):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_allclose(a, b, rtol=1e-12)
