@@ -115,16 +115,18 @@ _SCALAR_DT = {np.float64: DT_F64, np.float32: DT_F32}
 _I64 = np.dtype(np.int64)
 
 
-def _save_all(tape, saved, dt, index=()):
+def _save_all(tape, saved, dt, index=(), need=None):
     """Save each value at the dtype its kernel reads it: int64 where `index` says so, else
-    the row's float dtype (a bool mask, an int or other-float operand is cast here)."""
+    the row's float dtype (a bool mask, an int or other-float operand is cast here).
+    need: per value, whether a wanted gradient reads it (graph/saved.py); one that none
+    reads is kept for the kernel but not version-checked (PyTorch does not save it)."""
     kp = len(tape.slots) // SW
     want = _NP.get(dt)
     for i, x in enumerate(saved):
         if type(x) is float:
             tape.save_scalar(x, dt)
         else:
-            tape.save(x, True, _I64 if index and index[i] else want)
+            tape.save(x, need is None or need[i], _I64 if index and index[i] else want)
     return kp
 
 
@@ -199,14 +201,15 @@ def record_ew(spec, result, a, b, p0, p1, aux):
         # stay on the device, saved by address (tape.save)
         col = tape.v64 if dt == DT_F64 else tape.v32
         kp = len(col)
+        inline = packed is None
         for src in () if packed is not None else spec.save_src:  # input 0 / 1, the result (-1), where's mask (-2)
             x = ad if src == 0 else (b if bd is None else bd) if src == 1 else d if src == -1 else aux._data
             # a float or a 0-d value converts as it is appended; .item() is ~10x dearer
             col.append(x if type(x) is float or x.ndim == 0 else x.item())
     elif packed is not None or not spec.save_src:
-        kp = len(tape.slots) // SW
+        kp, inline = len(tape.slots) // SW, False
     else:
-        kp = _save_ew(tape, spec, result, a, b, aux, dt)
+        kp, inline = _save_ew(tape, spec, result, a, b, aux, dt), False
     fp = len(tape.fp)
     if spec.nparams:
         tape.fp.extend((p0, p1)[:spec.nparams])
@@ -224,6 +227,9 @@ def record_ew(spec, result, a, b, p0, p1, aux):
     result._output_nr = 0
     if packed is not None:  # after linking: a packed output carries its grad_fn, as in PyTorch
         _pack_row(tape, row, packed)
+    elif inline and (not a._requires_grad or bd is not None and not b._requires_grad):
+        # a constant operand copied inline: an in-place write to it must still find this row
+        tape.note_inline_const(bd if a._requires_grad else ad, row)
     return result
 
 
@@ -347,7 +353,11 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
             edges += (-1, 0)
         p = interned.get(td.shape)
         edges.append(tape.shape(td.shape) if p is None else p)
-    kp = _save_all(tape, saved, dt, spec.index_saves) if saved else len(tape.slots) // SW
+    if saved:
+        need = _saved.needed(spec, [t._requires_grad for t in inputs]) if spec.save_users else None
+        kp = _save_all(tape, saved, dt, spec.index_saves, need)
+    else:
+        kp = len(tape.slots) // SW
     fp = len(tape.fp)
     if fparams:
         tape.fp.extend(fparams)

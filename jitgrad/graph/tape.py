@@ -134,7 +134,7 @@ class Tape:
         # the columns (the layout is _core/layout.py) and their interning of shapes
         "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "freed", "shape_ptr",
         # saved storage: arrays read by address, their version stamps, rows found stale
-        "keep", "keep_bytes", "kept", "stale", "packed", "leaf_values",
+        "keep", "keep_bytes", "kept", "stale", "packed", "leaf_values", "inline_consts",
         # the graph's boundaries: leaf sinks, edges into older tapes, retained non-leaves
         "leaves", "ext", "ext_rows", "retained",
         # Python objects per row: node views, node metadata, custom Function nodes
@@ -172,6 +172,7 @@ class Tape:
         self.py_nodes = {}    # row -> node run in Python (custom Function), see autograd/function.py
         self.packed = {}      # row -> its SavedTensors (graph/saved.py): hooks, _raw_saved_*
         self.leaf_values = {}  # id -> array: values unpack hooks gave for a leaf (rowinfo.input)
+        self.inline_consts = {}  # id -> (array, rows): one-element constants saved by copy (note_inline_const)
         self.kept = []        # (slot, row, version: a stamp, an int or None) per array in keep (see save)
         self.stale = {}       # row -> (data, version now, version saved): modified after it was saved,
         #                       or the error to raise (a saved input detach_()ed, note_detached)
@@ -215,6 +216,8 @@ class Tape:
             return self._save_device(k, arr, src, check, fresh)
         n = arr.size
         if n == 1:
+            if check and not fresh:  # copied: an in-place write to it must find this row (the next one)
+                self.note_inline_const(src, self.nrows)
             dt = arr.dtype
             if dt == _F64:
                 self.slots.frombytes(pack_slot(-len(self.v64) - 1, 1, 0))
@@ -317,6 +320,16 @@ class Tape:
         entries = self.packed.get(row)
         st = None if entries is None else entries[k]
         return st if st is not None and (st._none or st.is_packed()) else None
+
+    def note_inline_const(self, arr, row):
+        """`row` saved a copy of one-element `arr`, the data of a tensor outside the graph
+        (no edge leads back to it): kept so that an in-place write to arr finds the row
+        (rows_saving_const), as the version check does for values saved by reference."""
+        entry = self.inline_consts.get(id(arr))
+        if entry is None or entry[0] is not arr:
+            entry = self.inline_consts[id(arr)] = (arr, [])
+            _CONST_TAPES.add(self)
+        entry[1].append(row)
 
     def run_in_python(self, row):
         """Hand `row` to the Python engine (which unpacks hooked values), from now on."""
@@ -458,6 +471,18 @@ class Tape:
         if row + 1 >= MAX_ROWS:
             self.closed = True
         return row
+
+
+_CONST_TAPES = weakref.WeakSet()  # the live tapes with inline_consts
+
+
+def rows_saving_const(arr):
+    """(tape, row) for each row that saved a copy of one-element constant `arr`."""
+    for tape in list(_CONST_TAPES):
+        entry = tape.inline_consts.get(id(arr))
+        if entry is not None and entry[0] is arr:
+            for row in entry[1]:
+                yield tape, row
 
 
 class _Local(threading.local):

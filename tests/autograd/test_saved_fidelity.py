@@ -268,3 +268,42 @@ def test_products_save_each_operand_only_for_the_other(name, x_grad):
         assert (a is None) == (b is None)
         if a is not None:
             np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def _write_after_forward(T, n, case):
+    """An in-place write between forward and backward to a value the op did not save is
+    no error (torch never saved it); to one it saved, PyTorch's version error."""
+    a = T.ones(n, dtype=T.float64, requires_grad=True)
+    x = a * 1
+    if case == "mul_unsaved":      # x * const: only const is saved (for x's gradient)
+        z = x * T.full((n,), 3.0, dtype=T.float64)
+        x.add_(1)
+    elif case == "mul_saved":      # const * x: const is saved; writing it is an error
+        c = T.full((n,), 3.0, dtype=T.float64)
+        z = x * c
+        c.add_(1)
+    elif case == "mm_saved":       # a product saves the constant operand for x's gradient
+        c = T.full((n, 1), 2.0, dtype=T.float64)
+        z = x.reshape(1, n) @ c
+        c.add_(1)
+    elif case == "linear_weight":  # nn.Linear on data: the weight is not saved
+        w = T.ones(2, n, dtype=T.float64, requires_grad=True)
+        z = T.nn.functional.linear(T.ones(3, n, dtype=T.float64), w) + x.sum()
+        with T.no_grad():
+            w.mul_(2)
+    else:                          # a linear whose input needs a gradient saves the weight
+        w = T.ones(2, n, dtype=T.float64, requires_grad=True)
+        z = T.nn.functional.linear(x.reshape(1, n), w)
+        with T.no_grad():
+            w.mul_(2)
+    try:
+        z.sum().backward()
+    except RuntimeError as e:
+        return str(e)[:70]
+    return _np(a.grad).tolist()
+
+
+@pytest.mark.parametrize("case", ["mul_unsaved", "mul_saved", "mm_saved", "linear_weight", "linear_input"])
+@pytest.mark.parametrize("n", [1, 3], ids=["one_element", "three"])
+def test_in_place_writes_check_only_what_was_saved(n, case):
+    assert _write_after_forward(jitgrad, n, case) == _write_after_forward(torch, n, case)
