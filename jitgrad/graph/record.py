@@ -257,7 +257,7 @@ def _ew_packed(spec, result, a, b, aux):
     value is not a tensor (a float operand), which is then saved as usual."""
     if any(s == 1 and type(b) is float for s in spec.save_src):
         return None
-    need = _saved.needed(spec, (a._requires_grad, b is not None and b._requires_grad))
+    need = _saved.needed(spec, (a._requires_grad, b is not None and type(b) is not float and b._requires_grad))
     return [(a if s == 0 else b if s == 1 else result if s == -1 else aux) if n else None
             for s, n in zip(spec.save_src, need)]
 
