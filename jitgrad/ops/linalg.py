@@ -93,19 +93,27 @@ def _as_array(x):
 
 
 def matmul_rule(grad, ri):
-    # each operand is saved for the other's gradient only (save_users): compute what is wanted
+    # each operand is saved for the other's gradient only (save_users): compute what is wanted.
+    # Shapes change only where they must, so that a create_graph graph has torch's nodes
     sa, sb = ri.in_shape(0), ri.in_shape(1)
     sa2 = (1,) + sa if len(sa) == 1 else sa
     sb2 = sb + (1,) if len(sb) == 1 else sb
-    g = reshape(grad, np.broadcast_shapes(sa2[:-2], sb2[:-2]) + (sa2[-2], sb2[-1]))
+    g = _shaped(grad, np.broadcast_shapes(sa2[:-2], sb2[:-2]) + (sa2[-2], sb2[-1]))
     ga = gb = None
     if ri.needs(0):
-        b = ri.saved_input(1, 1)
-        ga = reshape(sum_to(matmul(g, transpose(reshape(b, sb2), -1, -2)), sa2), sa)
+        ga = _shaped(sum_to(matmul(g, _mT(_shaped(ri.saved_input(1, 1), sb2))), sa2), sa)
     if ri.needs(1):
-        a = ri.saved_input(0, 0)
-        gb = reshape(sum_to(matmul(transpose(reshape(a, sa2), -1, -2), g), sb2), sb)
+        gb = _shaped(sum_to(matmul(_mT(_shaped(ri.saved_input(0, 0), sa2)), g), sb2), sb)
     return (ga, gb)
+
+
+def _shaped(x, shape):
+    return x if tuple(x.shape) == tuple(shape) else reshape(x, shape)
+
+
+def _mT(x):
+    """The last two dimensions swapped: t() for a matrix (TBackward0, as torch's mm rule)."""
+    return t(x) if x.ndim == 2 else transpose(x, -1, -2)
 
 
 def _product_jvp(a, b, ta, tb):
@@ -274,8 +282,8 @@ def addmm_rule(grad, ri):
     nin = ri.n_inputs()
     g = grad * alpha if alpha != 1.0 else grad
     # mat1 is saved for mat2's gradient only and mat2 for mat1's (save_users)
-    ga = matmul(g, transpose(_mm_operand(ri, 1), 0, 1)) if ri.needs(nin - 2) else None
-    gb = matmul(transpose(_mm_operand(ri, 0), 0, 1), g) if ri.needs(nin - 1) else None
+    ga = matmul(g, t(_mm_operand(ri, 1))) if ri.needs(nin - 2) else None
+    gb = matmul(t(_mm_operand(ri, 0)), g) if ri.needs(nin - 1) else None
     if nin == 2:
         return (ga, gb)
     gi = sum_to(grad, ri.in_shape(0))

@@ -176,3 +176,38 @@ def _function_raw_saved(T):
 
 def test_function_raw_saved_tensors_match_torch():
     assert _function_raw_saved(jitgrad) == _function_raw_saved(torch)
+
+
+_FIRST = {
+    "exp": lambda T, a, b: a.exp(), "sin": lambda T, a, b: a.sin(), "div": lambda T, a, b: a / b,
+    "square": lambda T, a, b: a * a, "mean": lambda T, a, b: a.mean(),
+    "broadcast": lambda T, a, b: a.reshape(3, 1) * b, "sum_dim": lambda T, a, b: (a.reshape(3, 1) * b).sum(0),
+    "matmul": lambda T, a, b: a.reshape(1, 3) @ b.reshape(3, 1),
+    "linear": lambda T, a, b: T.nn.functional.linear(a.reshape(1, 3), b.reshape(1, 3).expand(2, 3)).exp(),
+    "sum_to_scalar": lambda T, a, b: a.sum() * b,
+    "transpose": lambda T, a, b: (a.reshape(3, 1) * b).transpose(0, 1).exp()[0],
+    "t": lambda T, a, b: (a.reshape(3, 1) * b).t().exp()[0],
+}
+
+
+def _first_grad_graph(T, name):
+    a = T.tensor([0.5, 1.5, 2.5], dtype=T.float64, requires_grad=True)
+    b = T.tensor([1.5, 0.7, 1.2], dtype=T.float64, requires_grad=True)
+    out = []
+
+    def walk(n, depth=0):
+        if n is not None and depth < 8:
+            out.append(f"{depth}:{type(n).__name__}")
+            for m, _ in n.next_functions:
+                walk(m, depth + 1)
+    y = _FIRST[name](T, a, b).sum()
+    for g in T.autograd.grad(y, (a, b), create_graph=True, allow_unused=True):
+        walk(None if g is None else g.grad_fn)
+        out.append("|")
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(_FIRST))
+def test_create_graph_backward_records_torchs_nodes(name):
+    # no extra reshapes or permutes: a backward's graph has the nodes torch's rules make
+    assert _first_grad_graph(jitgrad, name) == _first_grad_graph(torch, name)
