@@ -281,10 +281,9 @@ def check_outputs(node, grads):
 def _call_node(node, grad):
     """grad_fn(grad): the node's input gradients, in the current grad mode (graph/node.py's
     Node.__call__; the rules live in this layer, above the nodes)."""
-    if isinstance(node, AccumulateGrad):
-        raise RuntimeError("AccumulateGrad nodes cannot be called directly: use backward() on the tensor")
-    if isinstance(node, FunctionNode):
-        return tuple(node._state.run_backward([grad], _grad_mode.is_grad_enabled()))
+    if isinstance(node, AccumulateGrad):  # the sink adds into the leaf's .grad and has no inputs
+        accumulate_grad(node.variable, grad, _grad_mode.is_grad_enabled())
+        return ()
     return tuple(apply_rule(node, grad))  # as PyTorch's node call: broadcast gradients are not reduced
 
 

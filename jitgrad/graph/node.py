@@ -82,7 +82,9 @@ class Node:
         """Run the node's backward on grads (one per output), in the current grad mode, as
         PyTorch's nodes are callable: the gradients of its inputs (one, or a tuple)."""
         if len(grads) != 1:
-            raise TypeError(f"{type(self).__name__}: expected 1 gradient (one per output), got {len(grads)}")
+            raise TypeError(f"expected 1 arguments, got {len(grads)} instead")
+        if grads[0] is None:  # an undefined gradient: nothing flows
+            return None
         out = self._apply(grads[0])
         return out[0] if len(out) == 1 else out
 

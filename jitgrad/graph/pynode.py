@@ -148,6 +148,10 @@ class FunctionNode(Node):
     def __getattr__(self, name):
         return getattr(self._tape.py_nodes[self._row], name)
 
+    def __call__(self, *args):
+        # a custom Function's node is not callable in PyTorch either (only C++ nodes are)
+        raise TypeError(f"'{type(self).__name__}' object is not callable")
+
     def __setattr__(self, name, value):
         if name in ("_tape", "_row", "_next"):
             object.__setattr__(self, name, value)

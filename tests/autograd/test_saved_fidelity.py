@@ -216,6 +216,47 @@ def _call_nodes(T):
     return [_np(one), type(one.grad_fn).__name__, [_np(b) for b in both], quiet.requires_grad]
 
 
+def _call_edge_cases(T):
+    out = []
+
+    def catch(fn):
+        try:
+            r = fn()
+            out.append(r if r is None or isinstance(r, tuple) and not r else _np(r))
+        except (TypeError, RuntimeError) as e:
+            out.append((type(e).__name__, str(e)[:50]))
+    x = T.tensor([1.0, 2.0], dtype=T.float64, requires_grad=True)
+    e = x.exp()
+    catch(lambda: e.grad_fn())
+    catch(lambda: e.grad_fn(T.ones(2), T.ones(2)))
+    catch(lambda: e.grad_fn(None))
+    catch(lambda: (x * 1).grad_fn.next_functions[0][0](T.ones(2, dtype=T.float64)))  # AccumulateGrad adds
+    out.append(_np(x.grad))
+    e.sum().backward()
+    catch(lambda: e.grad_fn(T.ones(2, dtype=T.float64)))
+
+    class Id(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+    catch(lambda: Id.apply(x).grad_fn(T.ones(2, dtype=T.float64)))
+    return out
+
+
+def test_calling_nodes_edge_cases_match_torch():
+    j, t = _call_edge_cases(jitgrad), _call_edge_cases(torch)
+    assert len(j) == len(t)
+    for a, b in zip(j, t):
+        if isinstance(b, np.ndarray):
+            np.testing.assert_allclose(a, b)
+        else:
+            assert a == b
+
+
 def test_grad_fn_nodes_are_callable_like_torch():
     j, t = _call_nodes(jitgrad), _call_nodes(torch)
     np.testing.assert_allclose(j[0], t[0])
