@@ -380,3 +380,36 @@ def test_create_graph_backward_packs_what_torch_packs(name):
         assert (x is None) == (y is None)
         if x is not None:
             np.testing.assert_allclose(x, y, rtol=1e-12)
+
+
+def _disable_hooks(T):
+    out = []
+    a = T.tensor([1.0, 2.0], dtype=T.float64, requires_grad=True)
+
+    def catch(fn):
+        try:
+            fn()
+            out.append(None)
+        except RuntimeError as e:
+            out.append(str(e))
+
+    def enter(ctx):
+        with ctx:
+            pass
+    with T.autograd.graph.disable_saved_tensors_hooks("no hooks here"):
+        catch(lambda: enter(T.autograd.graph.saved_tensors_hooks(lambda x: x, lambda x: x)))
+        catch(lambda: enter(T.autograd.graph.save_on_cpu()))
+        y = a * a
+        catch(lambda: y.grad_fn._raw_saved_self.register_hooks(lambda x: x, lambda x: x))  # still allowed
+    with T.autograd.graph.saved_tensors_hooks(lambda x: x, lambda x: x):
+        catch(lambda: enter(T.autograd.graph.disable_saved_tensors_hooks("hooks are active")))
+    catch(lambda: enter(T.autograd.graph.saved_tensors_hooks(lambda x: x, lambda x: x)))  # enabled again
+    with T.autograd.graph.save_on_cpu(pin_memory=False):
+        z = (a * a).exp()
+    z.sum().backward()
+    out.append(_np(a.grad).tolist())
+    return out
+
+
+def test_disable_saved_tensors_hooks_and_save_on_cpu_match_torch():
+    assert _disable_hooks(jitgrad) == _disable_hooks(torch)
