@@ -91,11 +91,6 @@ class disable_saved_tensors_hooks:
         _disabled.message = self._prev
 
 
-def _saved_tensors_hooks_is_enabled():
-    """torch._C._autograd._saved_tensors_hooks_is_enabled: False inside disable_saved_tensors_hooks."""
-    return _disabled.message is None
-
-
 class _MultiHandle:
     def __init__(self, handles):
         self.handles = handles
