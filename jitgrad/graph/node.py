@@ -8,7 +8,7 @@ the cycle collector or for backward to tear down.
 """
 import weakref
 
-from jitgrad._core.messages import freed_error
+from jitgrad._core.messages import freed_error, modified_error
 from jitgrad.graph import saved as _saved
 from jitgrad.graph.hooks import add_hook
 from jitgrad.graph.rowinfo import RowInfo
@@ -105,8 +105,12 @@ def _read_saved(tape, row, k):
     """grad_fn._saved_<name> of saved value k: None for a value the op did not save (an
     operand only the gradient of an input that needs none would read), else as the spec
     declares it."""
-    if tape.is_freed(row) and not isinstance(tape.stale.get(row), RuntimeError):  # (detach_()ed: still readable)
+    stale = tape.stale.get(row)
+    if stale is None and tape.is_freed(row):
         raise freed_error()
+    modified = tape.value_modified(row, k)  # as PyTorch's unpack checks each saved value's version
+    if modified is not None:
+        raise modified_error(*modified)
     if not _saved.needed_in_row(tape, row)[k]:
         return None
     ri = RowInfo.__new__(RowInfo)

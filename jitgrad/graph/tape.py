@@ -357,24 +357,46 @@ class Tape:
         if not self.keep:
             return
         for k, row, stamp in self.kept:
-            where = self.slots[SW * k + S_KEEP]
-            if row in self.stale or row >= self.nrows or where >= len(self.keep):
-                # a save whose op never got its row (interrupted), or one already released
+            if row in self.stale:
                 continue
-            arr = self.keep[where]
-            if type(stamp) is not tuple:  # None or an int (see save)
-                now, saved = versions.version(arr), stamp or 0
-            else:
-                now, saved = versions.changed(stamp), stamp[1]
-                if now is None:
-                    continue
-            if now != saved:
-                src = stamp[0]() if type(stamp) is tuple and stamp[0] is not None else None
-                if src is not None and src.dtype != arr.dtype:  # a cast copy: name the tensor that was saved
-                    arr = np.broadcast_to(np.zeros((), src.dtype), arr.shape)
-                self.stale[row] = (arr, now, saved)
+            found = self._modified(k, row, stamp)
+            if found is not None:
+                self.stale[row] = found
                 self.grow_freed()
                 self.freed[row] = 1
+
+    def _modified(self, k, row, stamp):
+        """(array, version now, version saved) if the value saved in slot k for `row` was
+        written in place since, else None."""
+        where = self.slots[SW * k + S_KEEP]
+        if row >= self.nrows or where >= len(self.keep):
+            return None  # a save whose op never got its row (interrupted), or one already released
+        arr = self.keep[where]
+        if type(stamp) is not tuple:  # None or an int (see save)
+            now, saved = versions.version(arr), stamp or 0
+        else:
+            now, saved = versions.changed(stamp), stamp[1]
+            if now is None:
+                return None
+        if now == saved:
+            return None
+        src = stamp[0]() if type(stamp) is tuple and stamp[0] is not None else None
+        if src is not None and src.dtype != arr.dtype:  # a cast copy: name the tensor that was saved
+            arr = np.broadcast_to(np.zeros((), src.dtype), arr.shape)
+        return arr, now, saved
+
+    def value_modified(self, row, k):
+        """For grad_fn._saved_<name>: (array, version now, version saved) when saved value k
+        of `row` was written in place since it was saved, else None. A one-element
+        elementwise row's values are copies, checked when written (ops/inplace.py)."""
+        stale = self.stale.get(row)
+        if type(stale) is tuple and self.hdr[row * HW + H_NUMEL] == 1:
+            return stale
+        slot = self.hdr[row * HW + H_KP] + k
+        for s, r, stamp in self.kept:
+            if r == row and s == slot:
+                return self._modified(s, r, stamp)
+        return None
 
     def release_saved(self):
         """Drop every saved array (all rows ran and were freed). The tape is closed with
