@@ -616,6 +616,28 @@ def _max_pool2d(ctx, input, *args, **kwargs):
     return ctx.wrap(tuple(back(o) for o in out) if isinstance(out, tuple) else back(out))
 
 
+@batch_rule(primitives=("avg_pool2d", "adaptive_avg_pool2d"), public=("avg_pool2d", "adaptive_avg_pool2d"))
+def _avg_pool2d(ctx, input, *args, **kwargs):
+    return _max_pool2d(ctx, input, *args, **kwargs)  # the same: over planes, whatever lies before them
+
+
+@batch_rule(primitives=("group_norm",), public=("group_norm",))
+def _group_norm(ctx, input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Per sample: the batch dims join N, unless weight or bias are batched."""
+    if is_batched(weight) or is_batched(bias):
+        return fallback(ctx, input, num_groups, weight, bias, eps)
+    p = ctx.phys(input, expand=True)
+    nb = ctx.nb
+    out = ctx.fn(p.reshape((-1,) + tuple(p.shape[nb + 1:])), num_groups, weight, bias, eps)
+    return ctx.wrap(out.reshape(tuple(p.shape)))
+
+
+@batch_rule(primitives=("batch_norm",), public=("batch_norm",))
+def _batch_norm(ctx, *args, **kwargs):
+    # statistics over the batch of each sample, and running statistics updated in place
+    return fallback(ctx, *args, **kwargs)
+
+
 @batch_rule(primitives=("reflection_pad2d", "replication_pad2d"), public=("_pad2d",))
 def _pad2d(ctx, x, pads, mode):
     return ctx.wrap(ctx.fn(ctx.phys(x), pads, mode))

@@ -12,8 +12,9 @@ from jitgrad._core.layout import F_NIN, FW, V_ADDR, V_DT, VD_I64, VW
 from jitgrad.kernels.common import jit
 from jitgrad.kernels.conv import conv_forward_into, max_pool_into
 from jitgrad.kernels.forward import arg, fpp, ip, made, res, shp, val, val_i64
-from jitgrad.kernels.norm import layer_norm_into, softmax_into
+from jitgrad.kernels.norm import layer_norm_into, norm_into, softmax_into
 from jitgrad.kernels.pointers import view
+from jitgrad.kernels.pool import avg_pool_into
 
 I32 = np.zeros(0, np.int32)
 
@@ -187,3 +188,31 @@ def f_max_pool2d(i, prog, fin, vals, xs, fp, like):
         per = ho * wo
         for q in range(planes * per):
             flat[q] = at[q] + (q // per) * (h * w)
+
+
+# --- batch_norm / group_norm: inputs (input, weight, bias[, running_mean, running_var]), -------
+# iparams (n, c, s, groups, per_sample, train, has_w, has_b), fp eps
+@jit
+def f_batch_norm(i, prog, fin, vals, xs, fp, like):
+    """The output and the saved mean and rstd (result1 / result2); in eval (train 0) the
+    statistics come from the running ones, the instruction's inputs 3 and 4."""
+    p = ip(prog, i)
+    n, c, s, groups = xs[p + 1], xs[p + 2], xs[p + 3], xs[p + 4]
+    per_sample, train, has_w, has_b = xs[p + 5], xs[p + 6], xs[p + 7], xs[p + 8]
+    x = val(vals, arg(prog, fin, i, 0), like)
+    w = val(vals, arg(prog, fin, i, 1), like)
+    b = val(vals, arg(prog, fin, i, 2), like)
+    nstat = groups * (n if per_sample else 1)
+    rm = val(vals, arg(prog, fin, i, 3), like) if train == 0 else x[0:0]
+    rv = val(vals, arg(prog, fin, i, 4), like) if train == 0 else x[0:0]
+    mean = val(vals, res(prog, fin, i, 2), like) if made(prog, i, 1) else np.empty(nstat, x.dtype)
+    rstd = val(vals, res(prog, fin, i, 3), like) if made(prog, i, 2) else np.empty(nstat, x.dtype)
+    norm_into(x, n, c, s, groups, per_sample, train == 1, w, b, has_w == 1, has_b == 1, rm, rv,
+              fp[fpp(prog, i)], val(vals, res(prog, fin, i, 0), like), mean, rstd, np.empty(nstat))
+
+
+# --- avg_pool2d / adaptive_avg_pool2d: iparams the windows (kernels/pool.py) ---------------------
+@jit
+def f_avg_pool(i, prog, fin, vals, xs, fp, like):
+    p = ip(prog, i)
+    avg_pool_into(val(vals, arg(prog, fin, i, 0), like), xs[p + 1:p + 1 + xs[p]], val(vals, res(prog, fin, i, 0), like))

@@ -210,3 +210,139 @@ def k_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 @jit
 def k_log_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, True)
+
+
+# --- batch norm and group norm backward (one kernel: they differ only in what a statistic covers) ---
+@njit(cache=True, nogil=True, error_model="numpy")
+def k_batch_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+    """NativeBatchNormBackward0 / NativeGroupNormBackward0 (input, weight, bias) over input
+    (n, c, s), s the spatial size. The channels fall in `groups` of c // groups; a statistic
+    (saved mean and rstd) covers one group of one sample (per_sample: group norm) or one
+    group over all samples (batch norm: groups = c). With y = (x - mean) * rstd and
+    gy = g * weight[c]: db = sum of g, dw = sum of g * y per channel, and
+    dx = rstd * (gy - mean(gy) - y * mean(gy * y)) per statistic when the statistics came
+    from the input (train), dx = rstd * gy when they are constants (batch norm's eval)."""
+    b = row * HW
+    g = gradient(row, hdr, g1, bslot, bigs)
+    e0 = hdr[b + H_E0]
+    ip = hdr[b + H_IP]
+    n, c, s, groups = xs[ip + 1], xs[ip + 2], xs[ip + 3], xs[ip + 4]
+    per_sample, train, has_w, has_b = xs[ip + 5], xs[ip + 6], xs[ip + 7], xs[ip + 8]
+    tx = edge_target(edges, e0, st)
+    tw = edge_target(edges, e0 + 1, st) if has_w else -1
+    tb = edge_target(edges, e0 + 2, st) if has_b else -1
+    kp = hdr[b + H_KP]
+    x = saved(slots, v, kp)
+    mean = saved(slots, v, kp + 1)
+    rstd = saved(slots, v, kp + 2)
+    w = saved(slots, v, kp + 3) if has_w else np.ones(c, g.dtype)
+    cg = c // groups
+    count = (1 if per_sample else n) * cg * s
+    sg = np.zeros(mean.size)
+    sgy = np.zeros(mean.size)
+    dw = target_buffer(tw, c, g1, bslot, bigs) if tw >= 0 else x[0:0]
+    db = target_buffer(tb, c, g1, bslot, bigs) if tb >= 0 else x[0:0]
+    for i in range(n):
+        for ch in range(c):
+            k = (i * groups if per_sample else 0) + ch // cg
+            mu, r, wc = mean[k], rstd[k], w[ch]
+            o = (i * c + ch) * s
+            acc_g = 0.0
+            acc_gy = 0.0
+            for q in range(o, o + s):
+                acc_g += g[q]
+                acc_gy += g[q] * (x[q] - mu) * r
+            if tb >= 0:
+                db[ch] += acc_g
+            if tw >= 0:
+                dw[ch] += acc_gy
+            sg[k] += acc_g * wc
+            sgy[k] += acc_gy * wc
+    if tx < 0:
+        return
+    dx = target_buffer(tx, x.size, g1, bslot, bigs)
+    for i in range(n):
+        for ch in range(c):
+            k = (i * groups if per_sample else 0) + ch // cg
+            mu, r, wc = mean[k], rstd[k], w[ch]
+            m1, m2 = sg[k] / count, sgy[k] / count
+            o = (i * c + ch) * s
+            for q in range(o, o + s):
+                if train:
+                    dx[q] += r * (g[q] * wc - m1 - (x[q] - mu) * r * m2)
+                else:
+                    dx[q] += r * g[q] * wc
+
+
+# --- batch norm / group norm forward (the eager op on the host and jitgrad.compile's replay) ---
+@njit(cache=True, nogil=True, error_model="numpy")
+def _norm_into_nb(x, n, c, s, groups, per_sample, train, w, b, has_w, has_b, rm, rv, eps, out, mean, rstd, var):
+    """x (n, c, s), flat -> out, and per statistic (see k_batch_norm) mean, rstd (at x's dtype)
+    and the biased variance (float64, for batch norm's running statistics). train: the
+    statistics from x, accumulated in float64; else mean = rm and rstd = 1 / sqrt(rv + eps)."""
+    cg = c // groups
+    count = (1 if per_sample else n) * cg * s
+    if train:
+        acc = np.zeros(mean.size)
+        for i in range(n):
+            for ch in range(c):
+                o = (i * c + ch) * s
+                t = 0.0
+                for q in range(o, o + s):
+                    t += x[q]
+                acc[(i * groups if per_sample else 0) + ch // cg] += t
+        mu = acc / count
+        sq = np.zeros(mean.size)
+        for i in range(n):
+            for ch in range(c):
+                k = (i * groups if per_sample else 0) + ch // cg
+                o = (i * c + ch) * s
+                t = 0.0
+                for q in range(o, o + s):
+                    d = x[q] - mu[k]
+                    t += d * d
+                sq[k] += t
+        for k in range(mean.size):
+            var[k] = sq[k] / count
+            mean[k] = mu[k]
+            rstd[k] = 1.0 / np.sqrt(var[k] + eps)
+    else:
+        for k in range(mean.size):
+            mean[k] = rm[k]
+            rstd[k] = 1.0 / np.sqrt(np.float64(rv[k]) + eps)
+    for i in range(n):
+        for ch in range(c):
+            k = (i * groups if per_sample else 0) + ch // cg
+            mu_k, r = mean[k], rstd[k]
+            wc = w[ch] if has_w else 1.0
+            bc = b[ch] if has_b else 0.0
+            o = (i * c + ch) * s
+            for q in range(o, o + s):
+                out[q] = (x[q] - mu_k) * r * wc + bc
+
+
+def _norm_into_np(x, n, c, s, groups, per_sample, train, w, b, has_w, has_b, rm, rv, eps, out, mean, rstd, var):
+    cg = c // groups
+    x4 = x.reshape(n, groups, cg, s)
+    if train:
+        x64 = x4.astype(np.float64)
+        axes = (2, 3) if per_sample else (0, 2, 3)
+        mu = x64.mean(axis=axes, keepdims=True)
+        d = x64 - mu
+        v = (d * d).mean(axis=axes, keepdims=True)
+        var[:] = v.reshape(-1)
+        mean[:] = mu.reshape(-1)
+        rstd[:] = (1.0 / np.sqrt(v + eps)).reshape(-1)
+    else:
+        mean[:] = rm
+        rstd[:] = 1.0 / np.sqrt(rv.astype(np.float64) + eps)
+    shape = (n, groups, 1, 1) if per_sample else (1, groups, 1, 1)
+    y = (x4 - mean.reshape(shape)) * rstd.reshape(shape)
+    if has_w:
+        y = y * w.reshape(1, groups, cg, 1)
+    if has_b:
+        y = y + b.reshape(1, groups, cg, 1)
+    out[:] = y.reshape(-1)
+
+
+norm_into = _norm_into_np if DISABLE_JIT else _norm_into_nb

@@ -8,15 +8,20 @@ from jitgrad.nn.layers import (  # noqa: F401
     Dropout,
     Embedding,
     Flatten,
+    Identity,
     LayerNorm,
     Linear,
+    LogSoftmax,
     ModuleList,
     MSELoss,
     NLLLoss,
     ReLU,
     Sequential,
     Sigmoid,
+    Softmax,
     Tanh,
 )
 from jitgrad.nn.module import Module  # noqa: F401
+from jitgrad.nn.normalization import BatchNorm1d, BatchNorm2d, GroupNorm  # noqa: F401
 from jitgrad.nn.parameter import Parameter  # noqa: F401
+from jitgrad.nn.pooling import AdaptiveAvgPool2d, AvgPool2d  # noqa: F401

@@ -1,12 +1,15 @@
 """The functional forms PyTorch keeps in torch.nn.functional: activations (gelu), linear,
 dropout, layer_norm, embedding and losses, written with jitgrad's differentiable ops."""
 
+import warnings
+
 import numpy as np
 
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.messages import torch_size
 from jitgrad.graph.tensor import Tensor, _rng, place
 from jitgrad.ops import functional as _F
+from jitgrad.ops import nn as _nn
 from jitgrad.ops.elementwise import relu, sigmoid, tanh  # noqa: F401
 
 # the primitives' forwards, each beside its entry in ops/nn.py
@@ -15,15 +18,33 @@ from jitgrad.ops.nn import (  # noqa: F401
     _legacy_reduction,
     _padding_index,
     _targets,
+    adaptive_avg_pool2d,
+    avg_pool2d,
+    batch_norm,
     embedding,
     gelu,
+    group_norm,
     layer_norm,
-    log_softmax,
     nll_loss,
-    softmax,
 )
 
 linear = _F.linear
+
+
+def _implicit_dim(name, ndim, stacklevel):
+    """torch's legacy choice of dim for softmax-like calls without one, with its warning."""
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X "
+                  "as an argument.", UserWarning, stacklevel=stacklevel)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    return _nn.softmax(input, _implicit_dim("softmax", input.dim(), _stacklevel) if dim is None else dim, dtype)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    return _nn.log_softmax(input, _implicit_dim("log_softmax", input.dim(), _stacklevel) if dim is None else dim,
+                           dtype)
 
 
 def _computed(fn, inputs, name):

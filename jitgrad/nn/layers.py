@@ -43,6 +43,32 @@ class ReLU(Module):
         return F.relu(x)
 
 
+class Identity(Module):
+    """Returns its input; takes (and ignores) any arguments, as torch's."""
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, input):
+        return input
+
+
+class Softmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return F.softmax(input, self.dim, _stacklevel=5)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    def forward(self, input):
+        return F.log_softmax(input, self.dim, _stacklevel=5)
+
+
 class Tanh(Module):
     def forward(self, x):
         return F.tanh(x)

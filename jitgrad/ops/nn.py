@@ -10,7 +10,7 @@ make are made where the data is (numpy's like=)."""
 import numpy as np
 
 from jitgrad._core.capture import stop as _stop
-from jitgrad._core.messages import scalar_name, size_str, tensor_type
+from jitgrad._core.messages import scalar_name, size_str, tensor_type, torch_size
 from jitgrad.gpu.array import KERNELS as _KERNELS
 from jitgrad.gpu.array import DeviceArray as _DeviceArray
 from jitgrad.graph.record import record
@@ -18,9 +18,28 @@ from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import Tensor, _wrap_dim
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.conv import conv_forward, k_conv, max_pool_forward
-from jitgrad.kernels.forward_nn import f_conv, f_embedding, f_layer_norm, f_log_softmax, f_max_pool2d, f_nll, f_softmax
+from jitgrad.kernels.forward_nn import (
+    f_avg_pool,
+    f_batch_norm,
+    f_conv,
+    f_embedding,
+    f_layer_norm,
+    f_log_softmax,
+    f_max_pool2d,
+    f_nll,
+    f_softmax,
+)
 from jitgrad.kernels.loss import k_nll
-from jitgrad.kernels.norm import k_layer_norm, k_log_softmax_grad, k_softmax_grad, layer_norm_forward, softmax_into
+from jitgrad.kernels.norm import (
+    k_batch_norm,
+    k_layer_norm,
+    k_log_softmax_grad,
+    k_softmax_grad,
+    layer_norm_forward,
+    norm_into,
+    softmax_into,
+)
+from jitgrad.kernels.pool import avg_pool_into, k_avg_pool
 from jitgrad.kernels.shape import k_embedding
 from jitgrad.ops._common import _cap, _needs, traced
 from jitgrad.ops.elementwise import _as_float, _erf_array, _ew, exp, reciprocal, sqrt, to_dtype
@@ -754,3 +773,406 @@ def _pad2d(x, pads, mode):
 
 
 REFLECTION_PAD2D.forward = REPLICATION_PAD2D.forward = _pad2d
+
+
+# --- batch norm and group norm: one primitive layout, two PyTorch nodes --------------------------
+# The input is taken as (n, c, s), s the product of the spatial dims; its channels fall in
+# `groups` groups of c // groups. A statistic (mean, rstd) covers one group over all
+# samples (batch norm, groups = c) or one group of one sample (group norm, per_sample).
+# The statistics come from the input (train) or are given (batch norm's eval: the
+# running mean and 1 / sqrt(running var + eps)); weight and bias are per channel.
+def _norm_data(x, n, c, groups, per_sample, w, b, running, eps):
+    """(out, mean, rstd, biased variance or None) of array x as (n, c, s): the statistics per
+    group from x, or (running: (mean, var) arrays) from the running ones (batch norm's eval);
+    w, b: arrays or None. The host runs the loops jitgrad.compile's replay runs
+    (kernels/norm.py); the device, the same arithmetic in numpy calls on its arrays."""
+    s = x.size // (n * c) if n * c else 0
+    cg = c // groups
+    nstat = groups * (n if per_sample else 1)
+    if _on_device(x):
+        x4 = x.reshape(n, groups, cg, s)
+        var = None
+        if running is None:
+            axes = (2, 3) if per_sample else (0, 2, 3)
+            mu = x4.mean(axis=axes, keepdims=True)
+            d = x4 - mu
+            var = (d * d).mean(axis=axes, keepdims=True)
+            rstd = 1.0 / np.sqrt(var + eps)
+        else:
+            mu = running[0].reshape(1, groups, 1, 1).astype(x.dtype)
+            rstd = (1.0 / np.sqrt(running[1].astype(np.float64) + eps)).reshape(1, groups, 1, 1).astype(x.dtype)
+        y = (x4 - mu) * rstd
+        if w is not None:
+            y = y * w.reshape(1, groups, cg, 1)
+        if b is not None:
+            y = y + b.reshape(1, groups, cg, 1)
+        return (y.astype(x.dtype).reshape(x.shape), mu.reshape(-1).astype(x.dtype),
+                rstd.reshape(-1).astype(x.dtype), None if var is None else var.reshape(-1))
+    out = np.empty(x.shape, x.dtype)
+    mean, rstd, var = np.empty(nstat, x.dtype), np.empty(nstat, x.dtype), np.empty(nstat)
+    none = np.zeros(0, x.dtype)
+    rm, rv = (none, none) if running is None else (np.ascontiguousarray(a).reshape(-1) for a in running)
+    norm_into(np.ascontiguousarray(x).reshape(-1), n, c, s, groups, per_sample, running is None,
+              none if w is None else np.ascontiguousarray(w).reshape(-1),
+              none if b is None else np.ascontiguousarray(b).reshape(-1), w is not None, b is not None,
+              rm, rv, float(eps), out.reshape(-1), mean, rstd, var)
+    return out, mean, rstd, None if running is not None else var
+
+
+def _normalize(spec, input, weight, bias, n, c, groups, per_sample, eps, running=None):
+    """Record `spec` (NativeBatchNormBackward0 / NativeGroupNormBackward0) for the normalisation
+    of `input` as (n, c, s); running: None (statistics from the input), or the running
+    (mean, var) Tensors. Returns (the result, (the mean, the biased variance) per
+    statistic, None for given statistics), which batch norm's running statistics take."""
+    x = input._data
+    if x.dtype.kind != "f":
+        name = "batch_norm" if spec is BATCH_NORM else "group_norm"
+        raise NotImplementedError(f"\"{name}\" not implemented for '{scalar_name(x.dtype)}'")
+    _same_device(x, *(None if p is None else p._data for p in (weight, bias)))
+    out, mean_, rstd_, var = _norm_data(x, n, c, groups, per_sample, None if weight is None else weight._data,
+                                        None if bias is None else bias._data,
+                                        None if running is None else tuple(t._data for t in running), eps)
+    res = _wrap(out)
+    inputs = (input, _ABSENT if weight is None else weight, _ABSENT if bias is None else bias)
+    needs = _needs(*inputs)
+    if needs or _cap.on:
+        saved = (x, mean_, rstd_) if weight is None else (x, mean_, rstd_, weight._data)
+        s = x.size // (n * c) if n * c else 0
+        ints = spec.pack_ints(n=n, c=c, s=s, groups=groups, per_sample=per_sample, train=running is None,
+                              has_w=weight is not None, has_b=bias is not None)
+        # eval: the forward reads the running statistics (no gradient edge: they are buffers)
+        reads = () if running is None else tuple(running)
+        if _cap.on and any(t._data.dtype != x.dtype for t in reads):
+            _stop(f"batch_norm with {reads[0]._data.dtype} running statistics for {x.dtype} input")
+        res = _record_with(spec, res, inputs, saved, (float(eps),), ints, reads) if needs else \
+            traced(spec, res, inputs + reads, saved, (float(eps),), ints)
+    return res, None if var is None else (mean_, var)
+
+
+def _norm_view(t, ints):
+    """t (the input's shape, or the gradient's) as (n, groups, c // groups, s), and the dims
+    a statistic covers."""
+    n, c, s, groups, per_sample = ints[:5]
+    return reshape(t, (n, groups, c // groups, s)), ((2, 3) if per_sample else (0, 2, 3))
+
+
+def _norm_y(x4, axes, ints, eps, saved_stats):
+    """(y, rstd): the normalised input and rstd as Tensors over the (n, groups, cg, s) view.
+    Statistics from the input are rebuilt from it with Tensor ops, so that under
+    create_graph the second derivative sees how they depend on it; given ones (eval) are
+    constants, read from the saved values."""
+    if ints.train:
+        c = x4 - mean(x4, axes, keepdim=True)
+        rstd = reciprocal(sqrt(mean(c * c, axes, keepdim=True) + eps))
+        return c * rstd, rstd
+    groups = ints.groups
+    mu, rstd = (_wrap(_as_array(a).reshape(1, groups, 1, 1)) for a in saved_stats())
+    return (x4 - mu) * rstd, rstd
+
+
+def _per_channel(t, ints):
+    """A per-channel Tensor (c,) broadcast over the (n, groups, cg, s) view."""
+    return reshape(t, (1, ints.groups, ints.c // ints.groups, 1))
+
+
+def norm_rule(grad, ri):
+    """dx = rstd * (gy - mean(gy) - y * mean(gy * y)) per statistic with gy = grad * weight
+    (rstd * gy for given statistics), dw = sum of grad * y, db = sum of grad per channel."""
+    ints = ri.iparams()
+    (eps,) = ri.floats(1)
+    k = ri.spec().saves
+    x4, axes = _norm_view(ri.saved_input(0, 0), ints)
+    nstat = ints.groups * (ints.n if ints.per_sample else 1)
+    y, rstd = _norm_y(x4, axes, ints, eps, lambda: (ri.saved(1, (nstat,)), ri.saved(2, (nstat,))))
+    g, _ = _norm_view(grad, ints)
+    gy = g * _per_channel(ri.saved_input(k.index("weight"), 1), ints) if ints.has_w else g
+    if ints.train:
+        dx = (gy - mean(gy, axes, keepdim=True) - y * mean(gy * y, axes, keepdim=True)) * rstd
+    else:
+        dx = gy * rstd
+    dw = reshape(sum(g * y, (0, 3)), ri.in_shape(1)) if ints.has_w else None
+    db = reshape(sum(g, (0, 3)), ri.in_shape(2)) if ints.has_b else None
+    return (reshape(dx, ri.in_shape(0)), dw, db)
+
+
+def norm_jvp(ci, tangents):
+    """dy * weight + y * t_weight + t_bias, with dy = rstd * (tc - y * mean(tc * y)) for the
+    input's tangent centred per statistic tc (rstd * t_x for given statistics)."""
+    tx, tw, tb = tangents
+    ints = ci.iparams()
+    (eps,) = ci.floats(1)
+    shape = ci.in_shape(0)
+    x4, axes = _norm_view(ci.input(0), ints)
+    y, rstd = _norm_y(x4, axes, ints, eps,
+                      lambda: (ci.saved_named("result1")._data, ci.saved_named("result2")._data))
+    out = None
+    if tx is not None:
+        t4, _ = _norm_view(tx, ints)
+        if ints.train:
+            tc = t4 - mean(t4, axes, keepdim=True)
+            out = (tc - y * mean(tc * y, axes, keepdim=True)) * rstd
+        else:
+            out = t4 * rstd
+        if ints.has_w:
+            out = out * _per_channel(ci.input(1), ints)
+    if tw is not None:
+        part = y * _per_channel(tw, ints)
+        out = part if out is None else out + part
+    if tb is not None:
+        part = expand(_per_channel(tb, ints), tuple(x4.shape))
+        out = part if out is None else out + part
+    return reshape(out, shape)
+
+
+def _norm_stat(ri, k):
+    """Saved mean / rstd (torch's result1 / result2): per channel for batch norm, (N, group)
+    for group norm."""
+    ints = ri.iparams()
+    shape = (ints.n, ints.groups) if ints.per_sample else (ints.groups,)
+    return _wrap(_as_array(ri.saved(k, (int(np.prod(shape)),))).reshape(shape))
+
+
+def _norm_weight(ri, k):
+    return ri.saved_input(k, 1) if ri.iparams().has_w else None
+
+
+_NORM_INTS = ("n", "c", "s", "groups", "per_sample", "train", "has_w", "has_b")
+# saved: the input, the statistics (torch's result1 / result2: the batch's mean and invstd, or
+# in eval the running mean and 1 / sqrt(running var + eps), which torch keeps as the running
+# stats instead) and the weight (when given)
+BATCH_NORM = structural("batch_norm", "NativeBatchNormBackward0", args=("input", "weight", "bias"),
+                        saves=("input", "result1", "result2", "weight"),
+                        saved_as={"result1": _norm_stat, "result2": _norm_stat, "weight": _norm_weight},
+                        rule=norm_rule, kernel=k_batch_norm, iparams=_NORM_INTS, fparams=("eps",),
+                        jvp=norm_jvp, fwd_kernel=f_batch_norm)
+GROUP_NORM = alias("group_norm", BATCH_NORM, "NativeGroupNormBackward0")
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """torch.nn.functional.batch_norm over dim 1 of (N, C, *): in training the batch's
+    statistics normalise, and update the running ones in place (the unbiased variance, as
+    torch; their version counters do not move, as torch's); otherwise the running ones do."""
+    shape = tuple(input.shape)
+    if len(shape) < 2:
+        if training and (not shape or shape[0] == 1):
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                             f"{torch_size(shape)}")
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-max(len(shape), 1)}, "
+                         f"{max(len(shape), 1) - 1}], but got 1)")
+    n, c = shape[:2]
+    size = int(np.prod(shape, dtype=np.int64)) // c if c else 0
+    if training and size == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {torch_size(shape)}")
+    for name, p in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if p is not None and p.numel() != c:
+            raise RuntimeError(f"{name} should contain {c} elements not {p.numel()}")
+    if not training and (running_mean is None or running_var is None):
+        raise RuntimeError(f"{'running_mean' if running_mean is None else 'running_var'} must be defined in "
+                           "evaluation mode")
+    running = None if training else (running_mean, running_var)
+    out, stats = _normalize(BATCH_NORM, input, weight, bias, n, c, c, 0, eps, running)
+    if training and (running_mean is not None or running_var is not None):
+        _stop("batch_norm updates its running statistics in place")
+        mu, var = stats
+        m = float(momentum)
+        if running_mean is not None:
+            rm = running_mean._data
+            rm[...] = ((1 - m) * rm + m * mu).astype(rm.dtype, copy=False).reshape(rm.shape)
+        if running_var is not None:
+            rv = running_var._data
+            unbiased = var * (size / (size - 1))
+            rv[...] = ((1 - m) * rv + m * unbiased).astype(rv.dtype, copy=False).reshape(rv.shape)
+    return out
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """torch.nn.functional.group_norm: per sample, over each group of channels and the spatial dims."""
+    shape = tuple(input.shape)
+    if len(shape) < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {len(shape)}")
+    n, c = shape[:2]
+    if num_groups <= 0 or c % num_groups:
+        raise RuntimeError("Expected number of channels in input to be divisible by num_groups, but got input of "
+                           f"shape {size_str(shape)} and num_groups={num_groups}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and (p.ndim != 1 or p.numel() != c):
+            raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in input, "
+                               f"but got {name} of shape {size_str(p.shape)} and input of shape {size_str(shape)}")
+    return _normalize(GROUP_NORM, input, weight, bias, n, c, int(num_groups), 1, eps)[0]
+
+
+# --- average pooling: avg_pool2d and adaptive_avg_pool2d, one primitive layout --------------------
+# Both average, per output (oh, ow), the window rows [hs, he) x columns [ws, we) over the
+# divisor dr[oh] * dc[ow] (or a fixed one): the pooling of a plane X is R @ X @ C^T with
+# R[oh, ih] = 1 / dr[oh] on the window's rows, C likewise. The rule and the tangent are
+# those two matmuls (differentiable Tensor ops), as is the forward on the device; the host
+# forward and the backward kernel loop over the windows (kernels/pool.py).
+def _windows(ints):
+    """(planes, h, w, ho, wo, fixed divisor or 0, (hs, he, dr), (ws, we, dc)) from a row's int params."""
+    planes, h, w, ho, wo, fixed = ints[:6]
+    rest = np.asarray(ints[6:], np.int64)
+    return planes, h, w, ho, wo, fixed, rest[:3 * ho].reshape(3, ho), rest[3 * ho:].reshape(3, wo)
+
+
+def _window_matrix(ranges, n, fixed, like):
+    """(outputs, n): row o is 1 / divisor on [start, end) of output o (1 with a fixed divisor)."""
+    start, end, div = ranges
+    i = np.arange(n)
+    inside = (i >= start[:, None]) & (i < end[:, None])
+    m = np.where(inside, 1.0 if fixed else 1.0 / np.maximum(div, 1)[:, None], 0.0)
+    return _wrap(m if not _on_device(like) else _DeviceArray.from_host(m))
+
+
+def _pool_mats(ints, like, dtype):
+    """R (ho, h) and C^T (w, wo) as Tensors of dtype, and the fixed divisor (0: none)."""
+    _, h, w, _, _, fixed, rows, cols = _windows(ints)
+    r = to_dtype(_window_matrix(rows, h, fixed, like), dtype)
+    c = to_dtype(_window_matrix(cols, w, fixed, like), dtype)
+    return r, transpose(c, 0, 1), fixed
+
+
+def _pool_planes(x, ints):
+    """R @ x @ C^T per plane of x (a Tensor with planes of (h, w)), over the fixed divisor."""
+    planes, h, w, ho, wo = ints[:5]
+    r, ct, fixed = _pool_mats(ints, x._data, x.dtype)
+    out = matmul(matmul(r, reshape(x, (planes, h, w))), ct)
+    return out / fixed if fixed else out
+
+
+def avg_pool_rule(grad, ri):
+    """The adjoint of the pooling: R^T @ grad @ C per plane (over the fixed divisor)."""
+    ints = ri.ints()
+    planes, h, w, ho, wo = ints[:5]
+    r, ct, fixed = _pool_mats(ints, grad._data, grad.dtype)
+    dx = matmul(matmul(transpose(r, 0, 1), reshape(grad, (planes, ho, wo))), transpose(ct, 0, 1))
+    return (reshape(dx / fixed if fixed else dx, ri.in_shape(0)),)
+
+
+def avg_pool_jvp(ci, tangents):
+    """Linear: the same pooling of the tangent."""
+    return reshape(_pool_planes(tangents[0], ci.ints()), ci.out_shape())
+
+
+def _avg_pool(spec, input, ints, out_hw):
+    """Record the average pooling of `input` (its last two dims) with the windows in `ints`."""
+    x = input._data
+    if x.dtype.kind != "f":
+        raise NotImplementedError(f"\"{spec.name}\" not implemented for '{scalar_name(x.dtype)}'")
+    out = _avg_pool_data(x, ints)
+    res = _wrap(out.astype(x.dtype, copy=False).reshape(tuple(x.shape[:-2]) + out_hw))
+    if not _needs(input):
+        return traced(spec, res, (input,), (), (), ints) if _cap.on else res
+    return record(spec, res, (input,), (), (), ints)
+
+
+def _avg_pool_data(x, ints):
+    """The pooled planes of array x, flat: the loops jitgrad.compile's replay runs on the host
+    (kernels/pool.py), R @ X @ C^T on the device."""
+    planes, h, w, ho, wo, fixed, rows, cols = _windows(ints)
+    if not _on_device(x):
+        out = np.empty(planes * ho * wo, x.dtype)
+        avg_pool_into(np.ascontiguousarray(x).reshape(-1), np.asarray(ints, np.int64), out)
+        return out
+    r = _window_matrix(rows, h, fixed, x)._data.astype(x.dtype)
+    ct = _window_matrix(cols, w, fixed, x)._data.astype(x.dtype).T
+    out = np.matmul(np.matmul(r, x.reshape(planes, h, w)), ct)
+    return out / x.dtype.type(fixed) if fixed else out
+
+
+def _pool_ints(spec, planes, h, w, fixed, rows, cols):
+    return spec.pack_ints(planes, h, w, rows.shape[1], cols.shape[1], fixed,
+                          rest=np.concatenate([rows.reshape(-1), cols.reshape(-1)]).tolist())
+
+
+# iparams: the windows, kernels/pool.py's layout; nothing saved (the backward needs none)
+AVG_POOL2D = structural("avg_pool2d", "AvgPool2DBackward0", rule=avg_pool_rule, kernel=k_avg_pool,
+                        iparams=("planes", "h", "w", "ho", "wo", "divisor", "*windows"), jvp=avg_pool_jvp,
+                        fwd_kernel=f_avg_pool)
+ADAPTIVE_AVG_POOL2D = alias("adaptive_avg_pool2d", AVG_POOL2D, "AdaptiveAvgPool2DBackward0")
+
+
+def _avg_windows(n, k, s, p, ceil_mode, count_include_pad):
+    """avg_pool2d's windows along one dim of size n: (start, end, divisor) per output, torch's
+    output size (a last window that would start in the right padding is dropped)."""
+    out = (n + 2 * p - k + ((s - 1) if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    start = np.arange(out) * s - p
+    end = np.minimum(start + k, n + p)
+    size = end - start
+    start, end = np.maximum(start, 0), np.minimum(end, n)
+    return np.stack([start, end, size if count_include_pad else end - start]).astype(np.int64)
+
+
+def _pool_pair(v, name):
+    if isinstance(v, (tuple, list)):
+        if len(v) == 1:
+            return (int(v[0]),) * 2
+        if len(v) != 2:
+            raise RuntimeError(f"avg_pool2d: {name} must either be omitted, a single int, or a tuple of two ints"
+                               if name != "kernel_size" else
+                               "avg_pool2d: kernel_size must either be a single int, or a tuple of two ints")
+        return (int(v[0]), int(v[1]))
+    return (int(v), int(v))
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """torch.nn.functional.avg_pool2d on (N, C, H, W) or (C, H, W): one AvgPool2DBackward0 node."""
+    kernel = _pool_pair(kernel_size, "kernel_size")
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) else \
+        _pool_pair(stride, "stride")
+    pad = _pool_pair(padding, "padding")
+    if input.ndim not in (3, 4):
+        raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
+    if min(stride) == 0:
+        raise RuntimeError("stride should not be zero")
+    if min(kernel) <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got kH: {kernel[0]} kW: {kernel[1]}")
+    if pad[0] > kernel[0] // 2 or pad[1] > kernel[1] // 2:
+        p, k = (pad[0], kernel[0]) if pad[0] > kernel[0] // 2 else (pad[1], kernel[1])
+        raise RuntimeError(f"pad should be at most half of effective kernel size, but got pad={p}, kernel_size={k} "
+                           "and dilation=1")
+    if divisor_override is not None and int(divisor_override) == 0:
+        raise RuntimeError("divisor must be not zero")
+    shape = tuple(input.shape)
+    h, w = shape[-2:]
+    rows = _avg_windows(h, kernel[0], stride[0], pad[0], ceil_mode, count_include_pad)
+    cols = _avg_windows(w, kernel[1], stride[1], pad[1], ceil_mode, count_include_pad)
+    ho, wo = rows.shape[1], cols.shape[1]
+    if ho < 1 or wo < 1:
+        raise RuntimeError(f"Given input size: ({shape[-3]}x{h}x{w}). Calculated output size: ({shape[-3]}x{ho}x{wo}). "
+                           "Output size is too small")
+    planes = int(np.prod(shape[:-2], dtype=np.int64))
+    fixed = 0 if divisor_override is None else int(divisor_override)
+    return _avg_pool(AVG_POOL2D, input, _pool_ints(AVG_POOL2D, planes, h, w, fixed, rows, cols), (ho, wo))
+
+
+def _adaptive_windows(n, out):
+    """adaptive pooling's windows along a dim of size n: [floor(o n / out), ceil((o + 1) n / out))."""
+    o = np.arange(out)
+    start = (o * n) // out
+    end = -((-(o + 1) * n) // out)
+    return np.stack([start, end, end - start]).astype(np.int64)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """torch.nn.functional.adaptive_avg_pool2d: AdaptiveAvgPool2DBackward0, or, for a 1 x 1
+    output, the mean over the last two dims (MeanBackward1), as torch."""
+    if isinstance(output_size, (tuple, list)):
+        if len(output_size) != 2:
+            raise RuntimeError("adaptive_avg_pool2d: output_size must be 2")
+        size = tuple(output_size)
+    else:
+        size = (output_size, output_size)
+    shape = tuple(input.shape)
+    if len(shape) not in (3, 4):
+        raise RuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got {size_str(shape)}")
+    h, w = shape[-2:]
+    ho, wo = (h if size[0] is None else int(size[0])), (w if size[1] is None else int(size[1]))
+    if ho == 1 and wo == 1 and input._data.dtype.kind == "f":
+        return mean(input, (-1, -2), keepdim=True)
+    planes = int(np.prod(shape[:-2], dtype=np.int64))
+    ints = _pool_ints(ADAPTIVE_AVG_POOL2D, planes, h, w, 0, _adaptive_windows(h, ho), _adaptive_windows(w, wo))
+    return _avg_pool(ADAPTIVE_AVG_POOL2D, input, ints, (ho, wo))

@@ -609,7 +609,7 @@ def test_compiled_module_hands_back_a_graph(dtype, rng):
 
 
 # --- the forward kernels read the params the backward rows have -----------------------------
-@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "embedding", "nll_loss", "convolution",
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "embedding", "nll_loss", "convolution", "batch_norm",
                                   "max_pool2d"])
 def test_forward_kernel_reads_the_declared_int_params(name):
     """A forward kernel's `a, b = xs[p + 1], xs[p + 2]` reads name the spec's int params at
