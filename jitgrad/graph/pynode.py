@@ -224,6 +224,25 @@ class _RawSaved(_saved.SavedTensor):
     def __init__(self, ctx, i):
         self._ctx, self._i = ctx, i
 
+    def _entry(self):
+        if self._ctx._released:
+            raise _freed_error()
+        return self._ctx.to_save[self._i]
+
+    def unpack(self):
+        s = self._entry()
+        return None if s is None else _unpack(self._ctx, s)
+
+    @property
+    def data(self):
+        s = self._entry()
+        return s.value if type(s) is _Packed else self.unpack()
+
+    @property
+    def unpack_hook(self):
+        s = self._entry()
+        return s.unpack if type(s) is _Packed else None
+
     def register_hooks(self, *hooks):
         if len(hooks) != 2 or not all(callable(h) for h in hooks):
             raise TypeError(_saved.CALL_ERROR)

@@ -60,6 +60,20 @@ class SavedTensor:
     def is_packed(self):
         return self._hooks is not None
 
+    def unpack(self):
+        """The saved value, as grad_fn._saved_<name> gives it (None: nothing saved)."""
+        tape = self._tape_ref()
+        return None if self._none or tape is None else self._read(tape, self._row, self._k)
+
+    @property
+    def data(self):
+        """What is stored: pack's result once hooks are set, else the value itself."""
+        return self._packed if self._hooks is not None else self.unpack()
+
+    @property
+    def unpack_hook(self):
+        return None if self._hooks is None else self._hooks[1]
+
     def unpack_tensor(self):
         return checked_unpack(self._hooks[1], self._packed)
 

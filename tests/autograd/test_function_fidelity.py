@@ -161,11 +161,13 @@ def _function_raw_saved(T):
     y = Keep.apply(x)
     saved = y.grad_fn._raw_saved_tensors
     out.append(len(saved))
+    out.append([saved[0].unpack() is x, saved[1].unpack(), saved[0].unpack_hook])
     catch(lambda: saved[1].register_hooks(lambda t: t, lambda t: t))
     catch(lambda: saved[0].register_hooks(lambda t: t))
     catch(lambda: saved[0].register_hooks(1, 1))
     saved[0].register_hooks(lambda t: 2 * t, lambda t: t)  # backward then reads 2x
     catch(lambda: saved[0].register_hooks(lambda t: t, lambda t: t))
+    out.append([saved[0].data.tolist(), saved[0].unpack().tolist()])
     y.sum().backward()
     out.append(x.grad.numpy().tolist())
     saved = None  # the SavedTensors are dropped before the freed node is read again

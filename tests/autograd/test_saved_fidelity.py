@@ -435,3 +435,20 @@ def test_reading_a_saved_value_written_in_place_raises(n):
     j, t = _read_after_write(jitgrad, n), _read_after_write(torch, n)
     assert j[0] == t[0]
     assert j[1] == t[1] or n == 1
+
+
+def _saved_tensor_accessors(T):
+    a = T.tensor([1.0, -2.0], dtype=T.float64, requires_grad=True)
+    y = a * a
+    raw = y.grad_fn._raw_saved_self
+    out = [raw.data is a, raw.unpack() is a, raw.unpack_hook is None]
+    unpack = (lambda x: x)  # noqa: E731
+    raw.register_hooks(lambda x: 2 * x, unpack)
+    out += [_np(raw.data).tolist(), _np(raw.unpack()).tolist(), raw.unpack_hook is unpack]
+    z = a * 3.0  # self is not saved: nothing to read
+    out += [z.grad_fn._raw_saved_self.data, z.grad_fn._raw_saved_self.unpack()]
+    return out
+
+
+def test_saved_tensor_data_unpack_and_unpack_hook_match_torch():
+    assert _saved_tensor_accessors(jitgrad) == _saved_tensor_accessors(torch)
