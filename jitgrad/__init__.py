@@ -34,6 +34,7 @@ from jitgrad._core.modes import (
     set_grad_enabled,
 )
 from jitgrad.graph.interop import from_dlpack  # noqa: F401  (binds Tensor.__dlpack__ too)
+from jitgrad.graph.random import Generator, randint, randperm  # noqa: F401
 from jitgrad.graph.tensor import (
     Size,
     Tensor,
@@ -56,7 +57,13 @@ from jitgrad.graph.tensor import (
     zeros,
     zeros_like,
 )
+from jitgrad.graph.views import is_inference  # noqa: F401  (torch.is_inference)
 from jitgrad.ops import FUNCTIONS as _FUNCTIONS
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
 
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
 from jitgrad import (  # noqa: E402

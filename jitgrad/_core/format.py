@@ -66,8 +66,12 @@ def tensor_repr(t):
         extras.append(f"dtype={t.dtype!r}")
     if arr.size == 0 and arr.shape != (0,):
         extras.insert(0, f"size={tuple(arr.shape)}")
-    if t._grad_fn is not None:
-        extras.append(f"grad_fn=<{t._grad_fn.name()}>")
+    try:
+        name = None if t.grad_fn is None else t.grad_fn.name()
+    except RuntimeError:  # a view whose base was modified in place where that is forbidden
+        name = "Invalid"
+    if name is not None:
+        extras.append(f"grad_fn=<{name}>")
     elif t.requires_grad:
         extras.append("requires_grad=True")
     text = "tensor(" + _body(arr)

@@ -10,6 +10,7 @@ class _State(threading.local):
 
 
 _state = _State()
+_inference_on = [0]  # threads in inference mode: tensor creation reads _state.inference only when some are
 
 
 def is_grad_enabled():
@@ -85,6 +86,11 @@ class set_grad_enabled(_DecoratorContextManager):
 
 
 class inference_mode(_DecoratorContextManager):
+    def __new__(cls, mode=True):
+        if callable(mode):  # @inference_mode, or inference_mode(mode=fn), as PyTorch accepts
+            return cls()(mode)
+        return object.__new__(cls)
+
     def __init__(self, mode=True):
         self.mode = bool(mode)
 
@@ -96,11 +102,16 @@ class inference_mode(_DecoratorContextManager):
         # inside inference_mode() turns inference off and grad on for its body
         self.prev = (is_grad_enabled(), is_inference_mode_enabled())
         _set(not self.mode)
-        _state.inference = self.mode
+        _set_inference(self.mode)
 
     def __exit__(self, *exc):
         _set(self.prev[0])
-        _state.inference = self.prev[1]
+        _set_inference(self.prev[1])
+
+
+def _set_inference(flag):
+    _inference_on[0] += flag - _state.inference
+    _state.inference = flag
 
 
 # --- anomaly mode and saved_tensors_hooks: thread state that recording reads per op ---

@@ -6,13 +6,16 @@ import inspect
 import warnings
 
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core import versions
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
 from jitgrad._core.messages import size_str
+from jitgrad.graph import views as _views
 from jitgrad.graph.pynode import FunctionCtx, FunctionNode, FunctionState, record  # noqa: F401  (FunctionCtx: public)
-from jitgrad.graph.tensor import Tensor
+from jitgrad.graph.tensor import Tensor, _Rare
 from jitgrad.ops import _forward
 from jitgrad.ops import functional as F
+from jitgrad.ops.inplace import rebase_dirty_view
 
 
 def once_differentiable(fn):
@@ -98,8 +101,15 @@ class Function(metaclass=_FunctionMeta):
                 cls.setup_context(ctx, args, outputs)
             else:
                 outputs = cls.forward(ctx, *args, **kwargs)
-        if _grad_mode.is_grad_enabled() and any(ctx.needs_input_grad):
+        dirty = getattr(ctx, "dirty_tensors", ())
+        if dirty:
+            _check_dirty(dirty, inputs, outputs)
+        recorded = _grad_mode.is_grad_enabled() and any(ctx.needs_input_grad)
+        if recorded:
             outputs = record(ctx, inputs, outputs)
+        if _grad_mode.is_grad_enabled():
+            _views_of_inputs(cls, inputs, outputs, dirty, recorded)
+        ctx.dirty_tensors = ()  # the ctx is the node's: holding the outputs would keep them alive
         if dual:
             _forward_tangents(cls, ctx, inputs, outputs)
         return outputs
@@ -108,6 +118,68 @@ class Function(metaclass=_FunctionMeta):
     def jvp(ctx, *grad_inputs):
         raise NotImplementedError("You must implement the jvp function for custom autograd.Function to use it with "
                                   "forward mode AD.")
+
+
+def _check_dirty(dirty, inputs, outputs):
+    """ctx.mark_dirty's rules, as PyTorch's: a non-input is warned about (an error for a
+    view, with grad mode on); a marked input must be returned; a view of an input may be
+    marked only where an in-place op on it would be allowed, and only by a Function with
+    one output."""
+    grad = _grad_mode.is_grad_enabled()
+    outs = outputs if isinstance(outputs, tuple) else (outputs,)
+    for t in dirty:
+        if not any(t is a for a in inputs):
+            msg = ("ctx.mark_dirty() received a tensor that was not an input. Only input Tensors that have been "
+                   "mutated should be passed to ctx.mark_dirty().")
+            if grad and _views.info(t) is not None:
+                raise RuntimeError(msg)
+            warnings.warn(msg, UserWarning, stacklevel=3)
+            continue
+        if not any(t is o for o in outs):
+            raise RuntimeError("Some elements marked as dirty during the forward method were not returned as output. "
+                               "The inputs that are modified inplace must all be outputs of the Function.")
+        view = _views.info(t)
+        if view is None or not grad or not (t.requires_grad or view.base.requires_grad):
+            continue
+        if view.meta != _views.DEFAULT:
+            raise _views.inplace_error(view)
+        if view.base.requires_grad and view.base.is_leaf:
+            raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+        if sum(isinstance(o, Tensor) for o in outs) > 1:
+            raise RuntimeError(
+                "If your Function modifies inplace an input that is a view of another Tensor, your Function cannot "
+                "return more than one Tensor. This is not supported by the current autograd engine. You should "
+                "either make sure the input is not a view (using .clone() for example) or make your Function only "
+                "return one Tensor (potentially splitting it into two Functions: one doing the inplace that returns "
+                "a single Tensor and a second one that does the other operations). You can ask on the forum "
+                "https://discuss.pytorch.org/ if you need help to do this change.")
+
+
+def _views_of_inputs(cls, inputs, outputs, dirty, recorded):
+    """Outputs sharing an input's storage, with grad mode on. A marked dirty view of an
+    input rebases its base (the base's history then has the Function at the view's
+    positions); any other one is a view made in a custom Function, which PyTorch forbids
+    writing in place (its CreationMeta IN_CUSTOM_FUNCTION), since the base's history
+    could not include it. (An input returned as itself by an unrecorded Function is left
+    as it is: PyTorch would return a view of it.)"""
+    outs = outputs if isinstance(outputs, tuple) else (outputs,)
+    bases = {id(versions.base_of(t._data)): t for t in inputs if isinstance(t, Tensor)}
+    for j, o in enumerate(outs):
+        if not isinstance(o, Tensor):
+            continue
+        if any(o is t for t in dirty):
+            if recorded and _views.info(o) is not None:
+                rebase_dirty_view(o)
+            continue
+        src = bases.get(id(versions.base_of(o._data)))
+        if src is None or any(o is t for t in inputs):
+            continue
+        root = src._base if src._is_view() else src
+        if o._x is None:
+            o._x = _Rare()
+        o._x.view_of = _views.View(root, None, _views.CUSTOM_FUNCTION, (j, cls.__name__))
+        if o.requires_grad:
+            _views.register(root, o, _Rare)
 
 
 def _forward_tangents(cls, ctx, inputs, outputs):

@@ -38,6 +38,7 @@ from jitgrad.graph.tape import (
 )
 from jitgrad.graph.tape import _local as _tape_local
 from jitgrad.graph.tensor import _Rare, wrap
+from jitgrad.graph.views import autograd_skips, made_inference
 
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
 
@@ -136,6 +137,8 @@ def record_ew(spec, result, a, b, p0, p1, aux):
     saved values are taken from them as spec.save_src says. The hot path of every scalar
     graph, hence written out: tape_for, _edge_row, tape.shape and the linking of the result
     are inlined for the cases that occur per op (the current tape, an input from it or a leaf)."""
+    if made_inference[0] and _autograd_skips_ew(spec, a, b):
+        return _unrecorded(result)
     ref = _tape_local.ref
     tape = None if ref is None else ref()
     if tape is None or tape.closed or tape.keep_bytes > SPLIT_BYTES:
@@ -233,6 +236,20 @@ def record_ew(spec, result, a, b, p0, p1, aux):
     return result
 
 
+def _autograd_skips_ew(spec, a, b):
+    ins = (a, b) if b is not None and type(b) is not float else (a, None)
+    needed = [ins[src]._data for src, users in zip(spec.save_src, spec.save_users)
+              if src in (0, 1) and ins[src] is not None
+              and any(ins[u] is not None and ins[u]._requires_grad for u in users if u in (0, 1))]
+    return autograd_skips([t for t in ins if t is not None], needed)
+
+
+def _unrecorded(result):
+    result._requires_grad = False
+    result._tape = None
+    return result
+
+
 def _save_ew(tape, spec, result, a, b, aux, dt):
     """Save elementwise `spec`'s values (see record_ew) in slots; returns the first."""
     kp = len(tape.slots) // SW
@@ -323,6 +340,8 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
 
     Once per structural op, hence tape.add_row / shape and the linking of the result written out.
     """
+    if made_inference[0] and autograd_skips(inputs, saved):
+        return _unrecorded(result)
     ref = _tape_local.ref
     tape = None if ref is None else ref()
     if tape is None or tape.closed:

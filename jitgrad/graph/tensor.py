@@ -3,6 +3,7 @@ import weakref
 
 import numpy as np
 
+import jitgrad._core.modes as _modes
 from jitgrad._core import device as _device
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import versions
@@ -17,24 +18,29 @@ from jitgrad.gpu import driver as _gpu
 from jitgrad.gpu import foreign as _foreign
 from jitgrad.gpu.array import TO_NUMPY, DeviceArray
 from jitgrad.graph import node as _node  # the Tensor <-> Node pair: grad_fn is a view of the row
+from jitgrad.graph import views as _views
 from jitgrad.graph.hooks import add_hook
 
 
 class _Rare:
     """Per-tensor state most tensors never use; allocated on first write so that creating
     the output of an op (the forward hot path) sets only four fields."""
-    __slots__ = ("grad", "acc", "retain", "vc", "node", "hooks", "post_hooks", "view_of", "fw")
+    __slots__ = ("grad", "acc", "retain", "vc", "node", "hooks", "post_hooks", "view_of", "fw", "inference",
+                 "views", "origin")
 
     def __init__(self):
         self.grad = None
         self.acc = None
         self.retain = False
-        self.vc = None    # True for a `.data` alias: its writes bypass version counting
+        self.vc = None    # a version counter of its own: [version, writes reach the storage's counter too]
         self.node = None  # grad_fn, once made
         self.hooks = None       # a leaf's tensor hooks ({0: {id: fn}}, see autograd/hooks.py)
         self.post_hooks = None
-        self.view_of = None     # (base tensor, fn: base array -> this view) for a view made with grad
+        self.view_of = None     # graph/views.View: this tensor is a view of another's storage
         self.fw = None          # forward AD: the tangent at the open dual level (_core/forward.py)
+        self.inference = False  # made in inference mode (an inference tensor)
+        self.views = None       # weakrefs to this root's views that take part in autograd (graph/views.py)
+        self.origin = None      # a one-element detach(): weakref to the tensor it was detached from
 
 
 def _rare_property(name):
@@ -59,6 +65,7 @@ class Tensor:
     _retain = _rare_property("retain")
     _vc = _rare_property("vc")
     _fw = _rare_property("fw")
+    _origin = _rare_property("origin")
     __array_priority__ = 1000  # so `ndarray op Tensor` defers to Tensor's reflected operator
 
     def __init__(self, data=None, *, dtype=None, requires_grad=False):
@@ -143,9 +150,11 @@ class Tensor:
 
     @property
     def grad_fn(self):
+        x = self._x
+        if x is not None and x.view_of is not None and x.view_of.invalid:
+            raise _views.inplace_error(x.view_of, indirect=True)
         if self._tape is None:
             return None
-        x = self._x
         if x is None:
             x = self._x = _Rare()
         node = x.node
@@ -157,7 +166,21 @@ class Tensor:
 
     @property
     def is_leaf(self):
+        x = self._x
+        if x is not None and x.view_of is not None and x.view_of.invalid:
+            raise _views.inplace_error(x.view_of, indirect=True)
         return self._tape is None
+
+    def is_inference(self):
+        return _views.is_inference(self)
+
+    def _is_view(self):
+        return _views.info(self) is not None
+
+    @property
+    def _base(self):
+        v = _views.info(self)
+        return None if v is None else v.base
 
     @property
     def output_nr(self):
@@ -194,14 +217,29 @@ class Tensor:
 
     @property
     def _version(self):
+        x = self._x
+        if x is not None:
+            if x.inference:
+                raise RuntimeError("Inference tensors do not track version counter.")
+            vc = _counter(x)
+            if vc is not None:
+                return vc[0]
         return versions.version(self._data)
 
     def _bump(self):
-        """An in-place write happened: count it on the storage (shared with views), except
-        through `.data`, which bypasses version counting as in PyTorch."""
-        if self._vc is None:
-            d = self._data
-            versions.bump(d.buf if type(d) is DeviceArray else self._array())  # a CUDA array's storage: its buffer
+        """An in-place write happened: count it on the storage (shared with views and
+        detach()), which saved values check. A `.data` alias counts its writes on a counter
+        of its own only (as do its views), so they go unseen, as in PyTorch; a tensor given
+        new data by `x.data = y` keeps its count, shared with its views, and its writes are
+        still checked."""
+        x = self._x
+        vc = None if x is None else _counter(x)
+        if vc is not None:
+            vc[0] += 1
+            if not vc[1]:
+                return
+        d = self._data
+        versions.bump(d.buf if type(d) is DeviceArray else self._array())  # a CUDA array's storage: its buffer
 
     @property
     def retains_grad(self):
@@ -259,7 +297,9 @@ class Tensor:
     @property
     def data(self):
         t = Tensor._make(self._data)
-        t._vc = True  # writes through .data are not counted (PyTorch's .data semantics)
+        t._vc = [0, False]  # writes through .data are not counted (PyTorch's .data semantics)
+        if _views.is_inference(self):
+            _views.mark_inference(t, _Rare)
         if _cap.on and _cap.mine():  # jitgrad.compile: the same value as this tensor's
             _cap.rec.alias(t, self)
         return t
@@ -268,6 +308,8 @@ class Tensor:
     def data(self, value):
         _stop("an assignment to .data in a compiled step")
         old = self._data
+        if self._vc is None and not _views.is_inference(self):
+            self._vc = [self._version, True]  # the tensor keeps its version counter, as in PyTorch
         self._data = value._data
         if old.shape != self._data.shape or old.dtype != self._data.dtype:
             # rows already recorded keep the old size: backward checks the tapes this
@@ -279,11 +321,26 @@ class Tensor:
 
     def detach(self):
         t = Tensor._make(self._data)  # shares the storage, hence its version counter
+        x = self._x
+        if x is not None:
+            if x.inference:
+                _views.mark_inference(t, _Rare)
+            elif _counter(x) is not None:
+                t._vc = _counter(x)  # or the counter of its own that it has (see _bump)
+        if self._data.size == 1:  # its writes must find the saves of self copied into a tape (ops/inplace.py)
+            t._origin = self._origin or weakref.ref(self)
         if _cap.on and _cap.mine():  # jitgrad.compile: the same value as this tensor's
             _cap.rec.alias(t, self)
         return t
 
     def detach_(self):
+        v = _views.info(self)
+        if v is not None:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead. If you are using DistributedDataParallel "
+                               "(DDP) for training, and gradient_as_bucket_view is set as True, gradients are views of "
+                               "DDP buckets, and hence detach_() cannot be called on these gradients. To fix this "
+                               "error, please refer to the Optimizer.zero_grad() function in torch/optim/optimizer.py "
+                               "as the solution.")
         _stop("detach_() in a compiled step")
         if self._tape is not None:
             self._tape.note_detached(self._row)  # nodes that saved it can no longer use it
@@ -382,6 +439,17 @@ class Tensor:
     # in-place ops (add_, mul_, copy_, op=, item assignment...) are in ops/inplace.py
 
 
+def _counter(x):
+    """The version counter of a tensor of its own (its _Rare x), or of its view's root."""
+    if x.vc is not None:
+        return x.vc
+    view = x.view_of
+    if view is not None:
+        rx = view.base._x
+        return None if rx is None else rx.vc
+    return None
+
+
 def _init_from(t, arr):
     t._data = arr
     t._requires_grad = False
@@ -422,7 +490,15 @@ def wrap(arr):
     t._requires_grad = False
     t._tape = None
     t._x = None
+    if _modes._inference_on[0]:
+        in_inference_mode(t)
     return t
+
+
+def in_inference_mode(t):
+    """Every tensor made in inference mode is an inference tensor (t: one just made)."""
+    if _state.inference:
+        _views.mark_inference(t, _Rare)
 
 
 def linked(data, tape, row, nr=0):
@@ -622,6 +698,8 @@ def _finish(arr, requires_grad, draw=None):
     _check_requires_grad(arr, requires_grad)
     t = Tensor._make(arr)
     t._requires_grad = bool(requires_grad)
+    if _modes._inference_on[0]:
+        in_inference_mode(t)
     if _cap.on and _cap.mine():
         if requires_grad:
             _stop("a tensor requiring grad created in the step (a new leaf at every call)")

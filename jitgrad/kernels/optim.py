@@ -67,3 +67,38 @@ def sgd_all(ptrs, sizes, sc, like, momentum, nesterov):
         n = sizes[p]
         sgd(view(ptrs[p, 0], n, like), view(ptrs[p, 1], n, like), view(ptrs[p, 2], n, like), sc[p],
              sc[p, 4] != 0, momentum, nesterov)
+
+
+@_jit
+def rmsprop(d, g, sq, gavg, buf, sc, centered, momentum):
+    alpha, one_alpha, lerp_rest, eps, wd, mom, neg_lr = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6]
+    for i in range(d.shape[0]):
+        gi = g[i]
+        if wd != 0:
+            gi = gi + wd * d[i]
+        s = sq[i] * alpha + one_alpha * gi * gi       # torch: square_avg.mul_(alpha).addcmul_(grad, grad)
+        sq[i] = s
+        if centered:                                  # torch: grad_avg.lerp_(grad, 1 - alpha)
+            a = gavg[i]
+            a = a + one_alpha * (gi - a) if one_alpha < 0.5 else gi - (gi - a) * lerp_rest
+            gavg[i] = a
+            avg = math.sqrt(s - a * a) + eps
+        else:
+            avg = math.sqrt(s) + eps
+        if momentum:
+            b = buf[i] * mom + gi / avg
+            buf[i] = b
+            d[i] = d[i] + neg_lr * b
+        else:
+            d[i] = d[i] + neg_lr * gi / avg
+
+
+@_jit
+def rmsprop_all(ptrs, sizes, sc, like, centered, momentum):
+    """ptrs[p]: param, grad, square_avg, grad_avg, momentum_buffer addresses (an unused
+    state's is square_avg's); sc[p]: alpha, 1 - alpha, what lerp's second form multiplies by
+    (1 - (1 - alpha), rounded as torch's lerp does it), eps, weight_decay, momentum, -lr."""
+    for p in range(sizes.size):
+        n = sizes[p]
+        rmsprop(view(ptrs[p, 0], n, like), view(ptrs[p, 1], n, like), view(ptrs[p, 2], n, like),
+                view(ptrs[p, 3], n, like), view(ptrs[p, 4], n, like), sc[p], centered, momentum)

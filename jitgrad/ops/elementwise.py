@@ -21,7 +21,7 @@ from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
 from jitgrad.graph.record import record, record_ew
 from jitgrad.graph.spec import alias, elementwise, structural
-from jitgrad.graph.tensor import _ARRAYLIKE, Tensor
+from jitgrad.graph.tensor import _ARRAYLIKE, Tensor, in_inference_mode
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.forward import f_to_copy
 from jitgrad.ops import _forward
@@ -61,6 +61,8 @@ def _ew(spec, out, a, b=None, p0=0.0, p1=0.0, aux=None, dual=True):
         return record_ew(spec, res, a, b, p0, p1, aux)  # links res to its row
     res._requires_grad = False
     res._tape = None
+    if _grad_mode._inference_on[0]:
+        in_inference_mode(res)
     return res
 
 

@@ -8,8 +8,11 @@ old value, whose node then becomes the tensor's history ("rebasing", as in PyTor
 `y = x * 2; y += 1` gives AddBackward0). An in-place op on a leaf that requires grad is
 an error unless grad mode is off.
 """
+import weakref
+
 import numpy as np
 
+import jitgrad.graph.views as _views
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
@@ -22,13 +25,34 @@ from jitgrad.ops import _forward
 from jitgrad.ops import functional as F
 from jitgrad.ops._common import asarray, copy_array, like, storage
 
+_LEAF = "a leaf Variable that requires grad is being used in an in-place operation."
+
 
 def _needs_record(t, *others):
+    """Whether the in-place op on t is recorded; raises PyTorch's error where it is not
+    allowed (graph/views.py for the view rules). A view needs it when its base requires
+    grad, as in PyTorch, where such a view requires grad."""
+    x = t._x
+    if x is not None and x.inference and not _grad_mode.is_inference_mode_enabled():
+        if _grad_mode.is_grad_enabled() and t._requires_grad and t._tape is None:
+            raise RuntimeError(_LEAF)
+        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
+                           "clone to get a normal tensor before doing inplace update.See "
+                           "https://github.com/pytorch/rfcs/pull/17 for more details.")
     if not _grad_mode.is_grad_enabled():
         return False
-    if t.requires_grad and t._tape is None:
-        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    return t.requires_grad or any(getattr(o, "requires_grad", False) for o in others)
+    view = None if x is None else x.view_of
+    needs = (t._requires_grad or (view is not None and view.base._requires_grad)
+             or any(getattr(o, "requires_grad", False) for o in others))
+    if view is not None:
+        if needs and view.meta != _views.DEFAULT:
+            raise _views.inplace_error(view)
+        if view.base._tape is None and view.base._requires_grad:
+            raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
+                               "operation.")
+    elif t._requires_grad and t._tape is None:
+        raise RuntimeError(_LEAF)
+    return needs
 
 
 def _stale_one_element_saves(t):
@@ -65,6 +89,19 @@ def _mark_stale(tape, r, data, version):
         tape.freed[r] = 1
 
 
+def _sharing(t):
+    """t, and the tensors whose saves a write through t reaches: its view's root, the
+    tensor it was detach()ed from."""
+    out = [t]
+    view = _views.info(t)
+    if view is not None:
+        out.append(view.base)
+    origin = t._origin() if t._x is not None and t._origin is not None else None
+    if origin is not None:
+        out.append(origin)
+    return out
+
+
 def _dual(t, others):
     """Forward mode: t or an operand has a tangent, so the op updates t's tangent too."""
     if not _fw.live:
@@ -89,33 +126,72 @@ def _update_tangent(t, new):
 def _apply(t, compute, *others):
     """t <- compute(old t), in place; recorded as compute's node when needed."""
     _stop("an in-place op in a compiled step")
+    _check_writable(t)
     if t._data.size == 1:
-        _stale_one_element_saves(t)
+        for s in _sharing(t):
+            _stale_one_element_saves(s)
     dual = _dual(t, others)
-    view = t._x.view_of if t._x is not None else None
-    if view is not None and _needs_record(t, *others):
-        return _apply_to_view(t, view, compute, others, dual)
-    if _needs_record(t, *others):
-        old = Tensor._make(copy_array(t._data))  # the value before, for the node to save
-        old._requires_grad = t._requires_grad
-        if t._tape is not None:
-            old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
-        if dual:
-            old._fw = _forward.tangent(t)
-        new = compute(old)
+    view = _views.info(t)
+    record = _needs_record(t, *others)
+    if view is not None and record:
+        _apply_to_view(t, view, compute, others, dual)
+        return t
+    if record:
+        new = compute(_before(t, dual))
     else:
         with _grad_mode.no_grad():
             new = compute(t)
     _write(storage(t), new._data)
     t._bump()
     if new.requires_grad:  # rebase: the tensor's history is now the op's node
-        t._requires_grad = True
-        t._tape, t._row, t._output_nr = new._tape, new._row, new._output_nr
-        if t._x is not None:
-            t._x.node = None
+        _rebase(t, new)
+    _refresh_views(t if view is None else view.base, t, new.requires_grad)
     if dual:
         _update_tangent(t, new)
     return t
+
+
+def _before(t, dual):
+    """The value of t before the write, with t's history, for the op's node to save."""
+    old = Tensor._make(copy_array(t._data))
+    old._requires_grad = t._requires_grad
+    if t._tape is not None:
+        old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
+    if dual:
+        old._fw = _forward.tangent(t)
+    return old
+
+
+def _rebase(t, new):
+    """t's history becomes new's; a retain_grad() follows it, as in PyTorch."""
+    retained = t._retain and t._tape is not None and t._tape.retained.pop(t._row, None) is not None
+    t._requires_grad = True
+    t._tape, t._row, t._output_nr = new._tape, new._row, new._output_nr
+    if t._x is not None:
+        t._x.node = None
+    if retained:
+        t._tape.retained[t._row] = weakref.ref(t)
+
+
+def _refresh_views(root, written, rebased):
+    """After an in-place write to root's storage (through `written`): its views that take
+    part in autograd read their values from root's new history when it changed, as
+    PyTorch's AsStridedBackward0 does; those whose meta forbids that become invalid."""
+    for v in _views.live_views(root):
+        info = v._x.view_of
+        if info.meta != _views.DEFAULT:
+            info.invalid = info.invalid or v._requires_grad
+        elif rebased and v is not written and root._requires_grad:
+            with _grad_mode.enable_grad():
+                again = F.index_flat(root, _positions(root, info.fn), v._data.shape, F.SLICE, data=v._data)
+            _rebase(v, again)
+
+
+def _check_writable(t):
+    d = t._data
+    if type(d) is np.ndarray and not d.flags.writeable and 0 in d.strides and d.size > 1:
+        raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
+                           "single memory location. Please clone() the tensor before performing the operation.")
 
 
 def _write(d, value):
@@ -135,6 +211,10 @@ def _positions(base, fn):
 def _assign(t, flat, value):
     """t.flatten()[flat] = value, recorded: the old value keeps its gradient outside the
     written positions, value gets the gradient of the positions it was written to."""
+    _apply(t, _placing(t, flat, value), value)
+
+
+def _placing(t, flat, value):
     keep = np.ones(t._data.size, dtype=t._data.dtype, like=like(t._data))
     keep[flat] = 0
     shape = t._data.shape
@@ -142,31 +222,40 @@ def _assign(t, flat, value):
     def compute(a):
         placed = F.index_put_flat(F.reshape(value, (-1,)), flat, shape)
         return F.add(F.mul(a, F._wrap(keep.reshape(shape))), placed)
-    _apply(t, compute, value)
+    return compute
+
+
+def rebase_dirty_view(view):
+    """A custom Function wrote `view` in place (ctx.mark_dirty) and is now its history:
+    the root base's history becomes its old one outside the view's positions and the
+    view's inside, as _apply_to_view makes it for an op (PyTorch's CopySlices). The
+    values are already in the storage."""
+    info = _views.info(view)
+    root = info.base
+    with _grad_mode.enable_grad():
+        new = _placing(root, _positions(root, info.fn), view)(_before(root, False))
+    _rebase(root, new)
+    _refresh_views(root, view, True)
 
 
 def _apply_to_view(t, view, compute, others, dual):
     """An in-place op on a view of a tensor with history: the base gets the new values at
     the view's positions (rebasing the base), then the view reads them back from the base.
-    This is what PyTorch's CopySlices does."""
-    base, fn = view
-    old = Tensor._make(copy_array(t._data))
-    old._requires_grad = t._requires_grad
-    if t._tape is not None:
-        old._tape, old._row, old._output_nr = t._tape, t._row, t._output_nr
-    if dual:
-        old._fw = _forward.tangent(t)
-    new = compute(old)
+    This is what PyTorch's CopySlices does. The op reads the view's old value from the
+    base too, so the view's old node is left out of the graph (its hooks do not fire)."""
+    base, fn = view.base, view.fn
     flat = _positions(base, fn)
+    if dual:
+        old = _before(t, dual)
+    else:
+        old = F.index_flat(base, flat, t._data.shape, F.SLICE)  # a copy of the old values
+    new = compute(old)
     _assign(base, flat, new if new._data.shape == t._data.shape else F.expand(new, t._data.shape))
     # the view's new history: its elements, read from the updated base
     again = F.index_flat(base, flat, t._data.shape, F.SLICE, data=t._data)
-    t._requires_grad = True
-    t._tape, t._row, t._output_nr = again._tape, again._row, again._output_nr
-    t._x.node = None
+    _rebase(t, again)
     if dual:
         _update_tangent(t, again)
-    return t
 
 
 def add_(t, other, alpha=1):
@@ -250,11 +339,14 @@ def setitem(t, index, value):
     if not isinstance(value, Tensor):
         value = F._wrap(np.asarray(value, dtype=t._data.dtype))
     value = _to_device_of(t, value)
+    _check_writable(t)
     if not _needs_record(t, value):
         dual = _dual(t, (value,))
         d = storage(t)
         d[F._norm_index(index, d)] = value._data
         t._bump()
+        view = _views.info(t)
+        _refresh_views(t if view is None else view.base, t, False)
         if dual:  # the tangent's elements at index <- value's tangent (zero without one)
             vt = _forward.tangent(value)
             with _forward._paused:
@@ -266,6 +358,40 @@ def setitem(t, index, value):
     picked = asarray(np.arange(d.size, dtype=np.int64, like=like(d)).reshape(d.shape)[F._norm_index(index, d)])
     flat, target_shape = picked.reshape(-1), picked.shape
     _assign(t, flat, value if value._data.shape == target_shape else F.expand(value, target_shape))
+
+
+def transpose_(t, dim0, dim1):
+    """t becomes its transpose: a new layout of the same storage (recorded as the
+    transpose of its old value, PyTorch's TransposeBackward). The view records that
+    describe arrays through t's layout are rewritten for the new one."""
+    _stop("an in-place op in a compiled step")
+    record = _needs_record(t)
+    if record:
+        new = F.transpose(t, dim0, dim1)
+    else:
+        with _grad_mode.no_grad():
+            new = F.transpose(t, dim0, dim1)
+    if new is t:  # a 0-d tensor
+        return t
+    t._data = new._data
+    t._bump()
+    view, made = _views.info(t), _views.info(new)
+    if made is not None:  # (an inference tensor has no views)
+        if view is not None:
+            view.fn = made.fn  # the transposed view's function from the root is now t's
+        else:
+            for v in _views.live_views(t):  # made.fn, a swap of two dims, undoes itself
+                v._x.view_of.fn = _views.Chain(made.fn, v._x.view_of.fn)
+    if record:
+        _rebase(t, new)
+    _refresh_views(t if view is None else view.base, t, record)
+    return t
+
+
+def t_(t):
+    if t._data.ndim > 2:
+        raise RuntimeError(f"t_() expects a tensor with <= 2 dimensions, but self is {t._data.ndim}D")
+    return transpose_(t, 0, -1) if t._data.ndim == 2 else t
 
 
 def _iop(fn):
@@ -284,6 +410,8 @@ def install():
     Tensor.fill_ = fill_
     Tensor.zero_ = zero_
     Tensor.__setitem__ = setitem
+    Tensor.transpose_ = transpose_
+    Tensor.t_ = t_
     Tensor.__iadd__ = _iop(add_)
     Tensor.__isub__ = _iop(sub_)
     Tensor.__imul__ = _iop(mul_)

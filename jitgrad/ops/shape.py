@@ -11,7 +11,9 @@ import operator
 
 import numpy as np
 
+from jitgrad._core.modes import _state as _mode
 from jitgrad.gpu.array import DeviceArray
+from jitgrad.graph import views as _views
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim
@@ -104,29 +106,75 @@ def _report(spec, res, inputs, redo, saved=(), iparams=None):
         _cap.rec.python(lambda *arrays: (redo(*arrays),), inputs, (res,), spec.name)
 
 
-def _mark_view(res, x, fn):
-    """res shares x's storage (fn(x's array) gives res's): an in-place op on res must then
-    update x's history too (ops/inplace.py)."""
+def _mark_view(res, x, fn, meta=_views.DEFAULT, origin=None):
+    """res shares x's storage (fn(x's array) gives res's): record it as a view of x's
+    root (graph/views.py), so that an in-place op on res updates the root's history too
+    and one on the root or another of its views updates res's (ops/inplace.py).
+    A view of an inference tensor is an inference tensor and no view; one of a normal
+    tensor is normal, even in inference mode. A view made without recording (no_grad or
+    inference mode) may not be written in place with grad mode on; of a tensor that
+    requires grad, it requires grad, with no grad_fn, as in PyTorch. shapeops' multi-output
+    views (unbind, split...) pass meta=MULTI_OUTPUT and origin=(output index, node name)."""
+    xx = x._x
+    rx = res._x
+    if xx is not None and xx.inference:
+        _views.mark_inference(res, _Rare)
+        return res
     d = res._data
-    if d.base is not None if type(d) is np.ndarray else type(d) is DeviceArray and d.buf is x._data.buf:
-        if res._x is None:
-            res._x = _Rare()
-        res._x.view_of = (x, fn)
+    if not (d.base is not None if type(d) is np.ndarray else type(d) is DeviceArray and d.buf is x._data.buf):
+        return res  # numpy made a copy
+    if rx is None:
+        rx = res._x = _Rare()
+    elif rx.inference:  # made in inference mode, of a normal tensor
+        rx.inference = False
+    parent = None if xx is None else xx.view_of
+    root = x
+    if parent is not None:
+        root = parent.base
+        fn = _views.Chain(parent.fn, fn)
+    grad_mode = _mode.enabled
+    if not grad_mode:  # made in no_grad or inference mode, which PyTorch's view record keeps
+        meta = _views.INFERENCE if _mode.inference else _views.NO_GRAD
+        origin = None
+        if x._requires_grad:
+            res._requires_grad = True
+    elif parent is not None and parent.meta != _views.DEFAULT and meta == _views.DEFAULT:
+        meta = parent.meta  # PyTorch names the new view in its message ("Output 0 of Slice is a view...")
+        origin = (res.output_nr, _node_name(res))
+    rx.view_of = _views.View(root, fn, meta, origin)
+    if grad_mode or res._requires_grad:  # (with grad mode on, its root may get a history later)
+        _views.register(root, res, _Rare)
     return res
 
 
-def _view_like(spec, x, out, fn=None):
+def _node_name(t):
+    """A view's node as PyTorch's messages name it ("Slice" for SliceBackward0)."""
+    fn = t.grad_fn
+    return "" if fn is None else fn.name().replace("Backward0", "")
+
+
+def _reshaper(shape):
+    return lambda a: a.reshape(shape)
+
+
+def _no_record(x):
+    """A view of x is not recorded: no grad needed, or x is an inference tensor (whose
+    views are inference tensors that do not require grad)."""
+    xx = x._x
+    return not _needs(x) or (xx is not None and xx.inference)
+
+
+def _view_like(spec, x, out, fn=None, meta=_views.DEFAULT, origin=None):
+    """The view `out` of x's array as the result of view op `spec` (fn: x's array -> out,
+    a reshape when None); meta and origin as for _mark_view."""
     res = _wrap(out)
-    if not _needs(x):
-        if _cap.on and _cap.mine():
-            shape = out.shape
-            _report(spec, res, (x,), lambda a: a.reshape(shape))
-        return res
-    res = record(spec, res, (x,))
     if fn is None:
-        shape = out.shape
-        fn = lambda a: a.reshape(shape)  # noqa: E731
-    return _mark_view(res, x, fn)
+        fn = _reshaper(out.shape)
+    if _no_record(x):
+        if _cap.on and _cap.mine():
+            _report(spec, res, (x,), fn)
+        return _mark_view(res, x, fn, meta, origin)
+    return _mark_view(record(spec, res, (x,)), x, fn, meta, origin)
 
 
 def reshape(x, *shape):
@@ -208,12 +256,15 @@ def expand(x, *sizes):
                                f"  Tensor sizes: {list(d.shape)}")
     if shape == d.shape:
         return x
-    res = _wrap(np.broadcast_to(d, shape))
-    if not _needs(x):
+    # a view that repeats no element is writable, as in PyTorch (only new leading dims of size 1)
+    overlaps = any(s != 1 for s in shape[:lead]) or any(a != b for a, b in zip(d.shape, shape[lead:]))
+    fn = (lambda a: np.broadcast_to(a, shape)) if overlaps else _reshaper(shape)
+    res = _wrap(fn(d))
+    if _no_record(x):
         if _cap.on and _cap.mine():
-            _report(EXPAND, res, (x,), lambda a: np.broadcast_to(a, shape))
-        return res
-    return record(EXPAND, res, (x,))
+            _report(EXPAND, res, (x,), fn)
+        return _mark_view(res, x, fn)
+    return _mark_view(record(EXPAND, res, (x,)), x, fn)
 
 
 def expand_as(x, other):
@@ -246,10 +297,10 @@ def permute(x, *dims, spec=None):
         raise RuntimeError("permute(): duplicate dims are not allowed.")
     res = _wrap(d.transpose(perm))
     spec = spec or PERMUTE
-    if not _needs(x):
+    if _no_record(x):
         if _cap.on and _cap.mine():
             _report(spec, res, (x,), lambda a: a.transpose(perm), iparams=PERMUTE.pack_ints(rest=perm))
-        return res
+        return _mark_view(res, x, lambda a: a.transpose(perm))
     return _mark_view(record(spec, res, (x,), (), (), PERMUTE.pack_ints(rest=perm)), x, lambda a: a.transpose(perm))
 
 
@@ -271,8 +322,8 @@ def t(x):
         return permute(x, tuple(range(d.ndim))[::-1], spec=T)
     # eager: permute(x, (1, 0), spec=T) without checking the dims (linear's weight.t(), per call)
     res = _wrap(d.T)
-    if not _needs(x):
-        return res
+    if _no_record(x):
+        return _mark_view(res, x, _transpose2)
     return _mark_view(record(T, res, (x,), (), (), [1, 0]), x, _transpose2)
 
 
@@ -386,11 +437,11 @@ def getitem(x, index):
     out = asarray(out)
     if all(i is None for i in idx):
         return _view_like(UNSQUEEZE, x, out)
-    needs = _needs(x)
+    needs = not _no_record(x)
     tracing = _cap.on and _cap.mine()
-    if not needs and not tracing:
-        return _wrap(out)
     advanced = any(isinstance(i, (np.ndarray, DeviceArray)) and i.dtype.kind in "iub" for i in idx)
+    if not needs and not tracing:
+        return _wrap(out) if advanced else _mark_view(_wrap(out), x, _basic_index(idx))
     if advanced:
         spec = INDEX
     elif any(isinstance(i, (int, np.integer)) for i in idx):
@@ -408,7 +459,12 @@ def getitem(x, index):
         return index_flat(x, flat, out.shape, spec)
     # basic indexing gives a view of x's storage, as in PyTorch
     res = index_flat(x, flat, out.shape, spec, data=out)
-    return _mark_view(res, x, lambda a: a[idx] if any(i is Ellipsis for i in idx) else a[idx + (Ellipsis,)])
+    return _mark_view(res, x, _basic_index(idx))
+
+
+def _basic_index(idx):
+    idx = idx if Ellipsis in idx else idx + (Ellipsis,)  # (basic indexing: ints, slices, None)
+    return lambda a: a[idx]
 
 
 def _traced_index(x, index, idx, out, needs):

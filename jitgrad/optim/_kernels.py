@@ -16,6 +16,7 @@ import numpy as np
 
 from jitgrad.graph.tape import _address
 from jitgrad.kernels.optim import adam_all as _adam_all  # the loops: kernels/optim.py
+from jitgrad.kernels.optim import rmsprop_all as _rmsprop_all
 from jitgrad.kernels.optim import sgd_all as _sgd_all
 
 
@@ -104,3 +105,12 @@ def sgd_add(batch, p, d, g, buf, lr, wd, mom, damp, first):
 def sgd_run(batch, momentum, nesterov):
     for ptrs, sizes, sc, like in batch.groups():
         _sgd_all(ptrs, sizes, sc, like, momentum, nesterov)
+
+
+def rmsprop_add(batch, p, d, g, sq, gavg, buf, scalars):
+    return batch.add(p, d, g, (sq, sq if gavg is None else gavg, sq if buf is None else buf), scalars)
+
+
+def rmsprop_run(batch, centered, momentum):
+    for ptrs, sizes, sc, like in batch.groups():
+        _rmsprop_all(ptrs, sizes, sc, like, centered, momentum)

@@ -1,1 +1,1 @@
-from jitgrad.utils import checkpoint, dlpack  # noqa: F401
+from jitgrad.utils import checkpoint, data, dlpack  # noqa: F401

@@ -122,8 +122,11 @@ OPTIMIZERS = {
     "adam": lambda ps: jitgrad.optim.Adam(ps, lr=0.01),
     "adam-wd-amsgrad": lambda ps: jitgrad.optim.Adam(ps, lr=0.01, weight_decay=0.1, amsgrad=True),
     "adamw-amsgrad-maximize": lambda ps: jitgrad.optim.AdamW(ps, lr=0.02, amsgrad=True, maximize=True),
+    "rmsprop": lambda ps: jitgrad.optim.RMSprop(ps, lr=0.01),
+    "rmsprop-centered-momentum-wd-maximize": lambda ps: jitgrad.optim.RMSprop(
+        ps, lr=0.01, alpha=0.3, centered=True, momentum=0.5, weight_decay=0.1, maximize=True),
 }
-TORCH = {"SGD": torch.optim.SGD, "Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW}
+TORCH = {"SGD": torch.optim.SGD, "Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW, "RMSprop": torch.optim.RMSprop}
 SHAPES = [(3, 4), (4,), (), (2, 1, 3)]
 
 

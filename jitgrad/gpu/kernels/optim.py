@@ -37,6 +37,7 @@ _view = pointers.host_view if driver.simulated() else _device_ptr
 # the tables, flattened row by row (device buffers are 1-D): a row's int64 entries, its scalars
 ADAM_ROW, ADAM_SCALARS = 6, 8
 SGD_ROW, SGD_SCALARS = 4, 5
+RMSPROP_ROW, RMSPROP_SCALARS = 6, 7
 
 
 @cuda.jit
@@ -119,6 +120,52 @@ def _sgd_all(rows, sc, like, momentum, nesterov, maximize):
             i += stride
 
 
+@cuda.jit
+def _rmsprop_all(rows, sc, like, centered, momentum, maximize):
+    """Row p: size, then the param, grad, square_avg, grad_avg, momentum_buffer addresses (an
+    unused state's is square_avg's); its scalars as kernels/optim.rmsprop_all's."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for p in range(rows.size // RMSPROP_ROW):
+        r, c = p * RMSPROP_ROW, p * RMSPROP_SCALARS
+        n = rows[r]
+        if start >= n:
+            continue
+        d = _view(rows[r + 1], n, like)
+        g = _view(rows[r + 2], n, like)
+        sq = _view(rows[r + 3], n, like)
+        gavg = _view(rows[r + 4], n, like)
+        buf = _view(rows[r + 5], n, like)
+        alpha, one_alpha, lerp_rest, eps = sc[c], sc[c + 1], sc[c + 2], sc[c + 3]
+        wd, mom, neg_lr = sc[c + 4], sc[c + 5], sc[c + 6]
+        i = start
+        while i < n:
+            gi = g[i]
+            if maximize:
+                gi = -gi
+            if wd != 0:
+                gi = gi + wd * d[i]
+            s = sq[i] * alpha + one_alpha * gi * gi
+            sq[i] = s
+            if centered:                              # torch: grad_avg.lerp_(grad, 1 - alpha)
+                a = gavg[i]
+                if one_alpha < 0.5:
+                    a = a + one_alpha * (gi - a)
+                else:
+                    a = gi - (gi - a) * lerp_rest
+                gavg[i] = a
+                avg = math.sqrt(s - a * a) + eps
+            else:
+                avg = math.sqrt(s) + eps
+            if momentum:
+                b = buf[i] * mom + gi / avg
+                buf[i] = b
+                d[i] = d[i] + neg_lr * b
+            else:
+                d[i] = d[i] + neg_lr * gi / avg
+            i += stride
+
+
 _LIKE = {}  # dtype -> a one-element device array: the kernels' pointers take its dtype
 
 
@@ -145,13 +192,19 @@ def sgd(rows, sc, dtype, momentum, nesterov, maximize):
     _launch(_sgd_all, rows, sc, dtype, (bool(momentum), bool(nesterov), bool(maximize)))
 
 
+def rmsprop(rows, sc, dtype, centered, momentum, maximize):
+    _launch(_rmsprop_all, rows, sc, dtype, (bool(centered), bool(momentum), bool(maximize)))
+
+
 def _signatures(flags):
     # what _launch passes: the table, the scalars and `like` in each float dtype, then the flags
     return [(types.int64[::1], types.Array(t, 1, "C"), types.Array(t, 1, "C")) + (types.boolean,) * flags
             for t in (types.float32, types.float64)]
 
 
-PTX_SIGNATURES = {_adam_all: _signatures(3), _sgd_all: _signatures(3)}   # checked by tests/cuda/test_ptx.py
+# checked by tests/cuda/test_ptx.py
+PTX_SIGNATURES = {_adam_all: _signatures(3), _sgd_all: _signatures(3), _rmsprop_all: _signatures(3)}
 
 KERNELS["adam"] = adam
 KERNELS["sgd"] = sgd
+KERNELS["rmsprop"] = rmsprop
