@@ -403,6 +403,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                 if isinstance(t, GradientEdge):
                     raise RuntimeError("materialize_grads cannot be used when the given input is a GradientEdge")
                 g = F._wrap(np.zeros_like(t._data))
+                g._requires_grad = bool(create_graph)  # a leaf the next grad can differentiate, as torch's
         elif not create_graph and g.requires_grad:
             g = g.detach()
         result.append(g)

@@ -376,6 +376,8 @@ class Tensor:
                                "error, please refer to the Optimizer.zero_grad() function in torch/optim/optimizer.py "
                                "as the solution.")
         _stop("detach_() in a compiled step")
+        if self._tape is not None:
+            self._tape.note_detached(self._row)  # nodes that saved it can no longer use it
         self._tape = None
         self._requires_grad = False
         return self
