@@ -70,6 +70,7 @@ from jitgrad import (  # noqa: E402
     compiler,
     cuda,
     func,
+    linalg,
     nn,
     optim,
     utils,

@@ -140,3 +140,16 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 
 
 from jitgrad.nn.conv import conv2d, max_pool2d  # noqa: F401,E402
+from jitgrad.ops.activations import (  # noqa: F401,E402
+    cosine_similarity,
+    elu,
+    hardtanh,
+    leaky_relu,
+    logsigmoid,
+    mish,
+    normalize,
+    pairwise_distance,
+    relu6,
+    silu,
+    softplus,
+)

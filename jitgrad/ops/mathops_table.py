@@ -1,0 +1,15 @@
+"""The math, statistics, einsum and activation ops' names: jitgrad.<name> and Tensor.<name>."""
+from jitgrad.ops import activations, einsum, mathops
+
+_BOTH = ("var", "std", "var_mean", "std_mean", "norm", "logsumexp", "cumsum", "cumprod", "diff", "square",
+         "rsqrt", "log2", "log10", "exp2", "hypot", "addcmul", "addcdiv", "lerp", "nan_to_num", "isclose",
+         "isinf", "isposinf", "isneginf", "logical_xor", "tril", "triu", "outer", "addmv", "baddbmm",
+         "addbmm", "cross", "movedim", "roll")
+FUNCTIONS = {name: getattr(mathops, name) for name in _BOTH}
+FUNCTIONS.update({
+    "ger": mathops.outer, "moveaxis": mathops.movedim, "meshgrid": mathops.meshgrid, "cdist": mathops.cdist,
+    "einsum": einsum.einsum, "cosine_similarity": activations.cosine_similarity,
+    "pairwise_distance": activations.pairwise_distance,
+})
+METHODS = {name: getattr(mathops, name) for name in _BOTH if name not in ("var_mean", "std_mean")}
+METHODS.update({"ger": mathops.outer, "moveaxis": mathops.movedim})
