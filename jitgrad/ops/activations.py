@@ -24,10 +24,14 @@ def _inplace(fn):
     return op
 
 
+def _smooth_softplus(x):
+    # max(x, 0) + log1p(exp(-|x|)): never overflows; maximum splits the gradient at 0 to give 1/2
+    return ew.add(ew.maximum(x, ew.zeros_like(x)), ew.log1p(ew.exp(ew.neg(ew.abs(x)))))
+
+
 def softplus(input, beta=1.0, threshold=20.0):
     bx = ew.mul(input, beta) if beta != 1 else input
-    # max(bx, 0) + log1p(exp(-|bx|)): never overflows; maximum splits the gradient at 0 to give 1/2
-    smooth = ew.add(ew.maximum(bx, ew.zeros_like(bx)), ew.log1p(ew.exp(ew.neg(ew.abs(bx)))))
+    smooth = _smooth_softplus(bx)
     if beta != 1:
         smooth = ew.div(smooth, beta)
     return ew.where(ew.gt(bx, threshold), input, smooth)
@@ -70,7 +74,8 @@ def relu6(input):
 
 
 def logsigmoid(input):
-    return ew.neg(softplus(ew.neg(input)))
+    # -softplus(-x) without softplus's threshold: PyTorch's log_sigmoid is smooth everywhere
+    return ew.neg(_smooth_softplus(ew.neg(input)))
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):

@@ -20,9 +20,9 @@ def _parse(equation, ops):
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(ops):
-        raise ValueError("einsum(): more operands were provided than specified in the equation"
-                         if len(ops) > len(terms) else
-                         "einsum(): fewer operands were provided than specified in the equation")
+        raise RuntimeError("einsum(): more operands were provided than specified in the equation"
+                           if len(ops) > len(terms) else
+                           "einsum(): fewer operands were provided than specified in the equation")
     n_ell = 0
     labels = []
     for i, (term, op) in enumerate(zip(terms, ops)):
@@ -64,14 +64,14 @@ def _parse(equation, ops):
     return labels, out
 
 
-def _diagonals(x, lab):
+def _diagonals(x, lab, k):
     """Take the diagonal for each label repeated in one operand."""
     while len(set(lab)) != len(lab):
         ch = next(c for c in lab if lab.count(c) > 1)
         i = lab.index(ch)
         j = lab.index(ch, i + 1)
         if x.shape[i] != x.shape[j]:
-            raise RuntimeError(f"einsum(): subscript {ch} is repeated for operand but the sizes don't match, "
+            raise RuntimeError(f"einsum(): subscript {ch} is repeated for operand {k} but the sizes don't match, "
                                f"{x.shape[i]} != {x.shape[j]}")
         eye = np.eye(x.shape[i], dtype=bool).reshape([x.shape[i] if k in (i, j) else 1 for k in range(x.ndim)])
         x = reduce.sum(ew.where(tensor(eye), x, 0), j)
@@ -131,7 +131,7 @@ def einsum(equation, *operands):
         if not isinstance(op, Tensor):
             raise TypeError(f"einsum(): argument 'operands' must be tuple of Tensors, not {type(op).__name__}")
     labels, out = _parse(equation, operands)
-    pairs = [_diagonals(x, list(lab)) for x, lab in zip(operands, labels)]
+    pairs = [_diagonals(x, list(lab), k) for k, (x, lab) in enumerate(zip(operands, labels))]
     sizes = _sizes(pairs)
     for ch in out:
         sizes.setdefault(ch, 1)

@@ -3,12 +3,17 @@ higher order) come from the primitives' rules, so no new kernel is needed. Their
 the last primitive's node (e.g. var's is DivBackward0 where PyTorch's is VarBackward0).
 """
 import math
+import warnings
 
 import numpy as np
 
+from jitgrad._core import dtype as _dt
+from jitgrad._core.messages import scalar_name
 from jitgrad.graph.tensor import Tensor, tensor, zeros
+from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.ops import elementwise as ew
 from jitgrad.ops import linalg, reduce, shape
+from jitgrad.ops._common import copy_array
 from jitgrad.ops.shape import _dims, _wrap_dim
 
 _LN2 = math.log(2.0)
@@ -43,8 +48,12 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     mean = reduce.mean(input, dims, keepdim=True)
     dev = ew.sub(input, mean)
     ss = reduce.sum(ew.mul(dev, dev), dims, keepdim=keepdim)
-    denom = max(0, n - _correction(unbiased, correction))
-    return ew.div(ss, float(denom))
+    denom = n - _correction(unbiased, correction)
+    if denom <= 0:
+        warnings.warn("var(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
+                      "factor (input numel divided by output numel).", UserWarning, stacklevel=3)
+    with np.errstate(divide="ignore", invalid="ignore"):  # PyTorch gives inf / nan without numpy's warning
+        return ew.div(ss, float(max(0, denom)))
 
 
 def _floating_std(x, fn):
@@ -71,7 +80,7 @@ def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 def logsumexp(input, dim, keepdim=False):
     if not input.is_floating_point():
-        input = ew.to_dtype(input, np.float32)
+        input = ew.to_dtype(input, _dt.get_default_dtype())
     dims = _dims(input, dim)
     if not dims and input.ndim == 0:
         return ew.clone(input)
@@ -89,7 +98,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
         x = ew.to_dtype(x, dtype)
     if not x.is_floating_point():
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. "
-                           f"Got {str(x.dtype).replace('torch.', '').capitalize()}")
+                           f"Got {scalar_name(x._data.dtype)}")
     dims = _dims(x, dim)
     a = ew.abs(x)
     if ord == 2:
@@ -145,7 +154,7 @@ def cumsum(input, dim, *, dtype=None):
     if dtype is not None:
         input = ew.to_dtype(input, dtype)
     elif not input.is_floating_point():
-        input = ew.to_dtype(input, np.int64)  # PyTorch sums integers and bools in int64
+        input = ew.to_dtype(input, _dt.int64)  # PyTorch sums integers and bools in int64
     if input.ndim == 0:
         _wrap_dim(dim, 1)
         return ew.clone(input)
@@ -162,7 +171,7 @@ def cumprod(input, dim, *, dtype=None):
     if dtype is not None:
         input = ew.to_dtype(input, dtype)
     elif not input.is_floating_point():
-        input = ew.to_dtype(input, np.int64)
+        input = ew.to_dtype(input, _dt.int64)
     if input.ndim == 0:
         _wrap_dim(dim, 1)
         return ew.clone(input)
@@ -186,7 +195,7 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
         m = x.shape[d]
         hi = x[(slice(None),) * d + (slice(1, m),)]
         lo = x[(slice(None),) * d + (slice(0, m - 1),)]
-        x = logical_xor(hi, lo) if x.dtype == np.bool_ else ew.sub(hi, lo)
+        x = logical_xor(hi, lo) if x._data.dtype.kind == "b" else ew.sub(hi, lo)
     return x
 
 
@@ -198,8 +207,8 @@ logical_xor = ew._cmp(np.logical_xor)
 
 # --- pointwise -----------------------------------------------------------------------------
 def square(input):
-    if input.dtype == np.bool_:
-        input = ew.to_dtype(input, np.int64)
+    if input._data.dtype.kind == "b":
+        input = ew.to_dtype(input, _dt.int64)
     return ew.mul(input, input)
 
 
@@ -247,7 +256,7 @@ def lerp(input, end, weight):
 
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     if not input.is_floating_point():
-        return ew.clone(input)
+        return _wrap(copy_array(input._data))  # integers have no nan or inf (clone would make them float)
     info = np.finfo(input._data.dtype)
     posinf = info.max if posinf is None else posinf
     neginf = info.min if neginf is None else neginf
@@ -259,8 +268,8 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
 
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     if input.dtype != _t(other, input).dtype:
-        raise RuntimeError(f"{str(input.dtype).replace('torch.', '').capitalize()} did not match "
-                           f"{str(_t(other, input).dtype).replace('torch.', '').capitalize()}")
+        raise RuntimeError(f"{scalar_name(input._data.dtype)} did not match "
+                           f"{scalar_name(_t(other, input)._data.dtype)}")
     a, b = input._data, _t(other, input)._data
     return tensor(np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
@@ -296,31 +305,23 @@ def _scaled(x, s):
 
 
 def _beta_input(input, beta):
-    # beta == 0 ignores input, nan and inf included (PyTorch's rule)
-    return None if beta == 0 else _scaled(input, beta)
+    # beta == 0 ignores input, nan and inf included (PyTorch's rule), and its gradient is zeros
+    return ew.where(tensor(True), 0.0, input) if beta == 0 else _scaled(input, beta)
 
 
 def addmv(input, mat, vec, *, beta=1, alpha=1):
     out = _scaled(linalg.mv(mat, vec), alpha)
-    b = _beta_input(input, beta)
-    return ew.add(b, out) if b is not None else _broadcast_like(out, input)
-
-
-def _broadcast_like(out, input):
-    shp = np.broadcast_shapes(tuple(out.shape), tuple(input.shape))
-    return shape.expand(out, shp) if tuple(out.shape) != shp else out
+    return ew.add(_beta_input(input, beta), out)
 
 
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     out = _scaled(linalg.bmm(batch1, batch2), alpha)
-    b = _beta_input(input, beta)
-    return ew.add(b, out) if b is not None else _broadcast_like(out, input)
+    return ew.add(_beta_input(input, beta), out)
 
 
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
     out = _scaled(reduce.sum(linalg.bmm(batch1, batch2), 0), alpha)
-    b = _beta_input(input, beta)
-    return ew.add(b, out) if b is not None else _broadcast_like(out, input)
+    return ew.add(_beta_input(input, beta), out)
 
 
 def cross(input, other, dim=None):
@@ -351,6 +352,9 @@ def linalg_cross(input, other, *, dim=-1):
 
 # --- shape helpers -------------------------------------------------------------------------
 def movedim(input, source, destination):
+    if isinstance(source, (tuple, list)) != isinstance(destination, (tuple, list)):
+        raise TypeError("movedim() received an invalid combination of arguments - got (Tensor, "
+                        f"{type(source).__name__}, {type(destination).__name__})")
     src = source if isinstance(source, (tuple, list)) else (source,)
     dst = destination if isinstance(destination, (tuple, list)) else (destination,)
     if len(src) != len(dst):
@@ -406,7 +410,6 @@ def meshgrid(*tensors, indexing=None):
         view[i] = -1
         out.append(shape.expand(shape.reshape(t, tuple(view)), sizes))
     if swap:
-        out = [shape.transpose(o, 0, 1) for o in out]
         out[0], out[1] = out[1], out[0]
     return tuple(out)
 

@@ -12,4 +12,4 @@ FUNCTIONS.update({
     "pairwise_distance": activations.pairwise_distance,
 })
 METHODS = {name: getattr(mathops, name) for name in _BOTH if name not in ("var_mean", "std_mean")}
-METHODS.update({"ger": mathops.outer, "moveaxis": mathops.movedim})
+METHODS.update({"ger": mathops.outer, "moveaxis": mathops.movedim, "isfinite": mathops.ew.isfinite})
