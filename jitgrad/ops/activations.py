@@ -5,12 +5,13 @@ bounds) and stays finite where a naive formula overflows (softplus of a large in
 """
 from jitgrad.ops import elementwise as ew
 from jitgrad.ops import reduce, shape
+from jitgrad.ops.inplace import _apply
 from jitgrad.ops.mathops import vector_norm
 
 
 def _inplace(fn):
-    """fn(input, ..., inplace=True) writes its result into input, as PyTorch's: computed on a clone so
-    that what the formula saves is not the tensor being overwritten."""
+    """fn(input, ..., inplace=True) writes its result into input, as PyTorch's, through the in-place
+    mechanism every in-place op uses (leaf and view rules, version counter, rebasing)."""
     own = fn.__code__.co_argcount - 1  # inplace is the positional after fn's own arguments
 
     def op(input, *args, **kwargs):
@@ -18,7 +19,7 @@ def _inplace(fn):
         args = args[:own]
         if not inplace:
             return fn(input, *args, **kwargs)
-        return input.copy_(fn(ew.clone(input), *args, **kwargs))
+        return _apply(input, lambda old: fn(old, *args, **kwargs))
     op.__name__ = op.__qualname__ = fn.__name__
     op.__doc__ = fn.__doc__
     return op

@@ -395,3 +395,39 @@ def test_var_with_no_degrees_of_freedom_warns_like_torch():
         assert np.isnan(v.numpy()).all()
         assert [type(w.message) for w in caught] == [UserWarning]
         assert str(caught[0].message).startswith("var(): degrees of freedom is <= 0")
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("addcmul_", lambda T, y, a, b: y.addcmul_(a, b, value=3)),
+    ("addcdiv_", lambda T, y, a, b: y.addcdiv_(a, b * b + 1, value=-0.5)),
+    ("lerp_", lambda T, y, a, b: y.lerp_(a, 0.25)),
+    ("tril_", lambda T, y, a, b: y.tril_(1)),
+    ("triu_", lambda T, y, a, b: y.triu_()),
+    ("square_", lambda T, y, a, b: y.square_()),
+    ("exp2_", lambda T, y, a, b: y.exp2_()),
+    ("cumsum_", lambda T, y, a, b: y.cumsum_(1)),
+    ("nan_to_num_", lambda T, y, a, b: y.nan_to_num_()),
+    ("view_addcmul_", lambda T, y, a, b: y[1].addcmul_(a[0], b[0])),
+])
+def test_inplace_forms(name, fn):
+    res = {}
+    for T in (jitgrad, torch):
+        x, a, b = (T.tensor(v, dtype=T.float64, requires_grad=True) for v in (A34, B34, POS34))
+        y = x * 1.5
+        fn(T, y, a, b)
+        gs = T.autograd.grad((y * y).sum(), (x, a, b), allow_unused=True)
+        res[T] = [y.detach().numpy()] + [None if g is None else g.numpy() for g in gs]
+    for u, v in zip(res[jitgrad], res[torch]):
+        assert (u is None) == (v is None)
+        if u is not None:
+            np.testing.assert_allclose(u, v, rtol=1e-10, atol=1e-12)
+
+
+def test_inplace_form_on_leaf_and_under_no_grad():
+    for T in (jitgrad, torch):
+        p = T.ones(3, requires_grad=True)
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+            p.addcdiv_(T.ones(3), T.ones(3))
+        with T.no_grad():
+            p.addcdiv_(T.ones(3), T.full((3,), 2.0), value=-1)
+        assert p._version == 1 and np.allclose(p.detach().numpy(), 0.5)
