@@ -99,3 +99,53 @@ class PairwiseDistance(Module):
 
     def forward(self, x1, x2):
         return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
+
+
+class _Inplace(Module):
+    """An activation whose only argument is inplace."""
+    fn = None
+
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        return type(self).fn(input, inplace=self.inplace)
+
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
+
+
+class Hardsigmoid(_Inplace):
+    fn = staticmethod(F.hardsigmoid)
+
+    def extra_repr(self):  # PyTorch's repr does not show inplace here
+        return ""
+
+
+class Hardswish(_Inplace):
+    fn = staticmethod(F.hardswish)
+
+    def extra_repr(self):  # PyTorch's repr does not show inplace here
+        return ""
+
+
+class SELU(_Inplace):
+    fn = staticmethod(F.selu)
+
+
+class CELU(Module):
+    def __init__(self, alpha=1.0, inplace=False):
+        super().__init__()
+        self.alpha, self.inplace = alpha, inplace
+
+    def forward(self, input):
+        return F.celu(input, self.alpha, self.inplace)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
+
+
+class Softsign(Module):
+    def forward(self, input):
+        return F.softsign(input)

@@ -74,6 +74,40 @@ def relu6(input):
     return hardtanh(input, 0.0, 6.0)
 
 
+@_inplace
+def hardsigmoid(input):
+    return ew.div(hardtanh(ew.add(input, 3.0), 0.0, 6.0), 6.0)
+
+
+@_inplace
+def hardswish(input):
+    # PyTorch's pieces: 0 below -3, x (x + 3) / 6 up to 3 (both ends included), x above
+    mid = ew.div(ew.mul(input, ew.add(input, 3.0)), 6.0)
+    return ew.where(ew.lt(input, -3.0), 0.0, ew.where(ew.le(input, 3.0), mid, input))
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+@_inplace
+def selu(input):
+    return ew.mul(elu(input, _SELU_ALPHA), _SELU_SCALE)
+
+
+@_inplace
+def celu(input, alpha=1.0):
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError")
+    pos = ew.gt(input, 0)
+    neg = ew.where(pos, 0.0, input)
+    return ew.where(pos, input, ew.mul(ew.expm1(ew.div(neg, alpha)), alpha))
+
+
+def softsign(input):
+    return ew.div(input, ew.add(ew.abs(input), 1.0))
+
+
 def logsigmoid(input):
     # -softplus(-x) without softplus's threshold: PyTorch's log_sigmoid is smooth everywhere
     return ew.neg(_smooth_softplus(ew.neg(input)))
