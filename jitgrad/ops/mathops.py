@@ -24,10 +24,11 @@ def _t(x, like):
     return x if isinstance(x, Tensor) else tensor(x, dtype=like.dtype)
 
 
-def _safe_sqrt(s):
-    """sqrt(s) whose gradient at s == 0 is 0 (PyTorch's norm backward), not inf * 0 = nan."""
-    zero = ew.eq(s, 0)
-    return ew.where(zero, 0.0, ew.sqrt(ew.where(zero, 1.0, s)))
+def _safe_root(s, p=2):
+    """s ** (1 / p) whose gradient at s == 0 is 0 (PyTorch's norm and std backward), not inf * 0 = nan."""
+    zero = ew.eq(s.detach(), 0)
+    s = ew.where(zero, 1.0, s)
+    return ew.where(zero, 0.0, ew.sqrt(s) if p == 2 else ew.pow(s, 1.0 / p))
 
 
 # --- statistics ----------------------------------------------------------------------------
@@ -62,7 +63,7 @@ def _floating_std(x, fn):
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return ew.sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+    return _safe_root(var(input, dim, unbiased, keepdim, correction=correction))
 
 
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -75,7 +76,7 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     v, m = var_mean(input, dim, unbiased, keepdim, correction=correction)
-    return ew.sqrt(v), m
+    return _safe_root(v), m
 
 
 def logsumexp(input, dim, keepdim=False):
@@ -102,7 +103,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     dims = _dims(x, dim)
     a = ew.abs(x)
     if ord == 2:
-        return _safe_sqrt(reduce.sum(ew.mul(x, x), dims, keepdim=keepdim))
+        return _safe_root(reduce.sum(ew.mul(x, x), dims, keepdim=keepdim))
     if ord == 1:
         return reduce.sum(a, dims, keepdim=keepdim)
     if ord == math.inf:
@@ -111,7 +112,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
         return reduce.amin(a, dims, keepdim=keepdim)
     if ord == 0:
         return reduce.sum(ew.to_dtype(ew.ne(x, 0), x.dtype), dims, keepdim=keepdim)
-    return ew.pow(reduce.sum(ew.pow(a, float(ord)), dims, keepdim=keepdim), 1.0 / ord)
+    return _safe_root(reduce.sum(ew.pow(a, float(ord)), dims, keepdim=keepdim), ord)
 
 
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):  # noqa: A002

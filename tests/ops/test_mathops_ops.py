@@ -303,6 +303,10 @@ def test_values_and_dtypes(fn):
     ("selu_celu_at_zero", lambda T, x: T.nn.functional.selu(x * 0) + T.nn.functional.celu(x * 0, 2.0)),
     ("logsumexp_neg_inf_row", lambda T, x: T.logsumexp(x * 0 - math.inf, 1)),
     ("var_single", lambda T, x: x[:1].var(0, correction=0)),
+    ("std_constant", lambda T, x: (x * 0 + 1).std(0) + T.std_mean(x * 0, 1)[0].sum()),
+    ("norm_p3_at_zero", lambda T, x: (x * 0).norm(3, dim=1)),
+    ("cdist_p3_same_point", lambda T, x: T.cdist(x, x, p=3)),
+    ("norm_inf_ties", lambda T, x: (x * 0 + 1).norm(float("inf"))),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_gradient_edge_cases(name, fn):
     out = {}
