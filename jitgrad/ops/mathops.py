@@ -423,3 +423,90 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
         raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}")
     diffs = ew.sub(shape.unsqueeze(x1, -2), shape.unsqueeze(x2, -3))
     return vector_norm(diffs, p, -1)
+
+
+# --- rounding, hyperbolic and friends ------------------------------------------------------
+def _constant_of(x, values):
+    """values (computed from x) as a result of x whose gradient is zeros: PyTorch's rule for
+    floor, round..., which still require grad."""
+    return ew.where(tensor(True), _wrap(values), x)
+
+
+def _rounding(npfn, name):
+    def op(input, **kwargs):
+        if not input.is_floating_point():
+            return _wrap(copy_array(input._data))
+        return _constant_of(input, npfn(input._data, **kwargs))
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+floor = _rounding(np.floor, "floor")
+ceil = _rounding(np.ceil, "ceil")
+trunc = _rounding(np.trunc, "trunc")
+
+
+def round(input, *, decimals=0):  # noqa: A001
+    return _rounding(lambda d: np.round(d, decimals), "round")(input)
+
+
+def frac(input):
+    return ew.sub(input, trunc(input))
+
+
+def clamp_min(input, min):  # noqa: A002
+    return ew.clamp(input, min=min)
+
+
+def clamp_max(input, max):  # noqa: A002
+    return ew.clamp(input, max=max)
+
+
+def sinh(input):
+    x = ew._as_float(input)
+    return ew.div(ew.sub(ew.exp(x), ew.exp(ew.neg(x))), 2.0)
+
+
+def cosh(input):
+    x = ew._as_float(input)
+    return ew.div(ew.add(ew.exp(x), ew.exp(ew.neg(x))), 2.0)
+
+
+def tan(input):
+    x = ew._as_float(input)
+    return ew.div(ew.sin(x), ew.cos(x))
+
+
+def logaddexp(input, other):
+    # max + log1p(exp(-|a - b|)): no overflow; maximum splits the gradient evenly at a == b, where
+    # the difference is taken as 0 (equal infinities would give inf - inf = nan)
+    hi = ew.maximum(input, other)
+    same = ew.eq(input.detach() if isinstance(input, Tensor) else input,
+                 other.detach() if isinstance(other, Tensor) else other)
+    gap = ew.where(same, 0.0, ew.sub(input, other))
+    return ew.add(hi, ew.log1p(ew.exp(ew.neg(ew.abs(gap)))))
+
+
+def deg2rad(input):
+    return ew.mul(ew._as_float(input), math.pi / 180.0)
+
+
+def rad2deg(input):
+    return ew.mul(ew._as_float(input), 180.0 / math.pi)
+
+
+def flip(input, dims):
+    dims = dims if isinstance(dims, (tuple, list)) else (dims,)
+    ds = [_wrap_dim(d, max(input.ndim, 1)) for d in dims]
+    if len(set(ds)) != len(ds):
+        dup = next(d for d in ds if ds.count(d) > 1)
+        raise RuntimeError(f"dim {dup} appears multiple times in the list of dims")
+    if input.ndim == 0:
+        return ew.clone(input)
+    idx = tuple(slice(None, None, -1) if i in ds else slice(None) for i in range(input.ndim))
+    return ew.clone(input[idx]) if input.requires_grad else _wrap(copy_array(input._data[idx]))
+
+
+def count_nonzero(input, dim=None):
+    return _wrap(np.asarray(np.count_nonzero(input._data, axis=None if dim is None else
+                                             tuple(_dims(input, dim))), dtype=np.int64))
