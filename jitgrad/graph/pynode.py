@@ -97,7 +97,7 @@ class FunctionState(FunctionCtx):
                 g = wrap(_zeros(shape, dtype, self._out_cuda))
             grads.append(g)
         with _grad_mode.set_grad_enabled(create_graph):
-            result = self._fn.backward(self, *grads)
+            result = _user_backward(self._fn)(self, *grads)
         if not isinstance(result, tuple):
             result = (result,)
         n_in = len(self._arg_is_tensor)
@@ -350,3 +350,13 @@ def _save(t, tape):
     packed = pack_saved(t)
     return _Saved(t, tape) if packed is None else _Packed(*packed)
 
+
+def _user_backward(fn):
+    """The custom Function's backward: `backward` or its alias `vjp`, whichever the user
+    wrote (autograd.Function, the root class, defines both as one stub)."""
+    root = next(c for c in reversed(fn.__mro__) if "backward" in c.__dict__)
+    own_backward, own_vjp = fn.backward is not root.backward, fn.vjp is not root.vjp
+    if own_backward and own_vjp:
+        raise RuntimeError("Implementing both 'backward' and 'vjp' for a custom Function is not allowed. You should "
+                           "only implement one of them.")
+    return fn.vjp if own_vjp else fn.backward

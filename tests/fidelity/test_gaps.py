@@ -2,9 +2,9 @@
 (or that fall between two owners).
 
 Found by running PyTorch's own tests with jitgrad standing in for torch (the fidelity harness,
-outside the repo).  Each test states torch 2.13's behaviour and compares jitgrad with it; they
-are strict xfails because jitgrad does not do this yet: the day one is fixed the test XPASSes,
-fails as strict, and its marker must go.
+outside the repo).  Each test states torch 2.13's behaviour and compares jitgrad with it. Those
+marked @gap are strict xfails because jitgrad does not do this yet: the day one is fixed the
+test XPASSes, fails as strict, and its marker must go (as it went from the unmarked ones).
 """
 import pytest
 from conftest import USING_TORCH_AS_JITGRAD, both, err_of, mk
@@ -19,7 +19,6 @@ def gap(test):
     return pytest.mark.xfail(strict=True, reason="a PyTorch behaviour jitgrad lacks (fidelity report)")(test)
 
 
-@gap
 def test_custom_function_defining_both_backward_and_vjp_is_rejected():
     def run(T):
         class Both(T.autograd.Function):
@@ -40,7 +39,6 @@ def test_custom_function_defining_both_backward_and_vjp_is_rejected():
     both(run)
 
 
-@gap
 def test_a_tensor_cannot_be_assigned_as_its_own_grad():
     def run(T):
         x = mk(T, [1.0, 2.0])
@@ -53,7 +51,6 @@ def test_a_tensor_cannot_be_assigned_as_its_own_grad():
     both(run)
 
 
-@gap
 def test_grad_and_backward_with_empty_inputs_raise_torch_errors():
     def run(T):
         x = mk(T, [1.0], rg=True)
@@ -75,7 +72,6 @@ def test_var_mean_values_gradients_and_shared_node():
     both(run)
 
 
-@gap
 def test_forward_ad_dual_repr_and_dual_tangent_rejected():
     def run(T):
         fwAD = T.autograd.forward_ad
