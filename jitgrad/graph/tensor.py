@@ -626,6 +626,14 @@ def _array_from(data, npd):
     return arr
 
 
+def _has_float64_scalar(data):
+    """Whether a nested list holds an np.float64 scalar: torch infers those as float64 where
+    a Python float takes the default dtype."""
+    if isinstance(data, (list, tuple)):
+        return any(_has_float64_scalar(x) for x in data)
+    return isinstance(data, np.float64)
+
+
 def tensor(data, dtype=None, device=None, requires_grad=False):
     npd = _dtype_arg(dtype, "tensor")
     dev = _device.check(device, "tensor")
@@ -636,7 +644,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         npd = from_numpy_dtype(data.dtype).np  # numpy data keeps its dtype, as in PyTorch
     if npd is None:
         arr = _array_from(data, None)
-        if arr.dtype.kind == "f":
+        if arr.dtype.kind == "f" and not _has_float64_scalar(data):
             arr = arr.astype(_dtype.get_default_dtype().np, copy=False)
         elif arr.dtype.kind in "iu":
             arr = arr.astype(np.int64, copy=False)
