@@ -644,8 +644,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         npd = from_numpy_dtype(data.dtype).np  # numpy data keeps its dtype, as in PyTorch
     if npd is None:
         arr = _array_from(data, None)
-        if arr.dtype.kind == "f" and not _has_float64_scalar(data):
-            arr = arr.astype(_dtype.get_default_dtype().np, copy=False)
+        if arr.dtype.kind == "f":
+            arr = arr.astype(np.float64 if _has_float64_scalar(data) else _dtype.get_default_dtype().np, copy=False)
         elif arr.dtype.kind in "iu":
             arr = arr.astype(np.int64, copy=False)
         elif arr.dtype.kind != "b":
