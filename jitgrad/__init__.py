@@ -67,6 +67,7 @@ def is_tensor(obj):
 
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
 from jitgrad import (  # noqa: E402
+    accelerator,  # noqa: F401  (torch.accelerator)
     compiler,
     cuda,
     func,

@@ -4,6 +4,7 @@ data_ptr, element_size, nbytes, is_contiguous) read from the numpy array under t
 import numpy as np
 
 from jitgrad._core import dtype as _dtype
+from jitgrad._core.format import set_printoptions
 from jitgrad.graph import tensor as _t
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import functional as F
@@ -118,7 +119,7 @@ PROPERTIES = {
     "itemsize": element_size,
     "nbytes": lambda self: self._data.size * self._data.dtype.itemsize,
 }
-FUNCTIONS = {"numel": numel}
+FUNCTIONS = {"numel": numel, "set_printoptions": set_printoptions}
 
 
 def install():

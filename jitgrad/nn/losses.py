@@ -1,0 +1,120 @@
+"""The regression and probability losses beyond mse / cross entropy: binary_cross_entropy,
+l1_loss, smooth_l1_loss, huber_loss, kl_div, as functions and modules, composed from
+jitgrad's differentiable ops (their grad_fn is the last op's, not torch's *LossBackward0)."""
+import warnings
+
+import numpy as np
+
+from jitgrad._core.messages import torch_size
+from jitgrad.nn.functional import _reduce
+from jitgrad.nn.layers import _Loss
+from jitgrad.ops import functional as _F
+from jitgrad.ops.nn import _legacy_reduction
+
+
+def _same_size(input, target):
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Using a target size ({torch_size(target.shape)}) that is different to the input size "
+                         f"({torch_size(input.shape)}) is deprecated. Please ensure they have the same size.")
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _same_size(input, target)
+    x = input._array()
+    if np.any(~((x >= 0) & (x <= 1))):
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    # torch clamps each log at -100 so that a 0 or 1 probability gives a finite loss
+    loss = -(target * _F.clamp(_F.log(input), min=-100.0) + (1.0 - target) * _F.clamp(_F.log(1.0 - input), min=-100.0))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    return _reduce(_F.abs(input - target), _legacy_reduction(size_average, reduce, reduction))
+
+
+def _piecewise(d, threshold, inner, outer):
+    a = _F.abs(d)
+    return _F.where(a < threshold, inner(d), outer(a))
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    d = input - target
+    if beta == 0:
+        loss = _F.abs(d)
+    else:
+        loss = _piecewise(d, beta, lambda d: 0.5 * d * d / beta, lambda a: a - 0.5 * beta)
+    return _reduce(loss, _legacy_reduction(size_average, reduce, reduction))
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    loss = _piecewise(input - target, delta, lambda d: 0.5 * d * d, lambda a: delta * (a - 0.5 * delta))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if log_target:
+        loss = _F.exp(target) * (target - input)
+    else:
+        # target * log(target) is 0 where target is 0 (xlogy), so a zero target adds nothing
+        positive = target > 0
+        safe = _F.where(positive, target, target * 0.0 + 1.0)
+        loss = _F.where(positive, target * _F.log(safe), target * 0.0) - target * input
+    if reduction == "batchmean":
+        return loss.sum() / input.shape[0] if input.dim() else loss.sum()
+    if reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                      stacklevel=2)
+    return _reduce(loss, reduction)
+
+
+class BCELoss(_Loss):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+
+    def forward(self, input, target):
+        return binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+
+
+class L1Loss(_Loss):
+    def forward(self, input, target):
+        return l1_loss(input, target, reduction=self.reduction)
+
+
+class SmoothL1Loss(_Loss):
+    def __init__(self, size_average=None, reduce=None, reduction="mean", beta=1.0):
+        super().__init__(size_average, reduce, reduction)
+        self.beta = beta
+
+    def forward(self, input, target):
+        return smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(_Loss):
+    def __init__(self, reduction="mean", delta=1.0):
+        super().__init__(reduction=reduction)
+        self.delta = delta
+
+    def forward(self, input, target):
+        return huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+class KLDivLoss(_Loss):
+    def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
+        super().__init__(size_average, reduce, reduction)
+        self.log_target = log_target
+
+    def forward(self, input, target):
+        return kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
