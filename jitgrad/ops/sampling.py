@@ -76,17 +76,23 @@ def normal_(t, mean=0.0, std=1.0, *, generator=None):
 
 def exponential_(t, lambd=1.0, *, generator=None):
     _check_gen(generator, "exponential_")
-    _float_only(t, "exponential_cpu")
+    if t._data.dtype.kind != "f":
+        raise RuntimeError("Exponential distribution is a continuous probability distribution. dtype must be a "
+                           f"floating point but you specified {scalar_name(t._data.dtype)}")
     if not lambd > 0:
         raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
     return _fill_with(t, -np.log1p(-_uniform(t._data.size, np.float64, generator)) / lambd)
 
 
 def _probabilities(p, fn):
-    arr = np.asarray(p._array() if isinstance(p, Tensor) else p, dtype=np.float64)
-    if np.any(~((arr >= 0) & (arr <= 1))):
-        raise RuntimeError(f"{fn} expects p to be in [0, 1], but got p={p if not isinstance(p, Tensor) else arr}")
-    return arr
+    if isinstance(p, Tensor):
+        arr = p._array().astype(np.float64)
+        if np.any(~((arr >= 0) & (arr <= 1))):
+            raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
+        return arr
+    if not 0 <= p <= 1:
+        raise RuntimeError(f"{fn} expects p to be in [0, 1], but got p={p}")
+    return np.float64(p)
 
 
 def bernoulli_(t, p=0.5, *, generator=None):
@@ -161,6 +167,8 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     if num_samples <= 0:
         raise RuntimeError("cannot sample n_sample <= 0 samples")
     rows = np.atleast_2d(input._array().astype(np.float64))
+    if not np.all((rows >= 0) & np.isfinite(rows)):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
     out = np.stack([weighted_draws(r, num_samples, replacement, generator) for r in rows]).astype(np.int64)
     return _t.tensor(out.reshape(input._data.shape[:-1] + (num_samples,)), device=input.device)
 

@@ -29,12 +29,10 @@ def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=F
 
 
 def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
-    # torch: a copy that keeps data's own dtype when data is a tensor, else self's dtype
-    if isinstance(data, Tensor):
-        dt = data.dtype if dtype is None else dtype
-        return _t.tensor(data.detach()._array().copy(), dtype=dt, device=device or self.device,
-                         requires_grad=requires_grad)
+    """A copy of data (detached when a Tensor) of self's dtype and device unless told otherwise."""
     dt, dev = _like(self, dtype, device)
+    if isinstance(data, Tensor):
+        data = data.detach()._array().copy()
     return _t.tensor(data, dtype=dt, device=dev, requires_grad=requires_grad)
 
 
