@@ -1,6 +1,8 @@
 """Tensor methods of everyday PyTorch code that are not ops of their own: the new_* factories,
 dtype conversions (int, bool, type_as), and the storage queries (stride, storage_offset,
 data_ptr, element_size, nbytes, is_contiguous) read from the numpy array under the tensor."""
+import warnings
+
 import numpy as np
 
 from jitgrad._core import dtype as _dtype
@@ -32,6 +34,9 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
     """A copy of data (detached when a Tensor) of self's dtype and device unless told otherwise."""
     dt, dev = _like(self, dtype, device)
     if isinstance(data, Tensor):
+        warnings.warn("To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone() or "
+                      "sourceTensor.detach().clone().requires_grad_(True), rather than tensor.new_tensor(sourceTensor).",
+                      UserWarning, stacklevel=2)
         data = data.detach()._array().copy()
     return _t.tensor(data, dtype=dt, device=dev, requires_grad=requires_grad)
 

@@ -4,7 +4,7 @@ with their generator= keyword, torch.tensor's inference of numpy scalars, numel,
 set_printoptions and torch.accelerator."""
 import numpy as np
 import pytest
-from conftest import assert_close, both, err_of
+from conftest import both, err_of
 
 import jitgrad
 
@@ -26,11 +26,13 @@ def test_new_tensor_keeps_a_tensor_s_dtype_and_is_a_detached_copy():
     for T in LIBS:
         x = T.zeros(2, dtype=T.float64)
         src = T.tensor([1, 2], dtype=T.int64)
-        y = x.new_tensor(src)
+        with pytest.warns(UserWarning, match="^To copy construct from a tensor, it is recommended"):
+            y = x.new_tensor(src)
         assert y.dtype == T.float64
         src.add_(1)
         assert y.tolist() == [1, 2]
-        w = x.new_tensor(T.ones(2, requires_grad=True))
+        with pytest.warns(UserWarning):
+            w = x.new_tensor(T.ones(2, requires_grad=True))
         assert not w.requires_grad and x.new_ones(2, requires_grad=True).requires_grad
 
 
