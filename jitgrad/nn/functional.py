@@ -58,6 +58,8 @@ def _computed(fn, inputs, name):
 
 
 def dropout(input, p=0.5, training=True, inplace=False):
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return input
     if p == 1:
