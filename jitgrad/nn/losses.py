@@ -27,8 +27,11 @@ def _clamped_log(x):
         return _F.clamp(_F.log(x), min=-100.0)
 
 
+_EPSILON = float(np.float32(1e-12))  # torch's bound on x (1 - x): a float constant, also for double
+
+
 class _BinaryCrossEntropy(Function):
-    """The elementwise loss, with torch's gradient (x - t) / max(x (1 - x), 1e-12): finite at
+    """The elementwise loss, with torch's gradient (x - t) / max(x (1 - x), eps): finite at
     a probability of 0 or 1, where the clamped logs' own derivative is not. Its backward is
     written with differentiable ops, so create_graph gives the second derivative."""
 
@@ -40,7 +43,7 @@ class _BinaryCrossEntropy(Function):
     @staticmethod
     def backward(ctx, grad):
         x, t = ctx.saved_tensors
-        gx = grad * (x - t) / _F.clamp(x * (1.0 - x), min=1e-12) if ctx.needs_input_grad[0] else None
+        gx = grad * (x - t) / _F.clamp(x * (1.0 - x), min=_EPSILON) if ctx.needs_input_grad[0] else None
         gt = None
         if ctx.needs_input_grad[1]:
             with np.errstate(divide="ignore"):  # torch's target gradient is +-inf at 0 and 1: unclamped logs
