@@ -26,7 +26,7 @@ from jitgrad.nn.layers import (  # noqa: F401
     Softmax,
     Tanh,
 )
-from jitgrad.nn.losses import BCELoss, HuberLoss, KLDivLoss, L1Loss, SmoothL1Loss  # noqa: F401
+from jitgrad.nn.loss_modules import BCELoss, HuberLoss, KLDivLoss, L1Loss, SmoothL1Loss  # noqa: F401
 from jitgrad.nn.module import Module  # noqa: F401
 from jitgrad.nn.normalization import BatchNorm1d, BatchNorm2d, GroupNorm  # noqa: F401
 from jitgrad.nn.parameter import Parameter  # noqa: F401

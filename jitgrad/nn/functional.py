@@ -17,6 +17,7 @@ from jitgrad.ops.nn import (  # noqa: F401
     _index_tensor,
     _legacy_reduction,
     _padding_index,
+    _reduce,
     _targets,
     adaptive_avg_pool2d,
     avg_pool2d,
@@ -72,16 +73,6 @@ def dropout(input, p=0.5, training=True, inplace=False):
         return (place((_rng[0].random(shape) >= p).astype(dtype) / (1 - p), device),)
     (keep,) = _computed(mask, (), "dropout's mask")
     return input * keep
-
-
-def _reduce(loss, reduction, count=None):
-    if reduction == "none":
-        return loss
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "mean":
-        return loss.mean() if count is None else loss.sum() / count
-    raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):

@@ -1,5 +1,5 @@
 """The regression and probability losses beyond mse / cross entropy: binary_cross_entropy,
-l1_loss, smooth_l1_loss, huber_loss, kl_div, as functions and modules, composed from
+l1_loss, smooth_l1_loss, huber_loss, kl_div (the modules are in loss_modules.py), composed from
 jitgrad's differentiable ops (their grad_fn is the last op's, not torch's *LossBackward0;
 binary_cross_entropy's is a Function's, _BinaryCrossEntropyBackward)."""
 import warnings
@@ -8,10 +8,8 @@ import numpy as np
 
 from jitgrad._core.messages import torch_size
 from jitgrad.autograd.function import Function
-from jitgrad.nn.functional import _reduce
-from jitgrad.nn.layers import _Loss
 from jitgrad.ops import functional as _F
-from jitgrad.ops.nn import _legacy_reduction
+from jitgrad.ops.nn import _legacy_reduction, _reduce
 
 
 def _same_size(input, target):
@@ -109,44 +107,3 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
                       "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
                       stacklevel=2)
     return _reduce(loss, reduction)
-
-
-class BCELoss(_Loss):
-    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
-        super().__init__(size_average, reduce, reduction)
-        self.register_buffer("weight", weight)
-
-    def forward(self, input, target):
-        return binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
-
-
-class L1Loss(_Loss):
-    def forward(self, input, target):
-        return l1_loss(input, target, reduction=self.reduction)
-
-
-class SmoothL1Loss(_Loss):
-    def __init__(self, size_average=None, reduce=None, reduction="mean", beta=1.0):
-        super().__init__(size_average, reduce, reduction)
-        self.beta = beta
-
-    def forward(self, input, target):
-        return smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
-
-
-class HuberLoss(_Loss):
-    def __init__(self, reduction="mean", delta=1.0):
-        super().__init__(reduction=reduction)
-        self.delta = delta
-
-    def forward(self, input, target):
-        return huber_loss(input, target, reduction=self.reduction, delta=self.delta)
-
-
-class KLDivLoss(_Loss):
-    def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
-        super().__init__(size_average, reduce, reduction)
-        self.log_target = log_target
-
-    def forward(self, input, target):
-        return kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
