@@ -199,13 +199,16 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
     return _zero_grad_to(out, mean, std)
 
 
-def _random_factory(base, draw, fn):
-    """rand / randn with the generator= keyword; the global generator's path is base's."""
+def _random_factory(base, draw, fn, kernel):
+    """rand / randn with the generator= keyword; the global generator's path is base's (a
+    draw with a Generator leaves the global one untouched, as in torch)."""
     def make(*size, generator=None, dtype=None, device=None, requires_grad=False, **kw):
         _check_gen(generator, fn)
         if generator is None:
             return base(*size, dtype=dtype, device=device, requires_grad=requires_grad, **kw)
-        out = base(*size, dtype=dtype, device=device)
+        out = _t.empty(*size, dtype=dtype, device=device)
+        if out._data.dtype.kind != "f":
+            raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(out._data.dtype)}'")
         values = draw(out._data.size, out._data.dtype, generator).reshape(out._data.shape)
         out._data = _t.place(values, out.device)
         out._requires_grad = bool(requires_grad)
@@ -214,8 +217,8 @@ def _random_factory(base, draw, fn):
     return make
 
 
-rand = _random_factory(_t.rand, _uniform, "rand")
-randn = _random_factory(_t.randn, _standard_normal, "randn")
+rand = _random_factory(_t.rand, _uniform, "rand", "check_uniform_bounds")
+randn = _random_factory(_t.randn, _standard_normal, "randn", "normal_kernel_cpu")
 
 
 def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False):

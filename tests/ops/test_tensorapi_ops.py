@@ -313,6 +313,18 @@ def test_like_factories():
     both(run)
 
 
+def test_a_generator_draw_leaves_the_global_generator_alone():
+    jitgrad.manual_seed(4)
+    expected = jitgrad.rand(3).tolist()
+    jitgrad.manual_seed(4)
+    jitgrad.rand(5, generator=jitgrad.Generator())
+    jitgrad.randn(5, generator=jitgrad.Generator())
+    assert jitgrad.rand(3).tolist() == expected
+    for T in LIBS:
+        assert err_of(lambda: T.randn(2, dtype=T.int64, generator=T.Generator())) == \
+            err_of(lambda: T.randn(2, dtype=T.int64))
+
+
 def test_generator_keyword_type_error():
     for T in LIBS:
         e = err_of(lambda: T.rand(2, generator=3))
