@@ -1,16 +1,16 @@
-"""torch.accelerator: the device-agnostic view of the one accelerator jitgrad knows, CUDA."""
-from jitgrad import cuda as _cuda
-from jitgrad._core.device import device as _device
+"""torch.accelerator: the current accelerator is CUDA when jitgrad can compute there, else
+there is none (PyTorch's tutorials pick their device with it)."""
+from jitgrad._core import device as _device
+from jitgrad.gpu import driver as _driver
 
 
 def is_available():
-    return _cuda.is_available()
+    return _driver.available()
 
 
 def current_accelerator(check_available=False):
-    """torch.device('cuda') where a CUDA device exists, else None (as torch on a CPU-only machine)."""
-    return _device("cuda") if _cuda.is_available() else None
+    return _device.device("cuda") if _driver.available() else None
 
 
 def device_count():
-    return _cuda.device_count() if _cuda.is_available() else 0
+    return _driver.device_count() if _driver.available() else 0
