@@ -82,6 +82,7 @@ for _name, _fn in sampling.METHODS.items():
     setattr(Tensor, _name, _fn)
 FUNCTIONS.update(tensorapi.FUNCTIONS)
 FUNCTIONS.update(sampling.FUNCTIONS)
+FUNCTIONS.update({_name: out.with_out(_name, sampling.FUNCTIONS[_name], factory=True) for _name in ("rand", "randn")})
 
 # forward mode evaluates the elementwise formulas on Tensors with these functions
 _forward.NS.update({_name: getattr(_F, _name) for _name in _FUNCS})
