@@ -1,19 +1,41 @@
-"""repr/str of tensors, following PyTorch's printing rules for the common cases."""
+"""repr/str of tensors, following PyTorch's printing rules for the common cases, with
+torch.set_printoptions' precision, sci_mode, threshold, edgeitems and linewidth."""
 import numpy as np
+
+_DEFAULTS = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80, "sci_mode": None}
+_PROFILES = {"default": _DEFAULTS, "short": dict(_DEFAULTS, precision=2, threshold=1000, edgeitems=2),
+             "full": dict(_DEFAULTS, threshold=np.inf)}
+OPTIONS = dict(_DEFAULTS)
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None,
+                     sci_mode=None):
+    """torch.set_printoptions: a profile first, then the options given; sci_mode is always
+    set (None: chosen from the values, as torch)."""
+    if profile is not None:
+        OPTIONS.update(_PROFILES[profile])
+    for name, value in (("precision", precision), ("threshold", threshold), ("edgeitems", edgeitems),
+                        ("linewidth", linewidth)):
+        if value is not None:
+            OPTIONS[name] = value
+    OPTIONS["sci_mode"] = sci_mode
 
 
 def _fmt_floats(vals):
+    p = OPTIONS["precision"]
+    sci = OPTIONS["sci_mode"]
     finite = vals[np.isfinite(vals)]
     if finite.size == 0:
-        return lambda v: _special(v) or f"{v:.4f}", 4
+        return lambda v: _special(v) or f"{v:.{p}f}"
     absf = np.abs(finite)
     nz = absf[absf > 0]
     ints = np.all(finite == np.round(finite))
-    if ints and (absf.max() if absf.size else 0) < 1e8:
-        return (lambda v: _special(v) or f"{v:.0f}."), None
-    if nz.size and (nz.max() / nz.min() > 1000.0 or nz.max() > 1e8 or nz.min() < 1e-4):
-        return (lambda v: _special(v) or f"{v:.4e}"), None
-    return (lambda v: _special(v) or f"{v:.4f}"), None
+    if ints and (absf.max() if absf.size else 0) < 1e8 and not sci:
+        return lambda v: _special(v) or f"{v:.0f}."
+    wide = nz.size and (nz.max() / nz.min() > 1000.0 or nz.max() > 1e8 or (nz.min() < 1e-4 and not ints))
+    if sci or (sci is None and wide):
+        return lambda v: _special(v) or f"{v:.{p}e}"
+    return lambda v: _special(v) or f"{v:.{p}f}"
 
 
 def _special(v):
@@ -24,33 +46,53 @@ def _special(v):
     return None
 
 
+def _summarized(arr, edge):
+    """The elements printed when the tensor is summarized: edge items each side of every dim."""
+    for d in range(arr.ndim):
+        if arr.shape[d] > 2 * edge:
+            arr = np.concatenate([np.take(arr, range(edge), d), np.take(arr, range(arr.shape[d] - edge,
+                                                                                     arr.shape[d]), d)], d)
+    return arr
+
+
 def _body(arr):
     if arr.size == 0:
         return "[]"
+    summarize = arr.size > OPTIONS["threshold"]
+    shown = _summarized(arr, OPTIONS["edgeitems"]) if summarize else arr
     if arr.dtype.kind == "f":
-        fmt, _ = _fmt_floats(arr.astype(np.float64).ravel())
-        strs = [fmt(float(v)) for v in arr.ravel()]
+        fmt = _fmt_floats(shown.astype(np.float64).ravel())
     elif arr.dtype.kind == "b":
-        strs = ["True" if v else "False" for v in arr.ravel()]
+        def fmt(v):
+            return "True" if v else "False"
     else:
-        strs = [str(int(v)) for v in arr.ravel()]
-    width = max(len(s) for s in strs)
-    strs = [s.rjust(width) for s in strs]
+        def fmt(v):
+            return str(int(v))
+    width = max(len(fmt(v.item())) for v in shown.ravel())
     if arr.ndim == 0:
-        return strs[0].strip()
-    return _nest(strs, arr.shape, 0, 8)
+        return fmt(arr.item())
+    return _nest(arr, lambda v: fmt(v.item()).rjust(width), width, 8, summarize)
 
 
-def _nest(strs, shape, pos, indent):
-    if len(shape) == 1:
-        # torch's _vector_str: as many elements per line as fit in 80 columns
-        row = strs[pos:pos + shape[0]]
-        per_line = max(1, (80 - (indent - 1)) // (len(row[0]) + 2)) if row else 1
-        lines = [", ".join(row[i:i + per_line]) for i in range(0, len(row), per_line)]
+def _nest(arr, fmt, width, indent, summarize):
+    edge = OPTIONS["edgeitems"]
+    cut = summarize and arr.shape[0] > 2 * edge
+    if arr.ndim == 1:
+        if cut:
+            strs = [fmt(v) for v in arr[:edge]] + [" ..."] + [fmt(v) for v in arr[-edge:]]
+        else:
+            strs = [fmt(v) for v in arr]
+        # torch's _vector_str: as many elements per line as fit in linewidth columns
+        per_line = max(1, int((OPTIONS["linewidth"] - (indent - 1)) // (width + 2)))
+        lines = [", ".join(strs[i:i + per_line]) for i in range(0, len(strs), per_line)]
         return "[" + (",\n" + " " * indent).join(lines) + "]"
-    step = int(np.prod(shape[1:]))
-    parts = [_nest(strs, shape[1:], pos + i * step, indent + 1) for i in range(shape[0])]
-    sep = "," + "\n" * (len(shape) - 1) + " " * indent
+    rows = range(arr.shape[0])
+    if cut:
+        parts = [_nest(arr[i], fmt, width, indent + 1, summarize) for i in rows[:edge]] + ["..."] + \
+                [_nest(arr[i], fmt, width, indent + 1, summarize) for i in rows[-edge:]]
+    else:
+        parts = [_nest(arr[i], fmt, width, indent + 1, summarize) for i in rows]
+    sep = "," + "\n" * (arr.ndim - 1) + " " * indent
     return "[" + sep.join(parts) + "]"
 
 
@@ -81,7 +123,7 @@ def tensor_repr(t):
     # torch's _add_suffixes: a suffix that would pass 80 columns goes on a line of its own
     last = len(text) - text.rfind("\n") + 1
     for e in extras:
-        if last + len(e) + 2 > 80:
+        if last + len(e) + 2 > OPTIONS["linewidth"]:
             text += ",\n" + " " * len("tensor(") + e
             last = len("tensor(") + len(e)
         else:

@@ -686,6 +686,14 @@ def _array_from(data, npd):
     return arr
 
 
+def _has_float64_scalar(data):
+    """Whether a nested list holds an np.float64 scalar: torch infers those as float64 where
+    a Python float takes the default dtype."""
+    if isinstance(data, (list, tuple)):
+        return any(_has_float64_scalar(x) for x in data)
+    return isinstance(data, np.float64)
+
+
 def tensor(data, dtype=None, device=None, requires_grad=False):
     npd = _dtype_arg(dtype, "tensor")
     dev = _device.check(device, "tensor")
@@ -697,7 +705,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     if npd is None:
         arr = _array_from(data, None)
         if arr.dtype.kind == "f":
-            arr = arr.astype(_dtype.get_default_dtype().np, copy=False)
+            arr = arr.astype(np.float64 if _has_float64_scalar(data) else _dtype.get_default_dtype().np, copy=False)
         elif arr.dtype.kind in "iu":
             arr = arr.astype(np.int64, copy=False)
         elif arr.dtype.kind != "b":

@@ -1,5 +1,9 @@
 """jitgrad.nn: modules, layers, losses and initialisers, as torch.nn."""
-from jitgrad.nn import functional, init  # noqa: F401
+from jitgrad.nn import (  # noqa: F401
+    functional,
+    init,
+    utils,  # noqa: F401  (torch.nn.utils)
+)
 from jitgrad.nn.activation import (  # noqa: F401,E402
     CELU,
     ELU,
@@ -17,6 +21,7 @@ from jitgrad.nn.activation import (  # noqa: F401,E402
     Softplus,
     Softsign,
 )
+from jitgrad.nn.containers import ModuleDict, ParameterDict, ParameterList  # noqa: F401
 from jitgrad.nn.conv import Conv2d, MaxPool2d  # noqa: F401,E402
 from jitgrad.nn.layers import (  # noqa: F401
     GELU,
@@ -38,6 +43,7 @@ from jitgrad.nn.layers import (  # noqa: F401
     Softmax,
     Tanh,
 )
+from jitgrad.nn.loss_modules import BCELoss, HuberLoss, KLDivLoss, L1Loss, SmoothL1Loss  # noqa: F401
 from jitgrad.nn.module import Module  # noqa: F401
 from jitgrad.nn.normalization import BatchNorm1d, BatchNorm2d, GroupNorm  # noqa: F401
 from jitgrad.nn.parameter import Parameter  # noqa: F401

@@ -19,6 +19,7 @@ from jitgrad.ops.nn import (  # noqa: F401
     _index_tensor,
     _legacy_reduction,
     _padding_index,
+    _reduce,
     _targets,
     adaptive_avg_pool2d,
     avg_pool2d,
@@ -65,6 +66,8 @@ def _computed(fn, inputs, name):
 
 
 def dropout(input, p=0.5, training=True, inplace=False):
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return input
     if p == 1:
@@ -77,16 +80,6 @@ def dropout(input, p=0.5, training=True, inplace=False):
         return (place((_rng[0].random(shape) >= p).astype(dtype) / (1 - p), device),)
     (keep,) = _computed(mask, (), "dropout's mask")
     return input * keep
-
-
-def _reduce(loss, reduction, count=None):
-    if reduction == "none":
-        return loss
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "mean":
-        return loss.mean() if count is None else loss.sum() / count
-    raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
@@ -147,6 +140,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 
 
 from jitgrad.nn.conv import conv2d, max_pool2d  # noqa: F401,E402
+from jitgrad.nn.losses import binary_cross_entropy, huber_loss, kl_div, l1_loss, smooth_l1_loss  # noqa: F401,E402
 from jitgrad.ops.activations import (  # noqa: F401,E402
     celu,
     cosine_similarity,

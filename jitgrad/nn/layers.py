@@ -144,6 +144,41 @@ class Sequential(_Container):
             return Sequential(OrderedDict(list(self._modules.items())[i]))
         return mods[i]
 
+    def _key(self, i):
+        keys = list(self._modules)
+        if not -len(keys) <= i < len(keys):
+            raise IndexError(f"index {i} is out of range")
+        return keys[i]
+
+    def __setitem__(self, i, module):
+        self.add_module(self._key(i), module)
+
+    def __delitem__(self, i):
+        keys = list(self._modules)[i] if isinstance(i, slice) else [self._key(i)]
+        for k in keys:
+            del self._modules[k]
+        # torch renumbers the remaining children 0, 1, 2, ...
+        mods = list(self._modules.values())
+        self._modules.clear()
+        for j, m in enumerate(mods):
+            self.add_module(str(j), m)
+
+    def insert(self, index, module):
+        n = len(self)
+        if not -n <= index <= n:
+            raise IndexError(f"Index out of range: {index}")
+        mods = list(self._modules.values())
+        mods.insert(index if index >= 0 else index + n, module)
+        self._modules.clear()
+        for j, m in enumerate(mods):
+            self.add_module(str(j), m)
+        return self
+
+    def extend(self, sequential):
+        for m in sequential:
+            self.append(m)
+        return self
+
 
 class ModuleList(_Container):
     def __init__(self, modules=None):

@@ -93,6 +93,9 @@ class Module:
 
     def register_buffer(self, name, tensor, persistent=True):
         self._buffers[name] = tensor
+        # a non-persistent buffer moves with .to() but stays out of state_dict, as in torch
+        skipped = self.__dict__.setdefault("_non_persistent_buffers_set", set())
+        (skipped.discard if persistent else skipped.add)(name)
 
     def add_module(self, name, module):
         self._modules[name] = module
@@ -217,14 +220,20 @@ class Module:
     def double(self):
         return self._apply(lambda t: t.double() if t.is_floating_point() else t)
 
+    def _state(self, prefix=""):
+        """(name, tensor) of what state_dict holds: parameters and the persistent buffers."""
+        skipped = {prefix + (p + "." if p else "") + b for p, m in self.named_modules()
+                   for b in m.__dict__.get("_non_persistent_buffers_set", ())}
+        return list(self.named_parameters(prefix)) + [(n, t) for n, t in self.named_buffers(prefix) if n not in skipped]
+
     def state_dict(self, destination=None, prefix="", keep_vars=False):
         out = OrderedDict() if destination is None else destination
-        for name, t in list(self.named_parameters(prefix)) + list(self.named_buffers(prefix)):
+        for name, t in self._state(prefix):
             out[name] = t if keep_vars else t.detach()
         return out
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
-        own = OrderedDict(list(self.named_parameters()) + list(self.named_buffers()))
+        own = OrderedDict(self._state())
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         errors = []

@@ -76,9 +76,16 @@ _common._bound[0] = True    # a later defop binds its op at once
 from jitgrad.graph.spec import FUNCS as _FUNCS  # noqa: E402
 from jitgrad.ops import functional as _F  # noqa: E402
 from jitgrad.ops import methods as _methods  # noqa: E402,F401  (operators, in-place ops: after the table)
+from jitgrad.ops import sampling, tensorapi  # noqa: E402  (tensor-API methods and random sampling)
 from jitgrad.ops.inplace import UNARY as _UNARY_INPLACE  # noqa: E402
 
 FUNCTIONS.update(_UNARY_INPLACE)  # jitgrad.exp_, jitgrad.relu_...: Tensor's in-place forms
+tensorapi.install()
+for _name, _fn in sampling.METHODS.items():
+    setattr(Tensor, _name, _fn)
+FUNCTIONS.update(tensorapi.FUNCTIONS)
+FUNCTIONS.update(sampling.FUNCTIONS)
+FUNCTIONS.update({_name: out.with_out(_name, sampling.FUNCTIONS[_name], factory=True) for _name in ("rand", "randn")})
 
 # forward mode evaluates the elementwise formulas on Tensors with these functions
 _forward.NS.update({_name: getattr(_F, _name) for _name in _FUNCS})

@@ -473,6 +473,16 @@ EMBEDDING = structural("embedding", "EmbeddingBackward0", args=("weight",), save
 
 
 # --- nll_loss --------------------------------------------------------------------------------
+def _reduce(loss, reduction, count=None):
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.mean() if count is None else loss.sum() / count
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
 def _legacy_reduction(size_average, reduce, reduction):
     # torch's deprecated size_average/reduce flags still decide the reduction when given
     if size_average is None and reduce is None:

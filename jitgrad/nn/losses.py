@@ -1,0 +1,109 @@
+"""The regression and probability losses beyond mse / cross entropy: binary_cross_entropy,
+l1_loss, smooth_l1_loss, huber_loss, kl_div (the modules are in loss_modules.py), composed from
+jitgrad's differentiable ops (their grad_fn is the last op's, not torch's *LossBackward0;
+binary_cross_entropy's is a Function's, _BinaryCrossEntropyBackward)."""
+import warnings
+
+import numpy as np
+
+from jitgrad._core.messages import torch_size
+from jitgrad.autograd.function import Function
+from jitgrad.ops import functional as _F
+from jitgrad.ops.nn import _legacy_reduction, _reduce
+
+
+def _same_size(input, target):
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Using a target size ({torch_size(target.shape)}) that is different to the input size "
+                         f"({torch_size(input.shape)}) is deprecated. Please ensure they have the same size.")
+
+
+def _clamped_log(x):
+    # torch clamps each log at -100 so that a probability of 0 or 1 gives a finite loss;
+    # log(0)'s divide-by-zero is expected there, not a warning for the user
+    with np.errstate(divide="ignore"):
+        return _F.clamp(_F.log(x), min=-100.0)
+
+
+_EPSILON = float(np.float32(1e-12))  # torch's bound on x (1 - x): a float constant, also for double
+
+
+class _BinaryCrossEntropy(Function):
+    """The elementwise loss, with torch's gradient (x - t) / max(x (1 - x), eps): finite at
+    a probability of 0 or 1, where the clamped logs' own derivative is not. Its backward is
+    written with differentiable ops, so create_graph gives the second derivative."""
+
+    @staticmethod
+    def forward(ctx, input, target):
+        ctx.save_for_backward(input, target)
+        return -(target * _clamped_log(input) + (1.0 - target) * _clamped_log(1.0 - input))
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, t = ctx.saved_tensors
+        gx = grad * (x - t) / _F.clamp(x * (1.0 - x), min=_EPSILON) if ctx.needs_input_grad[0] else None
+        gt = None
+        if ctx.needs_input_grad[1]:
+            with np.errstate(divide="ignore"):  # torch's target gradient is +-inf at 0 and 1: unclamped logs
+                gt = grad * (_F.log(1.0 - x) - _F.log(x))
+        return gx, gt
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _same_size(input, target)
+    x = input._array()
+    if np.any(~((x >= 0) & (x <= 1))):
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    loss = _BinaryCrossEntropy.apply(input, target)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    return _reduce(_F.abs(input - target), _legacy_reduction(size_average, reduce, reduction))
+
+
+def _piecewise(d, threshold, inner, outer):
+    a = _F.abs(d)
+    return _F.where(a < threshold, inner(d), outer(a))
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    d = input - target
+    if beta == 0:
+        loss = _F.abs(d)
+    else:
+        loss = _piecewise(d, beta, lambda d: 0.5 * d * d / beta, lambda a: a - 0.5 * beta)
+    return _reduce(loss, _legacy_reduction(size_average, reduce, reduction))
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    loss = _piecewise(input - target, delta, lambda d: 0.5 * d * d, lambda a: delta * (a - 0.5 * delta))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if log_target:
+        loss = _F.exp(target) * (target - input)
+    else:
+        # target * log(target) is 0 where target is 0 (xlogy), so a zero target adds nothing
+        positive = target > 0
+        safe = _F.where(positive, target, target * 0.0 + 1.0)
+        loss = _F.where(positive, target * _F.log(safe), target * 0.0) - target * input
+    if reduction == "batchmean":
+        return loss.sum() / input.shape[0] if input.dim() else loss.sum()
+    if reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                      stacklevel=2)
+    return _reduce(loss, reduction)

@@ -1,0 +1,132 @@
+"""Tensor methods of everyday PyTorch code that are not ops of their own: the new_* factories,
+dtype conversions (int, bool, type_as), and the storage queries (stride, storage_offset,
+data_ptr, element_size, nbytes, is_contiguous) read from the numpy array under the tensor."""
+import warnings
+
+import numpy as np
+
+from jitgrad._core import dtype as _dtype
+from jitgrad._core.format import set_printoptions
+from jitgrad.graph import tensor as _t
+from jitgrad.graph.tensor import Tensor
+from jitgrad.ops import functional as F
+
+
+def _like(self, dtype, device):
+    return (self.dtype if dtype is None else dtype), (self.device if device is None else device)
+
+
+def _new_factory(factory):
+    """Tensor.new_<factory>(*size): a tensor of self's dtype and device unless told otherwise."""
+    def new(self, *size, dtype=None, device=None, requires_grad=False):
+        dt, dev = _like(self, dtype, device)
+        return factory(*size, dtype=dt, device=dev, requires_grad=requires_grad)
+    new.__name__ = "new_" + factory.__name__
+    return new
+
+
+def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    dt, dev = _like(self, dtype, device)
+    return _t.full(size, fill_value, dtype=dt, device=dev, requires_grad=requires_grad)
+
+
+def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
+    """A copy of data (detached when a Tensor) of self's dtype and device unless told otherwise."""
+    dt, dev = _like(self, dtype, device)
+    if isinstance(data, Tensor):
+        warnings.warn("To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone() or "
+                      "sourceTensor.detach().clone().requires_grad_(True), rather than tensor.new_tensor(sourceTensor).",
+                      UserWarning, stacklevel=2)
+        data = data.detach()._array().copy()
+    return _t.tensor(data, dtype=dt, device=dev, requires_grad=requires_grad)
+
+
+def type_as(self, other):
+    return self.to(other.dtype)
+
+
+def half(self, memory_format=None):
+    raise TypeError("jitgrad has no float16 dtype: half() is not supported (use float() or double())")
+
+
+def element_size(self):
+    return self._data.dtype.itemsize
+
+
+def _strides(self):
+    return tuple(s // self._data.dtype.itemsize for s in self._data.strides)
+
+
+def stride(self, dim=None):
+    strides = _strides(self)
+    if dim is None:
+        return strides
+    n = max(len(strides), 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return strides[dim] if strides else 1
+
+
+def _address(arr):
+    if isinstance(arr, np.ndarray):
+        return arr.__array_interface__["data"][0]
+    return arr.__cuda_array_interface__["data"][0]
+
+
+def data_ptr(self):
+    return _address(self._data)
+
+
+def storage_offset(self):
+    """Elements between the start of the storage and this tensor's first element: nonzero
+    only for a view into another tensor's storage (the base owns the storage)."""
+    x = self._x
+    view = None if x is None else x.view_of
+    if view is None:
+        return 0
+    return (_address(self._data) - _address(view.base._data)) // self._data.dtype.itemsize
+
+
+def is_contiguous(self, memory_format=None):
+    arr = self._data
+    if isinstance(arr, np.ndarray):
+        return bool(arr.flags.c_contiguous)
+    return bool(arr.is_c_contiguous())
+
+
+def contiguous(self, memory_format=None):
+    """self when already row-major, else a row-major copy (CloneBackward0, as torch)."""
+    if is_contiguous(self):
+        return self
+    out = F.clone(self)
+    if isinstance(out._data, np.ndarray) and not out._data.flags.c_contiguous:
+        out._data = np.ascontiguousarray(out._data)
+    return out
+
+
+def numel(input):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"numel(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+    return input.numel()
+
+
+METHODS = {
+    "new_zeros": _new_factory(_t.zeros), "new_ones": _new_factory(_t.ones), "new_empty": _new_factory(_t.empty),
+    "new_full": new_full, "new_tensor": new_tensor, "type_as": type_as,
+    "int": lambda self, memory_format=None: F.to_dtype(self, _dtype.int32),
+    "bool": lambda self, memory_format=None: F.to_dtype(self, _dtype.bool_),
+    "half": half, "element_size": element_size, "stride": stride, "data_ptr": data_ptr,
+    "storage_offset": storage_offset, "is_contiguous": is_contiguous, "contiguous": contiguous,
+}
+PROPERTIES = {
+    "itemsize": element_size,
+    "nbytes": lambda self: self._data.size * self._data.dtype.itemsize,
+}
+FUNCTIONS = {"numel": numel, "set_printoptions": set_printoptions}
+
+
+def install():
+    for name, fn in METHODS.items():
+        setattr(Tensor, name, fn)
+    for name, fn in PROPERTIES.items():
+        setattr(Tensor, name, property(fn))
