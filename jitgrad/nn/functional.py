@@ -11,6 +11,7 @@ from jitgrad.graph.tensor import Tensor, _rng, place
 from jitgrad.ops import functional as _F
 from jitgrad.ops import nn as _nn
 from jitgrad.ops.elementwise import relu, sigmoid, tanh  # noqa: F401
+from jitgrad.ops.gathers import one_hot  # noqa: F401
 
 # the primitives' forwards, each beside its entry in ops/nn.py
 from jitgrad.ops.nn import (  # noqa: F401

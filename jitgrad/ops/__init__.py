@@ -12,10 +12,11 @@ Layout (each module imports only the ones above it; no import cycle):
   functional.py   every op under one name space (what the engine calls as F.<name>)
   methods.py      Tensor operators (__add__...) and the methods that are not plain ops
   inplace.py      add_, mul_, fill_, copy_, setitem...
+  gathers.py      gather / scatter / index_* / sort / topk / median / unique... (compositions)
 Each primitive is one entry (graph/spec.py documents its keys) right beside its forward.
 """
 from jitgrad.graph.tensor import Tensor
-from jitgrad.ops import _common, _forward, device, elementwise, linalg, nn, reduce, shape  # noqa: F401
+from jitgrad.ops import _common, _forward, device, elementwise, gathers, linalg, nn, reduce, shape  # noqa: F401
 from jitgrad.ops.elementwise import defop  # noqa: F401  (the public declarator: jitgrad.ops.defop)
 
 # jitgrad.<name>: every public op; elementwise ones declared with defop come from _common.PUBLIC
@@ -42,6 +43,7 @@ FUNCTIONS.update({
     # nn
     "softmax": nn.softmax, "log_softmax": nn.log_softmax,
 })
+FUNCTIONS.update(gathers.FUNCTIONS)  # indexing by tensor and ordering
 
 # Tensor.<name>: methods that are a public op of the same signature
 METHODS = dict(_common.METHODS)
@@ -51,6 +53,7 @@ for _name in ("add", "sub", "mul", "div", "pow", "reciprocal", "sign", "clamp", 
               "argmax", "argmin", "prod", "matmul", "mm", "addmm", "dot", "mv", "bmm", "trace",
               "softmax", "log_softmax"):
     METHODS[_name] = FUNCTIONS[_name]
+METHODS.update(gathers.METHODS)
 METHODS.update({
     "true_divide": elementwise.div, "view": shape.view, "expand_as": shape.expand_as,
     "sum_to_size": lambda self, *size: reduce.sum_to(self, size[0] if len(size) == 1 and
