@@ -63,7 +63,7 @@ def _put(g, pos, shape, fn):
     return index_put_flat(g, np.asarray(pos, dtype=np.int64).reshape(-1), tuple(shape))
 
 
-def _int_index(index, fn, what="int64"):
+def _int_index(index, fn, what="int32/int64"):
     if not isinstance(index, Tensor):
         raise TypeError(f"{fn}(): argument 'index' must be Tensor, not {type(index).__name__}")
     a = _host(index, fn)
@@ -109,7 +109,7 @@ def _shape1(shape):
 def gather(input, dim, index, *, sparse_grad=False):  # noqa: A002  (PyTorch's names)
     shape = input._data.shape
     dim = _wrap_dim(dim, len(shape))
-    idx = _int_index(index, "gather", "int32/int64")
+    idx = _int_index(index, "gather")
     _check_gather_shapes("gather", shape, idx, dim)
     _check_bounds(idx, _shape1(shape)[dim], dim)
     pos = _coords_positions(idx.reshape(idx.shape if idx.ndim else ()), dim, _shape1(shape))
@@ -117,9 +117,12 @@ def gather(input, dim, index, *, sparse_grad=False):  # noqa: A002  (PyTorch's n
 
 
 def take_along_dim(input, indices, dim=None):  # noqa: A002
-    idx = _int_index(indices, "take_along_dim")
+    if not isinstance(indices, Tensor) or indices._data.dtype != _I64:
+        raise RuntimeError(f"torch.take_along_dim(): dtype of indices should be Long but got "
+                           f"{_SCALAR_NAMES.get(np.dtype(indices._data.dtype).name, '?')}")
+    idx = _host(indices, "take_along_dim")
     if dim is None:
-        return gather(reshape(input, -1), 0, _wrap(idx.reshape(-1)))
+        return gather(reshape(input, -1), 0, _wrap(idx.reshape(-1)))  # here torch takes no negative index
     shape = input._data.shape
     dim = _wrap_dim(dim, len(shape))
     if idx.ndim != len(shape):
@@ -132,6 +135,7 @@ def take_along_dim(input, indices, dim=None):  # noqa: A002
     xs = tuple(shape[dim] if k == dim else n for k, n in enumerate(other))
     ids = tuple(idx.shape[dim] if k == dim else n for k, n in enumerate(other))
     xb = input if xs == shape else expand(input, xs)
+    idx = np.where(idx < 0, idx + shape[dim], idx)  # along a dim, torch counts negative indices from the end
     return gather(xb, dim, _wrap(np.broadcast_to(idx, ids).copy()))
 
 
@@ -260,30 +264,45 @@ def scatter_add(input, dim, index, src):  # noqa: A002
     return add(input, _put(_take(src, src_pos, "scatter_add"), out_pos, input._data.shape, "scatter_add"))
 
 
-def _index_positions(fn, input, dim, index, exc=IndexError, prefix=""):
-    """Positions of the slices input.select(dim, i) for i in index, in index order."""
-    shape = _shape1(input._data.shape)
-    dim = _wrap_dim(dim, len(input._data.shape))
+_SCALAR_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long", "int32": "Int",
+                 "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+
+
+def _index_vector(fn, index, int32_ok, exc, message):
+    """The 1-d index of the index_* ops; a wrong dtype raises torch's error for `fn`."""
     a = _host(index, fn) if isinstance(index, Tensor) else np.asarray(index)
     if a.ndim > 1:
         raise IndexError(f"{fn}(): Index is supposed to be a vector")
-    if a.dtype.kind not in "iu":
-        raise IndexError(f"{fn}(): Expected a long tensor for index, but got {_dtype.from_numpy_dtype(a.dtype)}")
-    idx = a.reshape(-1).astype(np.int64)
+    if not (a.dtype == _I64 or (int32_ok and a.dtype == np.int32)):
+        raise exc(message.format(_SCALAR_NAMES.get(a.dtype.name, a.dtype.name)))
+    return a.reshape(-1).astype(np.int64)
+
+
+def _index_positions(input, dim, idx, exc=IndexError, prefix=""):
+    """Positions of the slices input.select(dim, i) for i in idx, in idx's order."""
+    shape = _shape1(input._data.shape)
+    dim = _wrap_dim(dim, len(input._data.shape))
     _check_bounds(idx, shape[dim], dim, exc, prefix)
     return np.take(_arange_of(shape), idx, axis=dim), dim
 
 
-def _check_source(fn, input, pos, source):
-    if tuple(source._data.shape) != tuple(pos.shape) and source._data.size != pos.size:
+def _check_source(fn, pos, dim, source, exc, sep):
+    n = pos.shape[dim] if pos.ndim else pos.size
+    src_shape = _shape1(source._data.shape)
+    if src_shape[dim if dim < len(src_shape) else -1] != n:
+        raise exc(f"{fn}(): Number of indices ({n}) should be equal to source.size(dim){sep} "
+                  f"({src_shape[dim if dim < len(src_shape) else -1]})" + (f", for dim: {dim}" if sep == ":" else ""))
+    if source._data.size != pos.size:
         raise RuntimeError(f"{fn}(): Source/destination tensor must have same slice shapes. "
                            f"Destination slice shape: {list(pos.shape)} and source slice shape: "
                            f"{list(source._data.shape)}")
 
 
 def index_add(input, dim, index, source, *, alpha=1):  # noqa: A002
-    pos, dim = _index_positions("index_add", input, dim, index, RuntimeError)
-    _check_source("index_add", input, pos, source)
+    idx = _index_vector("index_add", index, True, RuntimeError,
+                        "index_add_(): Expected dtype int32/int64 for index but got: {}")
+    pos, dim = _index_positions(input, dim, idx, RuntimeError)
+    _check_source("index_add_", pos, dim, source, RuntimeError, ":")
     _check_same_dtype("index_add", input, source)
     if alpha != 1:
         source = mul(source, alpha)
@@ -295,13 +314,16 @@ def index_add(input, dim, index, source, *, alpha=1):  # noqa: A002
 
 
 def index_fill(input, dim, index, value):  # noqa: A002
-    pos, _ = _index_positions("index_fill", input, dim, index)
+    idx = _index_vector("index_fill", index, False, IndexError, "index_fill_(): Expected dtype int64 for index.")
+    pos, _ = _index_positions(input, dim, idx)
     return _filled(input, pos.reshape(-1), _as_value(value, input), "index_fill")
 
 
 def index_copy(input, dim, index, source):  # noqa: A002
-    pos, _ = _index_positions("index_copy", input, dim, index, IndexError, "index_copy_(): ")
-    _check_source("index_copy", input, pos, source)
+    idx = _index_vector("index_copy", index, False, RuntimeError,
+                        "index_copy_(): Expected a long tensor for index, but got {}")
+    pos, dim = _index_positions(input, dim, idx, IndexError, "index_copy_(): ")
+    _check_source("index_copy_", pos, dim, source, IndexError, "")
     _check_same_dtype("index_copy", input, source)
     return _placed(input, pos.reshape(-1), reshape(source, -1), "index_copy")
 

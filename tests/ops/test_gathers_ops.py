@@ -26,6 +26,9 @@ CASES = {
     "gather_3d": ([X234], lambda T, x: x.gather(-1, _idx(T, rng_idx((2, 3, 5), 4)))),
     "take_along_dim": ([X34], lambda T, x: T.take_along_dim(x, T.argsort(x, 1), 1)),
     "take_along_dim_flat": ([X34], lambda T, x: T.take_along_dim(x, _idx(T, [0, 11, 5, 5]))),
+    "take_along_dim_negative": ([X34], lambda T, x: T.take_along_dim(x, _idx(T, [[-1], [0], [-4]]), 1)),
+    "gather_int32": ([X34], lambda T, x: x.gather(1, _idx(T, [[1], [0], [3]]).to(T.int32))),
+    "index_add_int32": ([X34, SRC[:, :1]], lambda T, x, s: x.index_add(1, _idx(T, [3]).to(T.int32), s)),
     "take_along_dim_bcast": ([X34], lambda T, x: T.take_along_dim(x, _idx(T, [[0, 3]]), 1)),
     "index_select": ([X34], lambda T, x: T.index_select(x, 1, _idx(T, [3, 0, 3]))),
     "index_select_dim0": ([X234], lambda T, x: x.index_select(0, _idx(T, [1, 1, 0]))),
@@ -175,7 +178,7 @@ def test_nonzero_as_tuple_and_unique_flags():
 
 def test_not_differentiable_results_do_not_require_grad():
     x = J.tensor([1.0, 3.0, 1.0], requires_grad=True)
-    for r in (J.unique(x), x.argsort(), x.nonzero(), J.searchsorted(x, x), x.sort().indices):
+    for r in (x.argsort(), x.nonzero(), J.searchsorted(x, x), x.sort().indices):
         assert not r.requires_grad
 
 
@@ -233,6 +236,14 @@ ERRORS = {
     "scatter_add_range": lambda T, x: x.scatter_add(0, _idx(T, [[3]]), x),
     "index_add_range": lambda T, x: x.index_add(1, _idx(T, [5]), x[:, :1]),
     "index_fill_range": lambda T, x: x.index_fill(1, _idx(T, [5]), 2.0),
+    "index_add_float": lambda T, x: x.index_add(1, T.tensor([1.0]), x[:, :1]),
+    "index_add_count": lambda T, x: x.index_add(1, _idx(T, [1]), x[:, :2]),
+    "index_fill_int32": lambda T, x: x.index_fill(1, _idx(T, [1]).to(T.int32), 1.0),
+    "index_copy_int32": lambda T, x: x.index_copy(1, _idx(T, [1]).to(T.int32), x[:, :1]),
+    "index_copy_count": lambda T, x: x.index_copy(1, _idx(T, [1]), x[:, :2]),
+    "scatter_float_index": lambda T, x: x.scatter(1, T.tensor([[1.0]]), 1.0),
+    "take_along_dim_flat_negative": lambda T, x: T.take_along_dim(x, _idx(T, [0, -1])),
+    "take_along_dim_int32": lambda T, x: T.take_along_dim(x, _idx(T, [[1]]).to(T.int32), 1),
     "index_copy_range": lambda T, x: x.index_copy(1, _idx(T, [5]), x[:, :1]),
     "masked_select_mask": lambda T, x: x.masked_select(_idx(T, [1, 0, 1, 1])),
     "topk_k": lambda T, x: x.topk(5),
