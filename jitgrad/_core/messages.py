@@ -69,3 +69,10 @@ def tensor_type(dtype):
     """'torch.DoubleTensor': the legacy tensor type name."""
     name = np.dtype(dtype).name
     return "torch." + (_DTYPE_NAMES[name][2] if name in _DTYPE_NAMES else name)
+
+
+NONLEAF_GRAD_WARNING = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad attribute won't be "
+    "populated during autograd.backward(). If you indeed want the .grad field to be populated for a non-leaf "
+    "Tensor, use .retain_grad() on the non-leaf Tensor. If you access the non-leaf Tensor by mistake, make sure "
+    "you access the leaf Tensor instead. See github.com/pytorch/pytorch/pull/30531 for more information.")

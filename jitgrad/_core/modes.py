@@ -1,6 +1,8 @@
 """Grad modes. The flag is thread-local, as in PyTorch: each thread records independently."""
 import functools
+import inspect
 import threading
+import warnings
 
 
 class _State(threading.local):
@@ -25,15 +27,59 @@ def is_inference_mode_enabled():
     return _state.inference
 
 
+_CLASS_DECORATED = ("Decorating classes is deprecated and will be disabled in future versions. You should only "
+                    "decorate functions or methods. To preserve the current behavior of class decoration, you can "
+                    "directly decorate the `__init__` method and nothing else.")
+
+
+def _generator_in_mode(make_mode, gen_fn):
+    """A decorated generator runs each of its steps in the mode, and the caller's code
+    between steps in the caller's own mode: the mode is entered around every send(),
+    throw() and close() into the wrapped generator, never held across a yield."""
+    @functools.wraps(gen_fn)
+    def generator(*args, **kwargs):
+        gen = gen_fn(*args, **kwargs)
+        try:
+            with make_mode():
+                item = gen.send(None)
+            while True:
+                try:
+                    sent = yield item
+                except GeneratorExit:
+                    with make_mode():
+                        gen.close()
+                    raise
+                except BaseException as exc:  # thrown in by the caller: the generator may handle it
+                    with make_mode():
+                        item = gen.throw(exc)
+                else:
+                    with make_mode():
+                        item = gen.send(sent)
+        except StopIteration as stop:
+            return stop.value
+    return generator
+
+
 class _DecoratorContextManager:
     """Usable as `with mode():` and as `@mode()` / `@mode` like PyTorch's."""
 
     def __call__(self, fn):
+        if inspect.isclass(fn):
+            warnings.warn(_CLASS_DECORATED, FutureWarning, stacklevel=2)
+            cls = fn
+            fn = lambda *args, **kwargs: cls(*args, **kwargs)  # noqa: E731  (as torch: a function now)
+        if inspect.isgeneratorfunction(fn):
+            return _generator_in_mode(self._fresh, fn)
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with self.__class__(*self._args()):
+            with self._fresh():
                 return fn(*args, **kwargs)
         return wrapper
+
+    def _fresh(self):
+        """A new context of the same mode: each call (and each generator step) enters its own."""
+        return self.__class__(*self._args())
 
     def _args(self):
         return ()
@@ -117,6 +163,13 @@ def _set_inference(flag):
 # --- anomaly mode and saved_tensors_hooks: thread state that recording reads per op ---
 _anomaly = [False]  # set by anomaly mode; read here so recording checks it cheaply
 _check_nan = [True]  # anomaly mode's check_nan: backward checks each node's gradients for NaN
+
+
+class _AnomalyParent(threading.local):
+    node = None  # anomaly mode: the node whose backward runs now; nodes it records name it their parent
+
+
+_anomaly_parent = _AnomalyParent()
 
 
 class _SavedHooks(threading.local):

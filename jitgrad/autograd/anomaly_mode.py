@@ -7,7 +7,18 @@ In anomaly mode backward runs on the Python engine, which checks each node's out
 """
 import warnings
 
+import numpy as np
+
 from jitgrad._core.modes import _anomaly, _check_nan
+
+# torch computes 1/0, 0/0 and log(0) silently (inf, nan); numpy warns. jitgrad's ops are
+# numpy calls, and their warnings are not torch's: a user's own warnings (anomaly mode's
+# included) must come through alone, and a test suite run with `-W error` must not fail on
+# them. Floating-point errors are ignored from import on, in numpy's state (not a warnings
+# filter, which pytest and catch_warnings() reset). np.errstate around each op would keep
+# numpy's setting for the user's own numpy code but cost microseconds per op. A thread
+# started later begins with numpy's default state: its ops warn as numpy does.
+np.seterr(all="ignore")
 
 
 def is_anomaly_enabled():

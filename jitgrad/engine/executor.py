@@ -17,7 +17,7 @@ from jitgrad._core import modes as _grad_mode
 from jitgrad._core.layout import CUDA_NP_OF, DT_F32, DT_F64, DT_OTHER, E_SHP, E_TGT, EW, H_DT, H_E0, HW
 from jitgrad._core.messages import freed_error as _freed_error
 from jitgrad._core.messages import modified_error, size_str
-from jitgrad._core.modes import _anomaly, _check_nan
+from jitgrad._core.modes import _anomaly, _anomaly_parent, _check_nan
 from jitgrad._core.threads import leaf_lock
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 from jitgrad.gpu.array import DeviceArray
@@ -63,10 +63,10 @@ def apply_rule(node, grad):
     return tuple(out)
 
 
-def run(roots, grads, targets, create_graph, accumulate):
+def run(roots, grads, targets, create_graph, accumulate, ran):
     """roots, targets: autograd._engine.Target of the outputs and of the requested inputs
     (None: every leaf is accumulated); grads: the outputs' gradients (Tensors).
-    Returns {target key: grad} for the requested inputs."""
+    Returns {target key: grad} for the requested inputs; appends each node it ran to `ran`."""
     # Reachability, and which nodes lie on a path to a requested input.
     nodes = {}
     inputs_of = {}  # materialised once: nodes are views made on demand
@@ -80,12 +80,18 @@ def run(roots, grads, targets, create_graph, accumulate):
         order.append(n)
         inputs_of[id(n)] = n._inputs
         stack.extend(inputs_of[id(n)])
-    needed = None
+    # With requested inputs (PyTorch's exec_info): gradients flow only into `reach`, the nodes
+    # on a path to one of them; a node runs only if `needed`. grad() runs no requested node
+    # for itself (it only captures its gradient, after the tensor's hooks), so an input's
+    # node hooks and a leaf's AccumulateGrad hooks stay quiet; backward(inputs=) runs them.
+    needed = reach = None
     want = set() if targets is None else {tg.key for tg in targets}
     if targets is not None:
-        needed = {tg.key[0] for tg in targets}
+        reach = {tg.key[0] for tg in targets}
+        needed = set(reach) if accumulate else set()
         for n in sorted(order, key=_seq):
-            if any(i is not None and id(i) in needed for i in inputs_of[id(n)]):
+            if any(i is not None and id(i) in reach for i in inputs_of[id(n)]):
+                reach.add(id(n))
                 needed.add(id(n))
     buffers = {}  # (id(node), output nr) -> gradient
     for r, g in zip(roots, grads):
@@ -94,60 +100,90 @@ def run(roots, grads, targets, create_graph, accumulate):
     heapq.heapify(heap)
     queued = {id(r.node) for r in roots}
     captured = {}
-    with _grad_mode.set_grad_enabled(create_graph):
-        while heap:
-            _, nid, node = heapq.heappop(heap)
-            if isinstance(node, FunctionNode):
-                outs = [buffers.pop((nid, k), None) for k in range(len(node._out_meta))]
-            else:
-                outs = [buffers.pop((nid, 0))]
-            if isinstance(node, AccumulateGrad):
-                grad = leaf_pre(node, outs[0])
-                if (nid, 0) in want:
-                    captured[nid, 0] = grad
-                if accumulate and targets is None:  # with inputs, the caller accumulates captures
+    parent = _anomaly_parent.node
+    try:
+        with _grad_mode.set_grad_enabled(create_graph):
+            _sweep(heap, buffers, captured, want, needed, reach, queued, create_graph, accumulate, ran)
+    except BaseException as exc:
+        if _anomaly[0]:
+            report_error(_anomaly_parent.node if _anomaly_parent.node is not parent else None, exc)
+        raise
+    finally:
+        _anomaly_parent.node = parent
+    return captured
+
+
+def _sweep(heap, buffers, captured, want, needed, reach, queued, create_graph, accumulate, ran):
+    """Run the nodes in the heap, latest first (see run). The order of the user's code is
+    PyTorch's: a tensor's hooks, then its retained .grad, then the node's pre-hooks, the
+    node, its post-hooks. A requested gradient is captured as it arrives, except at a node
+    that is not run, where it is captured after the tensor's hooks."""
+    while heap:
+        _, nid, node = heapq.heappop(heap)
+        if _anomaly[0]:  # the node an error is reported against, and the parent of nodes made now
+            _anomaly_parent.node = node
+        run_it = needed is None or nid in needed
+        if isinstance(node, AccumulateGrad):
+            grad = buffers.pop((nid, 0))
+            if run_it:
+                grad = leaf_pre(node, grad)
+                if accumulate:
                     accumulate_grad(node.variable, grad, create_graph)
                     leaf_post(node, grad)
-                continue
-            tape, row = node._tape, node._row
-            for k in range(len(outs)):
-                hooks = tape.tensor_hooks.get(row + k)
-                if hooks and (outs[k] is not None or len(outs) > 1):  # multi-output: None too
-                    outs[k] = run_tensor_hooks(hooks, outs[k])
-            pre = tape.node_prehooks.get(row)
-            if pre:
-                outs = run_node_prehooks(pre, outs)
-            grad = outs[0]
-            for k, g in enumerate(outs):
-                if (nid, k) in want and g is not None:
-                    captured[nid, k] = g
-            if needed is not None and not any(i is not None and id(i) in needed for i in inputs_of[nid]):
-                continue
-            retained = node._tape.retained.get(node._row)
-            if retained is not None and retained() is not None and accumulate:
-                accumulate_grad(retained(), grad, create_graph)
-            if isinstance(node, FunctionNode):
-                if node._released:
-                    raise _freed_error()
-                results = node.run_backward(outs, create_graph)
             else:
-                results = input_grads(node, grad)
-            post = tape.node_hooks.get(row)
-            if post:
-                results = run_node_posthooks(post, results, outs)
-            if _anomaly[0]:
-                check_outputs(node, results)
-            for (inp, nr), g in zip(node.next_functions, results):
-                if inp is None or g is None:
-                    continue
-                if needed is not None and id(inp) not in needed:
-                    continue
-                iid = id(inp)
-                _add(buffers, (iid, nr), g)
-                if iid not in queued:
-                    queued.add(iid)
-                    heapq.heappush(heap, (-_seq(inp), iid, inp))
-    return captured
+                grad = leaf_tensor_hooks(node, grad)
+            if (nid, 0) in want:
+                captured[nid, 0] = grad
+            continue
+        if isinstance(node, FunctionNode):
+            outs = [buffers.pop((nid, k), None) for k in range(len(node._out_meta))]
+        else:
+            outs = [buffers.pop((nid, 0))]
+        if run_it:
+            _capture(captured, want, nid, outs)
+        tape, row = node._tape, node._row
+        for k in range(len(outs)):
+            hooks = tape.tensor_hooks.get(row + k)
+            if hooks and (outs[k] is not None or len(outs) > 1):  # multi-output: None too
+                outs[k] = run_tensor_hooks(hooks, outs[k])
+            ref = tape.retained.get(row + k)
+            kept = ref() if ref is not None else None
+            if kept is not None and outs[k] is not None:  # in grad() too, as PyTorch
+                accumulate_grad(kept, outs[k], create_graph)
+        if not run_it:
+            _capture(captured, want, nid, outs)
+            continue
+        pre = tape.node_prehooks.get(row)
+        if pre:
+            outs = run_node_prehooks(pre, outs)
+        ran.append(node)
+        if isinstance(node, FunctionNode):
+            if node._released:
+                raise _freed_error()
+            results = node.run_backward(outs, create_graph)
+        else:
+            results = input_grads(node, outs[0])
+        post = tape.node_hooks.get(row)
+        if post:
+            results = run_node_posthooks(post, results, outs)
+        if _anomaly[0]:
+            check_outputs(node, results)
+        for (inp, nr), g in zip(node.next_functions, results):
+            if inp is None or g is None:
+                continue
+            if reach is not None and id(inp) not in reach:
+                continue
+            iid = id(inp)
+            _add(buffers, (iid, nr), g)
+            if iid not in queued:
+                queued.add(iid)
+                heapq.heappush(heap, (-_seq(inp), iid, inp))
+
+
+def _capture(captured, want, nid, outs):
+    for k, g in enumerate(outs):
+        if (nid, k) in want and g is not None:
+            captured[nid, k] = g
 
 
 def input_grads(node, grad):
@@ -189,11 +225,17 @@ def leaf_has_hooks(acc):
                 or getattr(acc, "_posthooks", None))
 
 
-def leaf_pre(acc, grad):
-    """A leaf's gradient after its tensor hooks and its AccumulateGrad's pre-hooks."""
+def leaf_tensor_hooks(acc, grad):
+    """A leaf's gradient after its tensor hooks."""
     x = acc.variable._x
     if x is not None and x.hooks:
         grad = run_tensor_hooks(x.hooks[0], grad)
+    return grad
+
+
+def leaf_pre(acc, grad):
+    """A leaf's gradient after its tensor hooks and its AccumulateGrad's pre-hooks."""
+    grad = leaf_tensor_hooks(acc, grad)
     pre = getattr(acc, "_prehooks", None)
     if pre:
         grad = run_node_prehooks(pre[0], [grad])[0]
@@ -261,9 +303,30 @@ def check_outputs(node, grads):
         return
     for i, g in enumerate(grads):
         if g is not None and np.isnan(g._data).any():  # on a CUDA tensor's device, no host copy
-            name = node.name()
-            tb = node.metadata.get("traceback_")
-            if tb:
-                warnings.warn(f"Error detected in {name}. Traceback of forward call that caused the error:\n"
-                              + "".join(tb), stacklevel=2)
-            raise RuntimeError(f"Function '{name}' returned nan values in its {i}th output.")
+            raise RuntimeError(f"Function '{node.name()}' returned nan values in its {i}th output.")
+
+
+def report_error(node, exc):
+    """Anomaly mode: an error in `node`'s backward (its rule, its hooks, a check) warns with
+    where the node was made in the forward, then where each node whose backward made it was
+    made, as PyTorch does. Reported once, by the innermost backward call that saw it."""
+    if node is None or getattr(exc, "_anomaly_reported", False):
+        return
+    try:
+        exc._anomaly_reported = True
+    except AttributeError:  # an exception type without a __dict__: it may be reported again
+        pass
+    md = node.metadata
+    tb = md.get("traceback_")
+    if tb:
+        warnings.warn(f"Error detected in {node.name()}. Traceback of forward call that caused the error:\n"
+                      + "".join(tb), stacklevel=3)
+    else:
+        warnings.warn(f"Error detected in {node.name()}. No forward pass information available. Enable detect "
+                      "anomaly during forward pass for more information.", stacklevel=3)
+    parent = md.get("parent_")
+    while parent is not None:
+        pmd = parent.metadata
+        warnings.warn(f"\n\nPrevious calculation was induced by {parent.name()}. Traceback of forward call that "
+                      "induced the previous calculation:\n" + "".join(pmd.get("traceback_", ())), stacklevel=3)
+        parent = pmd.get("parent_")

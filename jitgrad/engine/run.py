@@ -22,6 +22,7 @@ from jitgrad._core import versions
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.messages import torch_size
 from jitgrad._core.modes import _anomaly, no_grad, restore_saved_hooks, saved_hooks_state
+from jitgrad._core.modes import _state as _grad_mode_state
 from jitgrad._core.threads import deferred_interrupts
 from jitgrad.engine import compiled as _compiled
 from jitgrad.engine import device as _device
@@ -122,6 +123,10 @@ def _input_target(t, i, hold):
 class _CallState(threading.local):
     call = 0          # numbers this thread's backward calls (multi-grad hooks key on it)
     callbacks = None  # run at the end of the current call (queue_callback)
+    partial = False   # the current call has requested inputs (grad(), backward(inputs=))
+    depth = 0         # backward calls nested in this thread (a Function's backward calling backward)
+    inherited = frozenset()  # ids of tapes whose locks a waiting ancestor thread holds for us
+    held = frozenset()       # ids of tapes whose locks this thread holds
 
 
 _calls = _CallState()
@@ -132,14 +137,73 @@ def current_call():
     return _calls.call
 
 
+def checkpoint_valid():
+    """Whether a reentrant checkpoint may run in the current backward call: not in one with
+    requested inputs, which would not reach the inputs of its recomputed graph (PyTorch's
+    _is_checkpoint_valid)."""
+    return not _calls.partial
+
+
 def queue_callback(fn):
     """Run fn when the current backward call has finished (PyTorch's queue_callback)."""
     _calls.callbacks.append(fn)
 
 
+# A reentrant backward (one called from inside a backward) nests about ten Python frames
+# per level; past this many levels in one thread the call moves to a new thread, which has
+# a stack of its own, and this one waits for it (PyTorch moves deep reentrant calls to a
+# worker thread too), so a 2,000-deep recursion of backward calls runs.
+_MAX_DEPTH = 40
+# The compiled sweep's cost grows with the tapes a call touches, which deeply nested calls
+# keep growing (each level records onto the tape the level above is sweeping); past this
+# depth the Python engine runs them, whose cost is what each call reaches.
+_COMPILED_DEPTH = 4
+
+
 def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
-    outer = (_calls.call, _calls.callbacks)
-    _calls.call, _calls.callbacks = next(_call_ids), []
+    if _calls.depth >= _MAX_DEPTH:
+        return _in_new_thread(_run, outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate)
+    _calls.depth += 1
+    try:
+        return _run_nested(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate)
+    finally:
+        _calls.depth -= 1
+
+
+def _in_new_thread(fn, *args):
+    """fn(*args) in a new thread that starts from this thread's state (grad mode, saved-tensor
+    hooks, numpy's floating-point error setting, the tape locks held by the calls it is
+    nested in); its result or error comes back."""
+    grad_mode = (_grad_mode_state.enabled, _grad_mode_state.inference)
+    fp_errors = np.geterr()
+    hooks = saved_hooks_state()
+    held = _calls.inherited | _calls.held
+    out = []
+
+    def work():
+        _grad_mode_state.enabled, _grad_mode_state.inference = grad_mode
+        np.seterr(**fp_errors)
+        restore_saved_hooks(hooks)
+        _calls.inherited = held
+        try:
+            out.append((True, fn(*args)))
+        except BaseException as e:  # noqa: BLE001  (raised again in the waiting thread)
+            out.append((False, e))
+        finally:
+            restore_saved_hooks(())
+
+    worker = threading.Thread(target=work, name="jitgrad-reentrant-backward")
+    worker.start()
+    worker.join()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _run_nested(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
+    outer = (_calls.call, _calls.callbacks, _calls.partial)
+    _calls.call, _calls.callbacks, _calls.partial = next(_call_ids), [], inputs is not None
     # user code run by the backward (unpack hooks, hooks, Functions) may leave a
     # saved_tensors_hooks context entered; torch runs each node under the thread state the
     # call began with, so such a context must not outlive the call
@@ -150,7 +214,7 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, accumulate):
             fn()
         return result
     finally:
-        _calls.call, _calls.callbacks = outer
+        _calls.call, _calls.callbacks, _calls.partial = outer
         restore_saved_hooks(saved_hooks)
 
 
@@ -164,28 +228,35 @@ def _run_call(outputs, grad_outputs, retain_graph, create_graph, inputs, accumul
     if not roots:  # nothing to differentiate: every input is unused (as torch)
         return {}, targets
     tapes = _compiled._tapes_from(roots)
-    _lock(tapes)
+    taken = _lock(tapes)
     try:
         return _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accumulate, tapes)
     finally:
-        _unlock(tapes)
+        _unlock(taken)
 
 
 def _lock(tapes):
-    """Take the tapes' locks in id order (tapes is sorted), so two calls never deadlock."""
+    """Take the tapes' locks in id order (tapes is sorted), so two calls never deadlock.
+    Locks that a thread waiting on this one holds (see _in_new_thread) are not taken again.
+    Returns the tapes locked, for _unlock."""
     taken = []
     try:
         for t in tapes:
+            if t.id in _calls.inherited:
+                continue
             t.lock.acquire()
             taken.append(t)
     except BaseException:  # interrupted while waiting: give back what was taken
         _unlock(taken)
         raise
+    _calls.held = _calls.held | {t.id for t in taken}
+    return taken
 
 
 def _unlock(tapes):
     for t in reversed(tapes):
         t.lock.release()
+    _calls.held = _calls.held - {t.id for t in tapes if not t.lock._is_owned()}
 
 
 def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accumulate, tapes):
@@ -193,7 +264,10 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
         for tape in tapes:
             tape.check_versions()
     out = _compiled.FALLBACK
-    if not create_graph and not _anomaly[0]:  # anomaly mode: the Python engine checks each node
+    # anomaly mode: the Python engine checks each node. Requested inputs with hooks or
+    # retained gradients about: the Python engine runs PyTorch's rules on which of them run
+    if not create_graph and not _anomaly[0] and (targets is None or not _has_hooks(tapes)) \
+            and _calls.depth < _COMPILED_DEPTH:
         try:
             # a CUDA root's graph is swept on the device (engine/device.py), never by the
             # CPU sweep, which would read device addresses as host memory
@@ -206,11 +280,12 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
                 _tape.close_current_tape()
             raise
     if out is _compiled.FALLBACK:
-        captured = _pyengine.run(roots, grads, targets, create_graph, accumulate)
-        with deferred_interrupts:
-            if not retain_graph:
-                _free([r.node for r in roots])
-            _accumulate_inputs(inputs, targets, captured, accumulate, create_graph)
+        ran = []
+        captured = _pyengine.run(roots, grads, targets, create_graph, accumulate, ran)  # accumulates inputs too
+        if not retain_graph:
+            with deferred_interrupts:
+                _free(ran)
+                _close([r.node for r in roots])
         return captured, targets
     arrays, leaves, retained, commit = out
     captured = {k: F._wrap(a) for k, a in arrays.items()}
@@ -218,10 +293,8 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
     if leaf_hooks[0]:
         # user hooks run between the accumulations, as in PyTorch: Ctrl-C in one of them
         # leaves the leaves before it updated (but the graph intact: the commit comes later)
+        # (a call with requested inputs and leaf hooks runs on the Python engine)
         with no_grad():  # hooks run as in any backward without create_graph
-            for tg in targets or ():
-                if isinstance(tg.node, AccumulateGrad) and tg.key in captured:
-                    captured[tg.key] = _pyengine.leaf_pre(tg.node, captured[tg.key])
             for acc, a in leaves:
                 g = _pyengine.leaf_pre(acc, F._wrap(a))
                 _pyengine.accumulate_grad(acc.variable, g, False, owned=True)
@@ -243,6 +316,10 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
     return captured, targets
 
 
+def _has_hooks(tapes):
+    return leaf_hooks[0] or any(t.tensor_hooks or t.node_prehooks or t.node_hooks or t.retained for t in tapes)
+
+
 def _accumulate_inputs(inputs, targets, captured, accumulate, create_graph):
     """backward(inputs=...): the engines captured the inputs' gradients; accumulate them."""
     if accumulate and inputs is not None:
@@ -261,21 +338,14 @@ def _close(roots):
             t.closed = True
 
 
-def _free(roots):
-    """Release saved values of every node reachable from roots (PyTorch frees what ran)."""
-    seen = set()
-    stack = list(roots)
-    while stack:
-        n = stack.pop()
-        if n is None or id(n) in seen or isinstance(n, AccumulateGrad):
-            continue
-        seen.add(id(n))
+def _free(ran):
+    """Release the saved values of the nodes that ran (PyTorch frees what ran: a grad()
+    that stops at its inputs leaves the graph below them usable)."""
+    for n in ran:
         n._tape.grow_freed()
         n._tape.freed[n._row] = 1
         if isinstance(n, FunctionNode):
             n._release()
-        stack.extend(n._inputs)
-    _close(roots)
 
 
 def _check_grad_types(grads):
@@ -297,6 +367,9 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     inputs = _as_tuple(inputs) if inputs is not None else None
     if inputs is not None and len(inputs) == 0:
         raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+    for t in inputs or ():
+        if isinstance(t, Tensor) and t.requires_grad and t._tape is not None:
+            t.retain_grad()  # as PyTorch: a non-leaf input's .grad is filled by the retain mechanism
     _run(tensors, grad_tensors, retain_graph, create_graph, inputs, accumulate=True)
 
 
@@ -397,7 +470,7 @@ def _grad_batched_compiled(outputs, inputs, batched, retain_graph):
     roots = [_root_target(t, i, hold) for i, t in enumerate(outputs)]
     targets = [_input_target(t, i, hold) for i, t in enumerate(inputs)]
     tapes = _compiled._tapes_from(roots)
-    _lock(tapes)
+    taken = _lock(tapes)
     try:
         if versions.generation[0]:
             for tape in tapes:
@@ -417,7 +490,7 @@ def _grad_batched_compiled(outputs, inputs, batched, retain_graph):
                 _close([r.node for r in roots])
         return [arrays.get(tg.key) for tg in targets]
     finally:
-        _unlock(tapes)
+        _unlock(taken)
 
 
 def _batched_result(arrays, inputs, allow_unused, materialize_grads):

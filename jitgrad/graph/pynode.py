@@ -23,7 +23,7 @@ from jitgrad._core.messages import freed_error as _freed_error
 from jitgrad._core.messages import modified_error, size_str
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.node import Node
-from jitgrad.graph.record import _dtcode, _edge_row, pack_saved
+from jitgrad.graph.record import _dtcode, _edge_row, _trace, pack_saved
 from jitgrad.graph.spec import OP_OUT, OP_PYFN
 from jitgrad.graph.tape import current_tape, on_device
 from jitgrad.graph.tensor import Tensor, wrap
@@ -257,6 +257,8 @@ def record(ctx, args, outputs):
         if k == 0:
             first = tape.add_row(OP_PYFN, _dtcode(d), len(tensors_in), d.size, shp, 0, 0, 0)
             tape.add_edges(edges)
+            if _grad_mode._anomaly[0]:  # anomaly mode names the forward call of a failing node
+                _trace(tape, first)
         else:
             # an extra output: its own buffer, and an edge to the node's row
             tape.add_row(OP_OUT, _dtcode(d), 1, d.size, shp, 0, 0, k)

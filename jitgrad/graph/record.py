@@ -15,7 +15,7 @@ import numpy as np
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _forward
 from jitgrad._core.layout import CUDA_DT_OF, CUDA_NP_OF
-from jitgrad._core.modes import _anomaly, _packing, _saved_hooks  # noqa: F401  (read per op)
+from jitgrad._core.modes import _anomaly, _anomaly_parent, _packing, _saved_hooks  # noqa: F401  (read per op)
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.node import AccumulateGrad
 from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, OpSpec  # noqa: F401  (OP_OUT, OP_PYFN: re-exported)
@@ -279,7 +279,10 @@ def _trace(tape, row):
     """Anomaly mode: where in the user's forward this node was made (kept in the node's
     metadata, as PyTorch keeps it); jitgrad's own frames are left out."""
     frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_PACKAGE)]
-    tape.metadata.setdefault(row, {})["traceback_"] = traceback.format_list(frames)
+    md = tape.metadata.setdefault(row, {})
+    md["traceback_"] = traceback.format_list(frames)
+    if _anomaly_parent.node is not None:  # made by a backward: its error report goes on to that node
+        md["parent_"] = _anomaly_parent.node
 
 
 def record(spec, result, inputs, saved=(), fparams=(), iparams=None, dual=True):

@@ -1,4 +1,5 @@
 """Tensor: a numpy array plus the autograd fields PyTorch exposes."""
+import warnings
 import weakref
 
 import numpy as np
@@ -12,7 +13,7 @@ from jitgrad._core.capture import stop as _stop
 from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.format import tensor_repr
 from jitgrad._core.forward import state as _forward
-from jitgrad._core.messages import c_name, scalar_name, size_str
+from jitgrad._core.messages import NONLEAF_GRAD_WARNING, c_name, scalar_name, size_str
 from jitgrad._core.modes import _state
 from jitgrad.gpu import driver as _gpu
 from jitgrad.gpu import foreign as _foreign
@@ -59,7 +60,9 @@ def _rare_property(name):
 class Tensor:
     # _tape/_row: the row of the tape that produced this tensor (None for leaves); grad_fn is
     # made from it on demand. _row and _output_nr are only meaningful when _tape is set.
-    __slots__ = ("_data", "_requires_grad", "_tape", "_row", "_output_nr", "_x", "__weakref__")
+    # __dict__: user code sets its own attributes on tensors (t.name = ...), as on torch's;
+    # the dict is only allocated by the first such write
+    __slots__ = ("_data", "_requires_grad", "_tape", "_row", "_output_nr", "_x", "__weakref__", "__dict__")
     _grad = _rare_property("grad")
     _acc = _rare_property("acc")
     _retain = _rare_property("retain")
@@ -148,6 +151,10 @@ class Tensor:
                                "var_no_grad = var.detach().")
         self._requires_grad = bool(value)
 
+    @requires_grad.deleter
+    def requires_grad(self):
+        raise RuntimeError("requires_grad must be a bool")  # torch's words for a deletion too
+
     @property
     def grad_fn(self):
         x = self._x
@@ -162,7 +169,22 @@ class Tensor:
             node = x.node = _node.node_for(self._tape, self._row)
         return node
 
-    _grad_fn = grad_fn
+    def _no_grad_fn_delete(self):
+        raise RuntimeError("Deletion of _grad_fn not allowed. Detach tensor instead!")
+
+    _grad_fn = property(grad_fn.fget, None, _no_grad_fn_delete)
+
+    @property
+    def _backward_hooks(self):
+        """The tensor hooks ({id: fn}) registered on this tensor, or None, as torch's."""
+        if self._tape is None:
+            x = self._x
+            return None if x is None or not x.hooks else x.hooks.get(0)
+        return self._tape.tensor_hooks.get(self._row)
+
+    @_backward_hooks.deleter
+    def _backward_hooks(self):
+        raise RuntimeError("Deletion of _backwards_hooks not allowed!")  # sic: torch's words
 
     @property
     def is_leaf(self):
@@ -188,9 +210,13 @@ class Tensor:
 
     @property
     def grad(self):
-        if _cap.on and self._grad is not None and _cap.mine():
-            _cap.rec.read_grad(self._grad)  # a .grad from before the step is not a value of the plan
-        return self._grad
+        g = self._grad
+        if g is None:
+            if self._tape is not None and not self._retain:
+                warnings.warn(NONLEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+        elif _cap.on and _cap.mine():
+            _cap.rec.read_grad(g)  # a .grad from before the step is not a value of the plan
+        return g
 
     @grad.setter
     def grad(self, value):
@@ -307,6 +333,10 @@ class Tensor:
     @data.setter
     def data(self, value):
         _stop("an assignment to .data in a compiled step")
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Variable data has to be a tensor, but got {type(value).__name__}")
+        if self._requires_grad and value._data.dtype.kind not in "fc":
+            raise RuntimeError("data set to a tensor that requires gradients must be floating point or complex dtype")
         old = self._data
         if self._vc is None and not _views.is_inference(self):
             self._vc = [self._version, True]  # the tensor keeps its version counter, as in PyTorch
@@ -318,6 +348,10 @@ class Tensor:
             for tape in (self._tape, acc._tape if acc is not None else None):
                 if tape is not None:
                     tape.reshaped = True
+
+    @data.deleter
+    def data(self):
+        raise RuntimeError("Deleting tensor data is not allowed. Delete tensor instead!")
 
     def detach(self):
         t = Tensor._make(self._data)  # shares the storage, hence its version counter
@@ -347,10 +381,10 @@ class Tensor:
         return self
 
     # -- conversion ----------------------------------------------------------------
-    def numpy(self):
+    def numpy(self, *, force=False):
         if _cap.on:
             _stop("Tensor.numpy() reads a value in the step")
-        if self.requires_grad:
+        if self.requires_grad and _state.enabled and not force:  # torch allows it under no_grad
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return self._array()
 
@@ -517,8 +551,30 @@ def linked(data, tape, row, nr=0):
 
 
 class Size(tuple):
+    """torch.Size: a tuple of ints that stays a Size when sliced, added to or repeated, so
+    messages built from it print torch.Size([...]) as PyTorch's do."""
+
     def __repr__(self):
         return f"torch.Size({list(self)})"
+
+    def __getitem__(self, key):
+        item = tuple.__getitem__(self, key)
+        return Size(item) if isinstance(key, slice) else item
+
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(self, other))
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(other, self))
+
+    def __mul__(self, n):
+        return Size(tuple.__mul__(self, n))
+
+    __rmul__ = __mul__
 
     def numel(self):
         n = 1

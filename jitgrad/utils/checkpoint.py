@@ -1,30 +1,94 @@
 """Activation checkpointing: run a function without keeping its activations, and run it
-again during backward to get them back.
+again during backward to get them back. Gradients equal those without checkpointing.
 
-Both variants run through one custom Function (CheckpointFunctionBackward, PyTorch's
-reentrant variant): the forward runs `function` under no_grad and keeps only its inputs;
-the backward recomputes it with grad enabled and backpropagates through the recomputed
-graph. Gradients equal those without checkpointing. use_reentrant=False gives the same
-gradients through the same node (PyTorch builds it on saved-tensor hooks instead).
+use_reentrant=False (PyTorch's recommended form): the function runs with grad enabled and
+records its ordinary graph, but under saved-tensor hooks (autograd/graph.py) that keep a
+small placeholder instead of each tensor an op saves. The first unpack of a backward call
+reruns the function (same inputs, same random state) under hooks that collect what it
+saves, and each placeholder gives back its recomputed tensor once. A rerun that saves
+fewer tensors, or tensors of other shapes or dtypes, is an error; it stops as soon as it
+has saved as many as the forward did.
+
+use_reentrant=True (the default when unspecified, with PyTorch's warning): one custom
+Function, CheckpointFunctionBackward, whose forward runs the function under no_grad and
+keeps only its inputs; its backward reruns it and backpropagates through the rerun, so it
+only works inside a backward() without `inputs` (PyTorch's rule).
 """
+import contextlib
+import itertools
+import threading
 import warnings
-
-import numpy as np
+import weakref
 
 from jitgrad._core import modes as _grad_mode
-from jitgrad.autograd import grad as _grad
 from jitgrad.autograd.function import Function
+from jitgrad.autograd.graph import saved_tensors_hooks
+from jitgrad.engine import run as _engine
 from jitgrad.graph.tensor import Tensor, _rng
-from jitgrad.ops import functional as F
 
+_REENTRANT_UNSPECIFIED = (
+    "torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly. Starting in PyTorch 2.9, "
+    "calling checkpoint without use_reentrant will raise an exception. use_reentrant=False is recommended, but if "
+    "you need to preserve the current default behavior, you can pass use_reentrant=True. Refer to docs for more "
+    "details on the differences between the two variants.")
+_SEQUENTIAL_REENTRANT_UNSPECIFIED = (
+    "torch.utils.checkpoint.checkpoint_sequential: the use_reentrant parameter should be passed explicitly. In "
+    "version 2.9 we will raise an exception if use_reentrant is not passed. use_reentrant=False is recommended, but "
+    "if you need to preserve the current default behavior, you can pass use_reentrant=True. Refer to docs for more "
+    "details on the differences between the two variants.")
+
+
+class CheckpointError(RuntimeError):
+    """A non-reentrant checkpoint's rerun did not match its forward (torch's class name)."""
+
+
+def noop_context_fn():
+    return contextlib.nullcontext(), contextlib.nullcontext()
+
+
+class _EarlyStop(threading.local):
+    enabled = True
+
+
+_early_stop = _EarlyStop()
+
+
+@contextlib.contextmanager
+def set_checkpoint_early_stop(enable):
+    """Within this context, non-reentrant checkpoints made here rerun their function to the
+    end (enable=False) or stop once every tensor is recomputed (True, the default)."""
+    prev, _early_stop.enabled = _early_stop.enabled, bool(enable)
+    try:
+        yield
+    finally:
+        _early_stop.enabled = prev
+
+
+def _rng_state(preserve):
+    return _rng[0].bit_generator.state if preserve else None
+
+
+@contextlib.contextmanager
+def _rng_as(state):
+    """Run the body with the random state of the forward (dropout masks come out alike);
+    the caller's stream continues afterwards as if the rerun had not drawn."""
+    if state is None:
+        yield
+        return
+    saved, _rng[0].bit_generator.state = _rng[0].bit_generator.state, state
+    try:
+        yield
+    finally:
+        _rng[0].bit_generator.state = saved
+
+
+# -- use_reentrant=True ------------------------------------------------------------------
 
 class CheckpointFunction(Function):
     @staticmethod
     def forward(ctx, function, preserve_rng_state, *args):
         ctx.function = function
-        ctx.preserve_rng_state = preserve_rng_state
-        if preserve_rng_state:
-            ctx.rng_state = _rng[0].bit_generator.state  # dropout-style randomness replays alike
+        ctx.rng_state = _rng_state(preserve_rng_state)
         ctx.tensor_indices = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
         ctx.inputs = [None if isinstance(a, Tensor) else a for a in args]
         ctx.save_for_backward(*[a for a in args if isinstance(a, Tensor)])
@@ -33,43 +97,172 @@ class CheckpointFunction(Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        if not _engine.checkpoint_valid():
+            raise RuntimeError("When use_reentrant=True, torch.utils.checkpoint is incompatible with .grad() or "
+                               "passing an `inputs` parameter to .backward(). To resolve this error, you can "
+                               "either set use_reentrant=False, or call .backward() without passing the `inputs` "
+                               "argument.")
         inputs = list(ctx.inputs)
-        tensors = ctx.saved_tensors
-        for i, t in zip(ctx.tensor_indices, tensors):
+        for i, t in zip(ctx.tensor_indices, ctx.saved_tensors):
             d = t.detach()
             d.requires_grad = t.requires_grad
             inputs[i] = d
-        if ctx.preserve_rng_state:
-            saved, _rng[0].bit_generator.state = _rng[0].bit_generator.state, ctx.rng_state
-        try:
-            with _grad_mode.enable_grad():
-                outputs = ctx.function(*inputs)
-        finally:
-            if ctx.preserve_rng_state:
-                _rng[0].bit_generator.state = saved
+        with _rng_as(ctx.rng_state), _grad_mode.enable_grad():
+            outputs = ctx.function(*inputs)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         pairs = [(o, g) for o, g in zip(outputs, grads) if isinstance(o, Tensor) and o.requires_grad]
         if not pairs:
             raise RuntimeError("none of output has requires_grad=True, this checkpoint() is not necessary")
-        wanted = [i for i in ctx.tensor_indices if inputs[i].requires_grad]
-        # grad(), not backward(): the gradients come back once, with nothing accumulated on
-        # the recomputed inputs and nothing kept past this call
-        found = _grad([o for o, _ in pairs], [inputs[i] for i in wanted],
-                      [g if g is not None else F._wrap(np.zeros_like(o._data)) for o, g in pairs],
-                      allow_unused=True)
-        result = [None] * len(inputs)
-        for i, g in zip(wanted, found):
-            result[i] = g
-        return (None, None) + tuple(result)
+        # backward(), as PyTorch: parameters the function uses (a module's weights) get
+        # their .grad here; the inputs' gradients are read off the detached copies
+        _engine.backward([o for o, _ in pairs], [g for _, g in pairs])
+        return (None, None) + tuple(a.grad if isinstance(a, Tensor) else None for a in inputs)
 
 
-def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, **kwargs):
-    """Run function(*args) keeping only its inputs; recompute it during backward."""
+# -- use_reentrant=False -----------------------------------------------------------------
+
+class _Holder:
+    """What a checkpointed op keeps in place of a saved tensor: its position in the forward."""
+    __slots__ = ("index", "__weakref__")
+
+    def __init__(self, index):
+        self.index = index
+
+
+class _StopRecomputation(Exception):
+    pass
+
+
+def _metadata(t):
+    return {"shape": t.shape, "dtype": t.dtype, "device": t.device}
+
+
+_outside_backward = itertools.count(-1, -1)  # an unpack outside backward reruns each time
+
+
+class _Frame:
+    """One non-reentrant checkpoint call: what its forward saved, and per backward call the
+    tensors its rerun produced, each handed out once."""
+
+    def __init__(self, function, args, kwargs, rng_state, recompute_ctx, check, early_stop):
+        self.function, self.args, self.kwargs = function, args, kwargs
+        self.rng_state = rng_state
+        self.recompute_ctx = recompute_ctx
+        self.check = check
+        self.early_stop = early_stop
+        self.metas = []
+        self.holders = []  # weak: a holder whose node was freed needs no recomputation
+        self.recomputed = {}  # backward call id -> {holder index: tensor}
+
+    def pack(self, t):
+        h = _Holder(len(self.metas))
+        self.metas.append(_metadata(t))
+        self.holders.append(weakref.ref(h))
+        return h
+
+    def unpack(self, holder):
+        call = _engine.current_call()
+        if call == 0:
+            call = next(_outside_backward)
+        values = self.recomputed.get(call)
+        if values is None:
+            values = self._recompute()
+            if call > 0:
+                self.recomputed[call] = values
+                _engine.queue_callback(lambda: self.recomputed.pop(call, None))
+        if holder.index not in values:
+            raise CheckpointError("torch.utils.checkpoint: Unpack is being triggered for a tensor that was already "
+                                  "unpacked once. If you are calling ctx.saved_tensors in backward, make sure to do "
+                                  "so only once. Otherwise please open an issue with details on your use case.")
+        return values.pop(holder.index)
+
+    def _recompute(self):
+        values = {}
+        metas = []
+        n = len(self.metas)
+
+        def pack(t):
+            i = len(metas)
+            if i >= n:
+                raise CheckpointError("torch.utils.checkpoint: trying to save more tensors during recomputation "
+                                      "than during the original forward pass.")
+            metas.append(_metadata(t))
+            if self.holders[i]() is not None:
+                values[i] = t.detach() if t.requires_grad else t  # saved as the forward saved it
+            if self.early_stop and len(metas) == n:
+                raise _StopRecomputation
+            return None
+
+        def unpack(_):
+            raise CheckpointError("torch.utils.checkpoint: a tensor saved during recomputation was unpacked")
+
+        try:
+            with _rng_as(self.rng_state), saved_tensors_hooks(pack, unpack), _grad_mode.enable_grad(), \
+                    self.recompute_ctx:
+                self.function(*self.args, **self.kwargs)
+        except _StopRecomputation:
+            pass
+        if len(metas) != n:
+            raise CheckpointError("torch.utils.checkpoint: A different number of tensors was saved during the "
+                                  f"original forward and recomputation.\nNumber of tensors saved during forward: "
+                                  f"{n}\nNumber of tensors saved during recomputation: {len(metas)}.\n")
+        if self.check:
+            wrong = "".join(f"tensor at position {i}:\nsaved metadata: {self.metas[i]}\nrecomputed metadata: {m}\n"
+                            for i, m in enumerate(metas) if i in values and m != self.metas[i])
+            if wrong:
+                raise CheckpointError("torch.utils.checkpoint: Recomputed values for the following tensors have "
+                                      f"different metadata than during the forward pass.\n{wrong}.\n")
+        return values
+
+
+def _checkpoint_without_reentrant(function, preserve, context_fn, determinism_check, early_stop, args, kwargs):
+    if determinism_check not in ("default", "none"):
+        raise ValueError(f"determinism_check should be one of ['default', 'none'], but got {determinism_check}")
+    forward_ctx, recompute_ctx = context_fn()
+    frame = _Frame(function, args, kwargs, _rng_state(preserve), recompute_ctx, determinism_check == "default",
+                   _early_stop.enabled if early_stop is None else bool(early_stop))
+    with saved_tensors_hooks(frame.pack, frame.unpack), forward_ctx:
+        return function(*args, **kwargs)
+
+
+def checkpoint(function, *args, use_reentrant=None, context_fn=noop_context_fn, determinism_check="default",
+               debug=False, early_stop=None, **kwargs):
+    """Run function(*args, **kwargs) keeping only what backward needs to run it again."""
     if use_reentrant is None:
-        warnings.warn("torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly. "
-                      "use_reentrant=False is recommended.", stacklevel=2)
+        warnings.warn(_REENTRANT_UNSPECIFIED, stacklevel=2)
+        use_reentrant = True
+    preserve = kwargs.pop("preserve_rng_state", True)
+    if use_reentrant:
+        if kwargs:
+            raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
+        if context_fn is not noop_context_fn or debug is not False:
+            raise ValueError("Passing `context_fn` or `debug` is only supported when use_reentrant=False.")
+        return CheckpointFunction.apply(function, preserve, *args)
+    return _checkpoint_without_reentrant(function, preserve, context_fn, determinism_check, early_stop, args, kwargs)
+
+
+def checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwargs):
+    """Run a sequence of modules (or an nn.Sequential) in `segments` checkpointed chunks;
+    the last chunk runs normally, so the output has its graph."""
+    if use_reentrant is None:
+        warnings.warn(_SEQUENTIAL_REENTRANT_UNSPECIFIED, stacklevel=2)
+        use_reentrant = True
+    preserve = kwargs.pop("preserve_rng_state", True)
     if kwargs:
-        def function_with_kwargs(*a, _f=function):
-            return _f(*a, **kwargs)
-        return CheckpointFunction.apply(function_with_kwargs, preserve_rng_state, *args)
-    return CheckpointFunction.apply(function, preserve_rng_state, *args)
+        raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
+    if hasattr(functions, "children"):  # nn.Sequential
+        functions = list(functions.children())
+
+    def run(start, end):
+        def forward(x):
+            for j in range(start, end + 1):
+                x = functions[j](x)
+            return x
+        return forward
+
+    size = len(functions) // segments
+    end = -1
+    for start in range(0, size * (segments - 1), size):
+        end = start + size - 1
+        input = checkpoint(run(start, end), input, use_reentrant=use_reentrant, preserve_rng_state=preserve)
+    return run(end + 1, len(functions) - 1)(input)
