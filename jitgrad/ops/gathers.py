@@ -331,7 +331,8 @@ def index_copy(input, dim, index, source):  # noqa: A002
 def _in_place(fn):
     def op(self, *args, **kwargs):
         others = tuple(a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor))
-        fn(self.detach(), *args, **kwargs)  # the checks (bounds, shapes) before anything is written
+        if self._data.size == 1:  # _apply marks saved one-element values stale before computing:
+            fn(self.detach(), *args, **kwargs)  # check (bounds, shapes) before it does
         return _inplace._apply(self, lambda a: fn(a, *args, **kwargs), *others)
     op.__name__ = fn.__name__ + "_"
     return op

@@ -275,6 +275,28 @@ def test_a_bad_index_writes_nothing():
         assert x._version == 0
 
 
+def test_a_bad_index_into_a_one_element_tensor_leaves_its_saved_uses_valid():
+    x = J.tensor([2.0], requires_grad=True)
+    y = x * 1.0
+    z = y * y  # saves y
+    with pytest.raises(RuntimeError, match="index 3 is out of bounds"):
+        y.scatter_(0, J.tensor([3]), 1.0)
+    z.backward()
+    assert_close(x.grad, [4.0])
+
+
+def test_in_place_through_a_view_matches_torch():
+    def run(T):
+        x = T.tensor(X34.copy(), requires_grad=True)
+        y = x * 2.0
+        y[1].index_fill_(0, _idx(T, [0, 3]), 0.5)
+        y[:, 2].scatter_add_(0, _idx(T, [0, 0]), x[0, :2])
+        (y ** 2).sum().backward()
+        return y, x.grad
+    for a, b in zip(run(J), run(torch)):
+        assert_close(a, b)
+
+
 def test_gradients_by_finite_differences():
     x = J.tensor(X34, requires_grad=True)
     s = J.tensor(SRC, requires_grad=True)
