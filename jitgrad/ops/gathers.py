@@ -150,6 +150,8 @@ def index_select(input, dim, index):  # noqa: A002
     if a.dtype.kind not in "iu":
         raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
     idx = a.reshape(-1).astype(np.int64)
+    if not shape and idx.size != 1:
+        raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {idx.size} value(s)")
     n = _shape1(shape)[dim]
     bad = (idx < 0) | (idx >= n)
     if bad.any():

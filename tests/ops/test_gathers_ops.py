@@ -231,6 +231,7 @@ ERRORS = {
     "gather_dim": lambda T, x: x.gather(2, _idx(T, [[1]])),
     "index_select_range": lambda T, x: x.index_select(1, _idx(T, [4])),
     "index_select_float": lambda T, x: x.index_select(1, T.tensor([1.0])),
+    "index_select_scalar": lambda T, x: x[0, 0].index_select(0, _idx(T, [0, 0])),
     "index_select_2d": lambda T, x: x.index_select(1, _idx(T, [[1]])),
     "scatter_range": lambda T, x: x.scatter(1, _idx(T, [[5]]), 1.0),
     "scatter_dtype": lambda T, x: x.scatter(1, _idx(T, [[1]]), x.float()),
@@ -342,3 +343,35 @@ def test_compiled_step_with_data_dependent_positions_runs_eagerly_with_eager_res
         assert_close(g, w.grad)
     with pytest.raises(GraphBreak, match="gather reads its positions from tensor data"):
         J.compile(step, fullgraph=True)(w, J.tensor([[0], [1], [2]]))
+
+
+EDGE = {
+    "sort_0d": lambda T: T.sort(T.tensor(3.0)),
+    "topk_0d": lambda T: T.topk(T.tensor(3.0), 1),
+    "gather_0d": lambda T: T.tensor(3.0).gather(0, T.tensor(0)),
+    "index_select_0d": lambda T: T.tensor(3.0).index_select(0, T.tensor(0)),
+    "sort_empty": lambda T: T.zeros(0).sort(),
+    "sort_empty_dim": lambda T: T.zeros(2, 0).sort(1),
+    "masked_select_none": lambda T: T.zeros(3).masked_select(T.zeros(3) > 1),
+    "nonzero_empty": lambda T: T.zeros(0, 2).nonzero(),
+    "unique_empty": lambda T: T.unique(T.zeros(0)),
+    "gather_empty_index": lambda T: T.zeros(3, 4).gather(1, T.zeros(3, 0, dtype=T.int64)),
+    "median_0d": lambda T: T.tensor(3.0).median(),
+    "median_empty": lambda T: T.zeros(0).median(),
+    "kthvalue_0d": lambda T: T.tensor(3.0).kthvalue(1),
+    "median_0d_dim": lambda T: T.tensor(3.0).median(0),
+    "mode_0d": lambda T: T.tensor(3.0).mode(),
+    "argsort_0d": lambda T: T.tensor(3.0).argsort(),
+    "index_fill_tensor_value": lambda T: T.ones(2, 3).index_fill(1, T.tensor([2]), T.tensor(7.0)),
+    "scatter_value_keyword": lambda T: T.tensor([[1.0, 2.0], [3.0, 4.0]]).scatter(1, T.tensor([[1], [0]]), value=5.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE))
+def test_zero_dim_and_empty_inputs_match_torch(name):
+    j, t = EDGE[name](J), EDGE[name](torch)
+    j, t = (j, t) if isinstance(t, tuple) else ((j,), (t,))
+    assert len(j) == len(t)
+    for a, b in zip(j, t):
+        assert str(a.dtype) == str(b.dtype) and tuple(a.shape) == tuple(b.shape)
+        np.testing.assert_array_equal(to_np(a), to_np(b))
