@@ -372,6 +372,11 @@ def _data1(input, fn):
     return a.reshape(1) if a.ndim == 0 else a
 
 
+def _reduced_nonempty(fn, a, dim):
+    if a.shape[dim] == 0:
+        raise IndexError(f"{fn}(): Expected reduction dim {dim} to have non-zero size.")
+
+
 def sort(input, dim=-1, descending=False, stable=False):  # noqa: A002
     dim = _wrap_dim(dim, input._data.ndim)
     order = _order(_data1(input, "sort"), dim, descending)
@@ -404,6 +409,7 @@ def kthvalue(input, k, dim=-1, keepdim=False):  # noqa: A002
     ndim = input._data.ndim
     dim = _wrap_dim(dim, ndim)
     a = _data1(input, "kthvalue")
+    _reduced_nonempty("kthvalue", a, dim)
     if not 1 <= k <= a.shape[dim]:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim}")
     order = np.take(_order(a, dim, False), [k - 1], axis=dim)
@@ -438,7 +444,9 @@ def median(input, dim=None, keepdim=False):  # noqa: A002
         return add(res, mul(add(input, mul(input.detach(), -1.0)), w).sum())
     ndim = a.ndim
     dim = _wrap_dim(dim, ndim)
-    order = _median_order(_data1(input, "median"), dim)
+    a = _data1(input, "median")
+    _reduced_nonempty("median", a, dim)
+    order = _median_order(a, dim)
     return return_types_median(*_keep(*_select_along(input, order, dim, "median"), dim, keepdim, ndim))
 
 
@@ -446,12 +454,18 @@ def mode(input, dim=-1, keepdim=False):  # noqa: A002
     a = _data1(input, "mode")
     ndim = input._data.ndim
     dim = _wrap_dim(dim, ndim)
+    _reduced_nonempty("mode", a, dim)
     rows = np.moveaxis(a, dim, -1).reshape(-1, a.shape[dim])
-    picked = np.empty(rows.shape[0], np.int64)
-    for r, row in enumerate(rows):  # the most frequent value (the smallest on a tie), at its last index
-        vals, counts = np.unique(row, return_counts=True)
-        v = vals[np.argmax(counts)]
-        picked[r] = np.flatnonzero(row == v)[-1]
+    # per row, the most frequent value (the smallest on a tie: the first longest run of the
+    # sorted row), then its last index in the row, as PyTorch's CPU mode
+    m, n = rows.shape
+    srt = np.sort(rows, axis=1)
+    starts = np.ones((m, n), bool)
+    starts[:, 1:] = srt[:, 1:] != srt[:, :-1]
+    run = np.cumsum(starts, axis=1) - 1 + (np.arange(m) * n)[:, None]
+    count = np.bincount(run.reshape(-1), minlength=m * n)[run]
+    value = srt[np.arange(m), np.argmax(count, axis=1)]
+    picked = n - 1 - np.argmax((rows == value[:, None])[:, ::-1], axis=1)
     moved_shape = np.moveaxis(a, dim, -1).shape[:-1] + (1,)
     order = np.moveaxis(picked.reshape(moved_shape), -1, dim)
     return return_types_mode(*_keep(*_select_along(input, order, dim, "mode"), dim, keepdim, ndim))

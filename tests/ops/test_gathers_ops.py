@@ -255,6 +255,9 @@ ERRORS = {
     "one_hot_big": lambda T, x: T.nn.functional.one_hot(_idx(T, [1, 5]), 3),
     "one_hot_float": lambda T, x: T.nn.functional.one_hot(T.tensor([1.0])),
     "one_hot_negative": lambda T, x: T.nn.functional.one_hot(_idx(T, [-1])),
+    "median_empty_dim": lambda T, x: T.zeros(2, 0).median(1),
+    "kthvalue_empty_dim": lambda T, x: T.zeros(2, 0).kthvalue(1, 1),
+    "mode_empty_dim": lambda T, x: T.zeros(2, 0).mode(1),
     "searchsorted_shapes": lambda T, x: T.searchsorted(x, T.tensor([[1.0], [2.0]])),
 }
 
@@ -363,6 +366,9 @@ EDGE = {
     "mode_0d": lambda T: T.tensor(3.0).mode(),
     "argsort_0d": lambda T: T.tensor(3.0).argsort(),
     "index_fill_tensor_value": lambda T: T.ones(2, 3).index_fill(1, T.tensor([2]), T.tensor(7.0)),
+    "topk_empty": lambda T: T.zeros(2, 0).topk(0, 1),
+    "mode_no_rows": lambda T: T.zeros(0, 3).mode(1),
+    "median_no_rows": lambda T: T.zeros(0, 3).median(1),
     "scatter_value_keyword": lambda T: T.tensor([[1.0, 2.0], [3.0, 4.0]]).scatter(1, T.tensor([[1], [0]]), value=5.0),
 }
 
@@ -375,3 +381,14 @@ def test_zero_dim_and_empty_inputs_match_torch(name):
     for a, b in zip(j, t):
         assert str(a.dtype) == str(b.dtype) and tuple(a.shape) == tuple(b.shape)
         np.testing.assert_array_equal(to_np(a), to_np(b))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_mode_with_many_ties_matches_torch(dim):
+    a = np.random.default_rng(dim + 4).integers(0, 4, (5, 6, 7))
+    for dt in ("int64", "float64"):
+        j = J.tensor(a.astype(dt)).mode(dim, keepdim=dim == 1)
+        t = torch.tensor(a.astype(dt)).mode(dim, keepdim=dim == 1)
+        for x, y in zip(j, t):
+            assert tuple(x.shape) == tuple(y.shape)
+            np.testing.assert_array_equal(to_np(x), to_np(y))
