@@ -35,6 +35,7 @@ CASES = {
     "index_select_dim0": ([X234], lambda T, x: x.index_select(0, _idx(T, [1, 1, 0]))),
     "masked_select": ([X34], lambda T, x: T.masked_select(x, x > 0.2)),
     "masked_select_bcast": ([X34], lambda T, x: x.masked_select(T.tensor([True, False, True, True]))),
+    "masked_select_input_bcast": ([V], lambda T, x: x.masked_select(T.tensor(X34 > 0))),
     "scatter_src": ([X34, SRC[:, :2]], lambda T, x, s: x.scatter(1, _idx(T, [[3, 0], [1, 2], [0, 3]]), s)),
     "scatter_value": ([X34], lambda T, x: T.scatter(x, 0, _idx(T, [[2, 0, 1, 1]]), 1.5)),
     "scatter_add": ([X34, SRC[:, :3]], lambda T, x, s: x.scatter_add(1, _idx(T, [[3, 3, 0], [1, 2, 1], [0, 0, 0]]), s)),
@@ -130,6 +131,16 @@ def test_integer_inputs():
         j, t = fn(J, J.tensor(a)), fn(torch, torch.tensor(a))
         assert str(j.dtype) == str(t.dtype), (j.dtype, t.dtype)
         np.testing.assert_array_equal(to_np(j), to_np(t))
+
+
+def test_float32_stays_float32():
+    for fn in (lambda T, x: x.gather(1, _idx(T, [[1], [0], [2]])), lambda T, x: x.sort(0).values,
+               lambda T, x: x.scatter_add(0, _idx(T, [[1, 2]]), x), lambda T, x: x.median(),
+               lambda T, x: x.index_fill(0, _idx(T, [1]), 2.0), lambda T, x: T.masked_select(x, x > 0)):
+        j = fn(J, J.tensor(X34, dtype=J.float32, requires_grad=True))
+        t = fn(torch, torch.tensor(X34, dtype=torch.float32, requires_grad=True))
+        assert j.dtype == J.float32 and t.dtype == torch.float32
+        np.testing.assert_allclose(to_np(j), to_np(t), rtol=1e-6)
 
 
 def test_return_types_are_named_tuples():
