@@ -10,7 +10,7 @@ The layers, each importing only those before it (README.md, "How a gradient trav
 """
 from jitgrad import autograd  # noqa: F401  (torch.autograd)
 from jitgrad import ops as _ops  # noqa: F401  (the op table: binds Tensor methods)
-from jitgrad._core.device import device
+from jitgrad._core.device import device, get_default_device, set_default_device
 from jitgrad._core.dtype import bool_ as bool  # noqa: A004
 from jitgrad._core.dtype import (
     double,
@@ -46,6 +46,8 @@ from jitgrad.graph.tensor import (
     from_numpy,
     full,
     full_like,
+    linspace,
+    logspace,
     manual_seed,
     ones,
     ones_like,
@@ -67,6 +69,8 @@ def is_tensor(obj):
 
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
 from jitgrad import (  # noqa: E402
+    accelerator,
+    backends,
     compiler,
     cuda,
     func,

@@ -63,12 +63,25 @@ def _tname(x):
     return "NoneType" if x is None else type(x).__name__
 
 
+_DEFAULT = [CPU]  # where a factory puts a tensor given no device (torch.set_default_device)
+
+
+def set_default_device(dev):
+    """torch.set_default_device: None restores the CPU. The device is checked now, and
+    whether a GPU is there when a factory places data on it (as in PyTorch)."""
+    _DEFAULT[0] = CPU if dev is None else check(dev, "set_default_device")
+
+
+def get_default_device():
+    return _DEFAULT[0]
+
+
 def check(dev, fn):
     """Return the device `dev` names if jitgrad can compute there (cpu, or cuda with its index
-    made explicit), else raise what PyTorch raises. fn: the calling function's name, for the
-    type error."""
+    made explicit), else raise what PyTorch raises; None: the default device. fn: the
+    calling function's name, for the type error."""
     if dev is None:
-        return CPU
+        return _DEFAULT[0]
     if isinstance(dev, str):
         dev = device(dev)
     elif isinstance(dev, int) and not isinstance(dev, bool):

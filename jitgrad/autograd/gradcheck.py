@@ -153,8 +153,9 @@ def _check_inputs(inputs):
                           "This check will likely fail if all the inputs are not of double precision floating point "
                           "or complex. ", stacklevel=2)
         arr = inp._data
-        # moving one element must not move another: an expanded input shares them
-        if not all(st > 0 or sz <= 1 for st, sz in zip(arr.strides, arr.shape)):
+        # moving one element must not move another: an expanded input shares them (numpy gives
+        # a fresh empty array 0 strides: there is nothing to move)
+        if arr.size and not all(st > 0 or sz <= 1 for st, sz in zip(arr.strides, arr.shape)):
             raise RuntimeError(f"The {idx}th input has a dimension with stride 0. gradcheck only supports inputs that "
                                "are non-overlapping to be able to compute the numerical gradients correctly. You "
                                "should call .contiguous on the input before passing it to gradcheck.")

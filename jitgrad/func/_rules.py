@@ -385,6 +385,46 @@ def _transpose(ctx, x, dim0, dim1):
     return ctx.wrap(ctx.fn(ctx.phys(x), _pdim(ctx, dim0, r), _pdim(ctx, dim1, r)) if r else ctx.phys(x) * 1)
 
 
+@batch_rule(primitives=("split", "split_with_sizes", "unbind"),
+            public=("narrow", "select", "split", "split_with_sizes", "chunk", "unbind"))
+def _dim_view(ctx, x, *args, dim=None):
+    """narrow(x, dim, start, length), select(x, dim, index), unbind(x, dim=0): dim first;
+    split(x, size, dim=0), chunk(x, n, dim=0): dim second. The same op on the physical tensor."""
+    first = ctx.name in ("narrow", "select")
+    if dim is None:
+        at = 0 if first or ctx.name == "unbind" else 1
+        dim = args[at] if len(args) > at else 0
+        args = args[:at] + args[at + 1:]
+    dim = _pdim(ctx, dim, x.ndim)
+    out = ctx.fn(ctx.phys(x), dim, *args) if first else ctx.fn(ctx.phys(x), *args, dim=dim)
+    return ctx.wrap(out)
+
+
+@batch_rule(public=("masked_fill",))
+def _masked_fill(ctx, x, mask, value):
+    """The op broadcasts x and the mask (where's rule): both padded to one rank."""
+    if is_batched(value):  # a 0-d value per sample
+        return fallback(ctx, x, mask, value)
+    rank = max(ndim(x), ndim(mask))
+    return ctx.wrap(ctx.fn(ctx.padded(x, rank), ctx.padded(mask, rank), value))
+
+
+@batch_rule(primitives=("diagonal",), public=("diagonal",))
+def _diagonal(ctx, x, offset=0, dim1=0, dim2=1):
+    if x.ndim < 2:
+        return ctx.fn(F.zeros_like(ctx.phys(x).reshape(tuple(x.shape))), offset, dim1, dim2)  # torch's error
+    return ctx.wrap(ctx.fn(ctx.phys(x), offset, _pdim(ctx, dim1, x.ndim), _pdim(ctx, dim2, x.ndim)))
+
+
+@batch_rule(primitives=("repeat",), public=("repeat",))
+def _repeat(ctx, x, *repeats):
+    reps = _shape(repeats)
+    if len(reps) < x.ndim:
+        return ctx.fn(F.zeros_like(ctx.phys(x).reshape(tuple(x.shape))), reps)  # torch's error
+    p = ctx.padded(x, len(reps))
+    return ctx.wrap(ctx.fn(p, (1,) * ctx.nb + reps))
+
+
 @batch_rule(primitives=("t",), public=("t",))
 def _t(ctx, x):
     if x.ndim > 2:

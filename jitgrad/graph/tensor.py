@@ -854,6 +854,48 @@ def arange(start, end=None, step=1, dtype=None, requires_grad=False, device=None
     return _finish(place(np.arange(start, end, step, dtype=npd), dev), requires_grad)
 
 
+def _spaced(fn, start, end, steps, npd, calc, fused):
+    """start .. end in `steps` evenly spaced values, as torch's kernels make them: the ends
+    cast to the result's dtype npd, the values computed in dtype calc, from start for the
+    first half and from end for the second (both ends exact). fused: a + step * i rounded
+    once, as linspace's compiled kernel does (a fused multiply-add), so it is computed in a
+    wider float; else rounded twice (logspace's)."""
+    if not (_number(start) and _number(end) and _is_int(steps)):
+        raise TypeError(f"{fn}() received an invalid combination of arguments - got ({_tname(start)}, {_tname(end)}, "
+                        f"{_tname(steps)}), but expected one of:\n * (Number start, Number end, int steps, *, "
+                        "Tensor out = None, torch.dtype dtype = None, torch.device device = None, "
+                        "bool requires_grad = False)")
+    steps = int(steps)
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
+    lo, hi = calc.type(npd.type(start)), calc.type(npd.type(end))
+    if steps <= 1:
+        return np.full(steps, lo, dtype=calc)
+    wide = (np.float64 if calc == np.float32 else np.longdouble) if fused else calc.type
+    i = np.arange(steps, dtype=wide)
+    with np.errstate(all="ignore"):
+        step = wide((hi - lo) / calc.type(steps - 1))
+        return np.where(i < steps // 2, wide(lo) + step * i, wide(hi) - step * (steps - 1 - i)).astype(calc)
+
+
+def linspace(start, end, steps, dtype=None, requires_grad=False, device=None):
+    npd = _dtype_arg(dtype, "linspace") or _dtype.get_default_dtype().np
+    dev = _device.check(device, "linspace")
+    calc = npd if npd.kind == "f" else np.dtype(np.float64)  # integer results: a float64 step, truncated
+    return _finish(place(_spaced("linspace", start, end, steps, npd, calc, True).astype(npd), dev), requires_grad)
+
+
+def logspace(start, end, steps, base=10.0, dtype=None, requires_grad=False, device=None):
+    npd = _dtype_arg(dtype, "logspace") or _dtype.get_default_dtype().np
+    dev = _device.check(device, "logspace")
+    # torch computes the powers in double whatever the dtype, then casts
+    exps = _spaced("logspace", start, end, steps, npd, np.dtype(np.float64), False)
+    with np.errstate(all="ignore"):
+        out = np.power(np.float64(base), exps)
+    return _finish(place(out.astype(npd), dev), requires_grad)
+
+
 def eye(n, m=None, dtype=None, requires_grad=False, device=None):
     for name, v in (("n", n), ("m", m)):
         if v is None and name == "m":

@@ -10,8 +10,10 @@ from jitgrad._core.messages import torch_size
 from jitgrad.graph.tensor import Tensor, _rng, place
 from jitgrad.ops import functional as _F
 from jitgrad.ops import nn as _nn
-from jitgrad.ops.elementwise import relu, sigmoid, tanh  # noqa: F401
+from jitgrad.ops.elementwise import relu as _relu
+from jitgrad.ops.elementwise import sigmoid, tanh  # noqa: F401
 from jitgrad.ops.gathers import one_hot  # noqa: F401
+from jitgrad.ops.inplace import UNARY as _INPLACE
 
 # the primitives' forwards, each beside its entry in ops/nn.py
 from jitgrad.ops.nn import (  # noqa: F401
@@ -30,6 +32,11 @@ from jitgrad.ops.nn import (  # noqa: F401
 )
 
 linear = _F.linear
+relu_ = _INPLACE["relu_"]
+
+
+def relu(input, inplace=False):
+    return relu_(input) if inplace else _relu(input)
 
 
 def _implicit_dim(name, ndim, stacklevel):

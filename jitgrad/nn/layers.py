@@ -38,9 +38,13 @@ class Linear(Module):
 class ReLU(Module):
     def __init__(self, inplace=False):
         super().__init__()
+        self.inplace = inplace
 
     def forward(self, x):
-        return F.relu(x)
+        return F.relu(x, inplace=self.inplace)
+
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
 
 
 class Identity(Module):

@@ -81,8 +81,23 @@ def asarray(x, dtype=None):
 
 def storage(t):
     """Tensor t's array, to write into in place: its ndarray (a 0-d result held as a numpy
-    scalar becomes one) or its device array."""
-    return t._data if type(t._data) is DeviceArray else t._array()
+    scalar becomes one) or its device array. An expand() view is a read-only numpy array
+    (so that nothing writes one location twice by accident); a write that the in-place op
+    checked not to overlap (inplace._check_writable) goes through a writable alias of it."""
+    if type(t._data) is DeviceArray:
+        return t._data
+    a = t._array()
+    return a if a.flags.writeable else _writable_alias(a)
+
+
+def _writable_alias(a):
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if not root.flags.writeable:  # the memory itself is read-only: numpy's own error follows
+        return a
+    offset = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return np.ndarray(a.shape, a.dtype, buffer=root, offset=offset, strides=a.strides)
 
 
 def copy_array(d):

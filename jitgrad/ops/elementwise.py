@@ -19,6 +19,7 @@ from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
+from jitgrad._core.messages import c_name
 from jitgrad.graph.record import record, record_ew
 from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import _ARRAYLIKE, Tensor, in_inference_mode
@@ -397,6 +398,10 @@ WHERE = elementwise("where", "WhereBackward0", "where(condition, grad, 0.0)", "w
 
 
 def where(cond, a, b):
+    return _where(WHERE, cond, a, b)
+
+
+def _where(spec, cond, a, b):
     c = cond._data if isinstance(cond, Tensor) else np.asarray(cond)
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         return _wrap(np.where(c, a, b))
@@ -419,7 +424,34 @@ def where(cond, a, b):
         for made, given in ((ta, a), (tb, b)):
             if made is not given:
                 _cap.rec.alias(made, np.asarray(made._data))
-    return _ew(WHERE, out, ta, tb, aux=aux)
+    return _ew(spec, out, ta, tb, aux=aux)
+
+
+# masked_fill(x, mask, v) is where(~mask, x, v) under PyTorch's node names (a number v:
+# MaskedFillBackward0; a 0-d tensor v, which gets the sum of the gradient where the mask is
+# set: MaskedFillBackward1). _saved_condition is the inverted mask (torch saves the mask).
+MASKED_FILL = alias("masked_fill", WHERE, "MaskedFillBackward0")
+MASKED_FILL_TENSOR = alias("masked_fill_tensor", WHERE, "MaskedFillBackward1")
+
+
+def masked_fill(x, mask, value):
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"masked_fill(): argument 'mask' (position 1) must be Tensor, not {type(mask).__name__}")
+    if mask._data.dtype.kind != "b":
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
+                           f"{c_name(mask._data.dtype)}")
+    if isinstance(value, Tensor):
+        if value._data.ndim:
+            raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                               f"{value._data.ndim} dimension(s).")
+        if value._data.dtype != x._data.dtype:
+            value = to_dtype(value, _dtype.from_numpy_dtype(x._data.dtype))
+        spec = MASKED_FILL_TENSOR
+    else:
+        value = np.asarray(value).astype(x._data.dtype).item()  # x's dtype, as in torch: a number of its kind
+        spec = MASKED_FILL
+    keep = logical_not(mask)  # a traced op in a jitgrad.compile recording: the mask is data
+    return _where(spec, keep, x, value)
 
 
 # --- comparisons and logic (never differentiable) -------------------------------------

@@ -16,6 +16,7 @@ import jitgrad.graph.views as _views
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
+from jitgrad._core.messages import scalar_name
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.spec import SPECS
 from jitgrad.graph.tensor import Tensor
@@ -111,10 +112,12 @@ def _update_tangent(t, new):
             tt.copy_(nt)
 
 
-def _apply(t, compute, *others):
-    """t <- compute(old t), in place; recorded as compute's node when needed."""
+def _apply(t, compute, *others, fills=False):
+    """t <- compute(old t), in place; recorded as compute's node when needed. `fills`: the
+    op writes one value everywhere, which PyTorch allows into overlapping memory."""
     _stop("an in-place op in a compiled step")
-    _check_writable(t)
+    if not fills:
+        _check_writable(t)
     if t._data.size == 1:
         for s in _sharing(t):
             _stale_one_element_saves(s)
@@ -175,9 +178,18 @@ def _refresh_views(root, written, rebased):
             _rebase(v, again)
 
 
-def _check_writable(t):
+def _check_writable(t, index=None):
+    """PyTorch refuses a write that would reach one memory location through two elements
+    (into an expand() result); a write to part of it that repeats none, `g[0] = 0`, is fine."""
     d = t._data
-    if type(d) is np.ndarray and not d.flags.writeable and 0 in d.strides and d.size > 1:
+    if type(d) is not np.ndarray or d.flags.writeable:
+        return
+    if index is not None:
+        index = F._norm_index(index, d)
+        if any(isinstance(i, (np.ndarray, DeviceArray)) for i in index):
+            return  # advanced indexing writes each selected element once (PyTorch only warns)
+        d = d[index]
+    if any(s == 0 and n > 1 for n, s in zip(d.shape, d.strides)):
         raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                            "single memory location. Please clone() the tensor before performing the operation.")
 
@@ -282,7 +294,7 @@ def _overwritten(spec, a, value):
 
 def _overwrite(t, spec, value):
     others = (value,) if isinstance(value, Tensor) else ()
-    return _apply(t, lambda a: _overwritten(spec, a, value), *others)
+    return _apply(t, lambda a: _overwritten(spec, a, value), *others, fills=spec is not F.COPY)
 
 
 def copy_(t, src):
@@ -327,7 +339,7 @@ def setitem(t, index, value):
     if not isinstance(value, Tensor):
         value = F._wrap(np.asarray(value, dtype=t._data.dtype))
     value = _to_device_of(t, value)
-    _check_writable(t)
+    _check_writable(t, index)
     if not _needs_record(t, value):
         dual = _dual(t, (value,))
         d = storage(t)
@@ -404,3 +416,44 @@ def install():
     Tensor.__isub__ = _iop(sub_)
     Tensor.__imul__ = _iop(mul_)
     Tensor.__itruediv__ = _iop(div_)
+
+
+# --- in-place forms of the unary ops (exp_, relu_, ...) and masked_fill_ ------------------
+# Each is its out-of-place op written back into the tensor (the node is the op's own, as in
+# PyTorch: y.exp_() gives ExpBackward0), through _apply: views, versions and rebasing as above.
+_KEEP_INT = {"neg", "abs", "sign", "relu"}  # the others give floats, which an int tensor cannot hold
+
+
+def _unary_inplace(name):
+    def op(t):
+        kind = t._data.dtype.kind
+        if kind in "iub" and name not in _KEEP_INT:
+            raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                               f"{scalar_name(t._data.dtype)}")
+        return _apply(t, getattr(F, name))
+    op.__name__ = op.__qualname__ = name + "_"
+    return op
+
+
+UNARY = {name + "_": _unary_inplace(name) for name in (
+    "neg", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "erf", "sigmoid", "relu", "abs",
+    "reciprocal", "sign")}
+
+
+def pow_(t, exponent):
+    return _apply(t, lambda a: F.pow(a, exponent), exponent)
+
+
+def masked_fill_(t, mask, value):
+    if isinstance(mask, Tensor) and np.broadcast_shapes(mask._data.shape, t._data.shape) != t._data.shape:
+        raise RuntimeError(f"output with shape {list(t._data.shape)} doesn't match the broadcast shape "
+                           f"{list(np.broadcast_shapes(mask._data.shape, t._data.shape))}")
+    return _apply(t, lambda a: F.masked_fill(a, mask, value), value)
+
+
+def install_unary():
+    for name, fn in UNARY.items():
+        setattr(Tensor, name, fn)
+    Tensor.pow_ = pow_
+    Tensor.__ipow__ = _iop(pow_)
+    Tensor.masked_fill_ = masked_fill_

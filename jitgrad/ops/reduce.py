@@ -342,3 +342,20 @@ def sum_to(t, shape):
     return reshape(sum(t, dims, keepdim=True), shape) if dims else reshape(t, shape)
 
 
+
+
+# --- all / any: logical reductions, never differentiable (a bool result) ---------------------
+def _logical(npfn, name):
+    def op(x, dim=None, keepdim=False):
+        axes = None if dim is None else _dims(x, dim)
+        res = _wrap(asarray(npfn(x._data, axis=axes, keepdims=keepdim and dim is not None)))
+        if _cap.on and _cap.mine():  # a bool result: jitgrad.compile replays it in Python
+            _cap.rec.python(lambda d: (np.asarray(npfn(d, axis=axes, keepdims=keepdim and dim is not None)),),
+                            (x,), (res,), name)
+        return res
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+all = _logical(np.all, "all")  # noqa: A001
+any = _logical(np.any, "any")  # noqa: A001

@@ -519,7 +519,7 @@ def gather_jvp(ci, tangents):
     idx = ci.saved_named("_flat_index")._data
     out_shape = ci.out_shape()
     data = None
-    if ci.spec().op in (SELECT.op, SLICE.op) and idx.size:
+    if ci.spec().op in _VIEW_GATHERS and idx.size:
         data = _affine_view(tg._data, idx.reshape(out_shape))
     return index_flat(tg, idx, out_shape, ci.spec(), data=data)
 
@@ -643,3 +643,180 @@ def cat_jvp(ci, tangents):
 CAT = structural("cat", "CatBackward0", rule=cat_rule, kernel=k_cat, args=("tensors",),
                  iparams=("outer", "total", "inner", "dim", "*sizes"), forward=cat, jvp=cat_jvp, fwd_kernel=f_cat)
 STACK = alias("stack", CAT, "StackBackward0", forward=stack)
+
+
+# --- views that select part of a tensor: narrow, select, split, chunk, unbind, diagonal -----
+# Each is the gather primitive at the positions the view covers (affine in the output
+# position), under PyTorch's node name, and its result shares x's storage: a real view.
+# split / chunk / unbind make one node per piece (PyTorch's single node has several outputs).
+def _gathered_view(x, spec, out, positions, fn, piece=None):
+    """out (a view of x's array, fn(x's array) gives it) as gather `spec` of x at the flat
+    `positions` (a host array: computed only when the op is recorded or traced). piece: the
+    index of this view among the several one call returns (split, unbind): PyTorch forbids
+    writing those in place, and its message names the output and the function."""
+    meta, origin = (_views.MULTI_OUTPUT, (piece, spec.node_name.replace("Backward0", ""))) if piece is not None \
+        else (_views.DEFAULT, None)
+    if _no_record(x) and not (_cap.on and _cap.mine()):
+        return _mark_view(_wrap(out), x, fn, meta, origin)
+    flat = positions().reshape(-1)
+    if type(x._data) is DeviceArray:
+        flat = DeviceArray.from_host(flat)
+    return _mark_view(index_flat(x, flat, out.shape, spec, data=out), x, fn, meta, origin)
+
+
+def _basic_view(x, spec, idx, piece=None):
+    """x[idx] for a tuple of ints and slices, recorded as `spec`."""
+    d = x._data
+    full = idx + (Ellipsis,)  # an int then gives a 0-d view, not a scalar copy
+
+    def fn(a):
+        return a[full]
+    return _gathered_view(x, spec, asarray(fn(d)), lambda: _positions(d.shape, full), fn, piece)
+
+
+def _dim_of(x, dim, fn):
+    nd = x._data.ndim
+    if nd == 0:
+        raise RuntimeError(f"{fn}() cannot be applied to a 0-dim tensor.")
+    return _wrap_dim(operator.index(dim), nd)
+
+
+def narrow(x, dim, start, length):
+    dim = _dim_of(x, dim, "narrow")
+    size = x._data.shape[dim]
+    start, length = operator.index(start), operator.index(length)  # a 0-d int tensor is an index too
+    if not -size <= start <= size:
+        raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], but got {start})")
+    if start < 0:
+        start += size
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
+    if start + length > size:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    return _basic_view(x, SLICE, (slice(None),) * dim + (slice(start, start + length),))
+
+
+def select(x, dim, index):
+    if x._data.ndim == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    dim = _wrap_dim(operator.index(dim), x._data.ndim)
+    size = x._data.shape[dim]
+    index = operator.index(index)
+    if not -size <= index < size:
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list(x._data.shape)} at "
+                         f"dimension {dim}")
+    return _basic_view(x, SELECT, (slice(None),) * dim + (index % size,))
+
+
+def _pieces(x, spec, sizes, dim):
+    out = []
+    off = 0
+    for k, n in enumerate(sizes):
+        out.append(_basic_view(x, spec, (slice(None),) * dim + (slice(off, off + n),), k))
+        off += n
+    return tuple(out)
+
+
+def split_with_sizes(x, split_sizes, dim=0):
+    sizes = tuple(split_sizes)
+    for k, n in enumerate(sizes):
+        if isinstance(n, (bool, np.bool_)) or not hasattr(n, "__index__"):
+            raise TypeError(f"split_with_sizes(): argument 'split_sizes' (position 2) must be tuple of ints, but "
+                            f"found element of type {type(n).__name__} at pos {k}")
+    sizes = tuple(operator.index(n) for n in sizes)
+    dim = _wrap_dim(operator.index(dim), x._data.ndim)
+    if x._data.ndim == 0:
+        raise RuntimeError("split_with_sizes expects at least a 1-dimensional tensor")
+    total = x._data.shape[dim]
+    if any(n < 0 for n in sizes):
+        raise RuntimeError(f"split_with_sizes expects split_sizes have only non-negative entries, but got "
+                           f"split_sizes={list(sizes)}")
+    if sum(sizes) != total:
+        raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {total} (input tensor's size at "
+                           f"dimension {dim}), but got split_sizes={list(sizes)}")
+    return _pieces(x, SPLIT_WITH_SIZES, sizes, dim)
+
+
+def split(x, split_size_or_sections, dim=0):
+    """torch.split / Tensor.split: pieces of split_size (the last one smaller), or of the
+    given sizes (split_with_sizes)."""
+    if isinstance(split_size_or_sections, (list, tuple)):
+        return split_with_sizes(x, split_size_or_sections, dim)
+    step = operator.index(split_size_or_sections)
+    if x._data.ndim == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
+    dim = _wrap_dim(operator.index(dim), x._data.ndim)
+    total = x._data.shape[dim]
+    if step < 0:
+        raise RuntimeError(f"split expects split_size be non-negative, but got split_size={step}")
+    if step == 0 and total != 0:
+        raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {total}")
+    count = max(-(-total // step), 1) if step else 1
+    sizes = [min(step, total - k * step) for k in range(count)]
+    return _pieces(x, SPLIT, sizes, dim)
+
+
+def chunk(x, chunks, dim=0):
+    chunks = operator.index(chunks)
+    if x._data.ndim == 0:
+        raise RuntimeError("chunk expects at least a 1-dimensional tensor")
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    dim = _wrap_dim(operator.index(dim), x._data.ndim)
+    total = x._data.shape[dim]
+    if total == 0:  # every piece empty: as many as asked
+        return _pieces(x, SPLIT_WITH_SIZES, [0] * chunks, dim)
+    return split(x, -(-total // chunks), dim)
+
+
+def unbind(x, dim=0):
+    if x._data.ndim == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+    dim = _wrap_dim(operator.index(dim), x._data.ndim)
+    return tuple(_basic_view(x, UNBIND, (slice(None),) * dim + (i,), i) for i in range(x._data.shape[dim]))
+
+
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    d = x._data
+    nd = d.ndim
+    a, b = _wrap_dim(operator.index(dim1), nd), _wrap_dim(operator.index(dim2), nd)
+    if a == b:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    offset = operator.index(offset)
+    # the flat positions, in x, of the diagonal's elements: numpy's diagonal has torch's layout
+    pos = np.diagonal(np.arange(d.size, dtype=np.int64).reshape(d.shape), offset, a, b)
+    if pos.size:
+        def fn(arr):
+            return _affine_view(arr, pos)
+    else:
+        def fn(arr):
+            return arr.reshape(-1)[:0].reshape(pos.shape)
+    return _gathered_view(x, DIAGONAL, asarray(fn(d)), lambda: pos, fn)
+
+
+def repeat(x, *repeats):
+    """x tiled `repeats` times per dim (a copy, not a view): the gather at the tiled positions."""
+    reps = _shape_arg(repeats, "repeat", "repeats")
+    d = x._data
+    if len(reps) < d.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of "
+                           "tensor")
+    padded = (1,) * (len(reps) - d.ndim) + tuple(d.shape)
+    shape = tuple(p * r for p, r in zip(padded, reps))
+    if any(s < 0 for s in shape):
+        bad = next(s for s in shape if s < 0)
+        raise RuntimeError(f"Trying to create tensor with negative dimension {bad}: {list(shape)}")
+    pos = np.tile(np.arange(d.size, dtype=np.int64).reshape(padded), reps).reshape(-1)
+    if type(d) is DeviceArray:
+        pos = DeviceArray.from_host(pos)
+    return index_flat(x, pos, shape, REPEAT)
+
+
+SPLIT = alias("split", INDEX, "SplitBackward0", forward=split, consts=("_flat_index",))
+SPLIT_WITH_SIZES = alias("split_with_sizes", INDEX, "SplitWithSizesBackward0", forward=split_with_sizes,
+                         consts=("_flat_index",))
+UNBIND = alias("unbind", INDEX, "UnbindBackward0", forward=unbind, consts=("_flat_index",))
+DIAGONAL = alias("diagonal", INDEX, "DiagonalBackward0", forward=diagonal, consts=("_flat_index",))
+REPEAT = alias("repeat", INDEX, "RepeatBackward0", forward=repeat, consts=("_flat_index",))
+# the gathers whose result is a view of the input: their tangent is the same view of its tangent
+_VIEW_GATHERS = {s.op for s in (SELECT, SLICE, SPLIT, SPLIT_WITH_SIZES, UNBIND, DIAGONAL)}

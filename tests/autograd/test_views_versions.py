@@ -481,3 +481,32 @@ def test_mark_dirty_errors(T):
         NotReturned.apply(x.clone())
     with pytest.raises(RuntimeError, match=re.escape("ctx.mark_dirty() received a tensor that was not an input.")):
         MarksTempView.apply(x.clone())
+
+
+@LIBS
+def test_inplace_on_outputs_of_multi_output_views(T):
+    x = T.ones(2, 3, requires_grad=True)
+    a = x.clone()
+    for k, piece in enumerate(a.unbind()):
+        with pytest.raises(RuntimeError, match=f"Output {k} of Unbind is a view and is being modified inplace. This "
+                                               "view is the output of a function that returns multiple views."):
+            piece.add_(1)
+    with pytest.raises(RuntimeError, match="Output 1 of Split is a view and is being modified inplace"):
+        a.split(1)[1].mul_(2)
+    with pytest.raises(RuntimeError, match="Output 0 of Slice is a view and is being modified inplace. This view is "
+                                           "the output of a function that returns multiple views"):
+        a.chunk(2)[0][:, 1:].mul_(2)
+    pieces = a.unbind()
+    a.mul_(2)
+    with pytest.raises(RuntimeError, match="Output 0 of Unbind is a view and its base or another view of its base "
+                                           "has been modified inplace"):
+        pieces[0].grad_fn
+    plain = T.ones(2, 3).unbind()
+    plain[0].add_(1)  # nothing requires grad: allowed
+    with T.no_grad():
+        piece = x.clone().requires_grad_().unbind()[0]  # its base requires grad
+    with pytest.raises(RuntimeError, match="A view was created in no_grad mode and is being modified inplace"):
+        piece.add_(1)
+    with T.inference_mode():
+        c = T.ones(2, 3, requires_grad=True)
+    assert all(p.is_inference() and not p.requires_grad for p in c.unbind() + (c.narrow(0, 0, 1),))

@@ -61,6 +61,7 @@ UNARY = {
     "mul_number": (lambda x: x * 3, "mul", "any"),
     "rmul_number": (lambda x: -1.5 * x, "mul", "any"),
     "div_number": (lambda x: x / 4.0, "div", "any"),
+    "masked_fill": (lambda x: x.masked_fill(x > 0.5, 0.25), "masked_fill", "any"),
 }
 
 BINARY = {
@@ -72,6 +73,7 @@ BINARY = {
     "pow_tt": (lambda a, b: a ** b, "pow_tt", "pos", "any"),
     "maximum": (lambda a, b: jitgrad.maximum(a, b), "maximum", "any", "any"),
     "minimum": (lambda a, b: jitgrad.minimum(a, b), "minimum", "any", "any"),
+    "masked_fill_tensor": (lambda a, b: a.masked_fill(b > 0, b.sum()), "masked_fill_tensor", "any", "any"),
 }
 
 # the elementwise primitives a step can use (fill / zero / copy are in-place: graph breaks)

@@ -8,7 +8,7 @@ from conftest import ROOT
 
 PKG = os.path.join(ROOT, "jitgrad")
 # lowest first; a module may import modules of its own layer or of layers before it
-LAYERS = ["_core", "gpu", "kernels", "graph", "cuda", "ops", "engine", "autograd", "nn", "optim", "func", "compiler", "utils"]
+LAYERS = ["_core", "gpu", "kernels", "graph", "cuda", "backends", "ops", "engine", "autograd", "nn", "optim", "func", "compiler", "utils"]
 # the one allowed cycle: a Tensor's grad_fn is a view of its row, and a node reads its
 # saved values back as Tensors
 PAIR = {"jitgrad.graph.tensor", "jitgrad.graph.node", "jitgrad.graph.rowinfo"}
