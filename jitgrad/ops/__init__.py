@@ -48,6 +48,7 @@ FUNCTIONS.update({
     "softmax": nn.softmax, "log_softmax": nn.log_softmax,
 })
 FUNCTIONS.update(gathers.FUNCTIONS)  # indexing by tensor and ordering
+FUNCTIONS.update(gathers.PUBLIC_ONLY)
 
 # Tensor.<name>: methods that are a public op of the same signature
 METHODS = dict(_common.METHODS)

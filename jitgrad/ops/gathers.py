@@ -24,6 +24,7 @@ from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.ops import inplace as _inplace
 from jitgrad.ops._common import _needs
 from jitgrad.ops.elementwise import add, mul, where
+from jitgrad.ops.elementwise import where as _where3
 from jitgrad.ops.shape import INDEX, expand, index_flat, index_put_flat, reshape
 
 _I64 = np.dtype(np.int64)
@@ -483,6 +484,17 @@ def nonzero(input, *, as_tuple=False):  # noqa: A002
     return _wrap(np.argwhere(a).astype(np.int64))
 
 
+def where_(condition, input=None, other=None):  # noqa: A002
+    """torch.where: elementwise where(condition, input, other), or with the condition alone
+    nonzero(condition, as_tuple=True)."""
+    if input is None and other is None:
+        return nonzero(condition, as_tuple=True)
+    if input is None or other is None:
+        raise TypeError("where() received an invalid combination of arguments - got (Tensor, Tensor), but "
+                        "expected one of: (Tensor condition)")
+    return _where3(condition, input, other)
+
+
 def argwhere(input):  # noqa: A002
     return nonzero(input)
 
@@ -571,6 +583,8 @@ FUNCTIONS = {
     "kthvalue": kthvalue, "median": median, "mode": mode, "nonzero": nonzero, "argwhere": argwhere,
     "unique": unique, "bincount": bincount, "searchsorted": searchsorted,
 }
+# jitgrad.where (not Tensor.where, whose first argument is the input): also the one-argument form
+PUBLIC_ONLY = {"where": where_}
 METHODS = dict(FUNCTIONS, scatter_=scatter_, scatter_add_=scatter_add_, index_add_=index_add_,
                index_fill_=index_fill_, index_copy_=index_copy_)
 del METHODS["searchsorted"]

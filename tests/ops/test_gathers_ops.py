@@ -403,3 +403,19 @@ def test_mode_with_many_ties_matches_torch(dim):
         for x, y in zip(j, t):
             assert tuple(x.shape) == tuple(y.shape)
             np.testing.assert_array_equal(to_np(x), to_np(y))
+
+
+def test_where_with_the_condition_alone_is_nonzero_as_tuple():
+    for T in (J, torch):
+        c = T.tensor([[True, False], [True, True]])
+        r = T.where(c) + (T.where(c, T.ones(2), 0.0),)
+        if T is J:
+            jr = r
+        with pytest.raises(TypeError, match="where\\(\\) received an invalid combination of arguments"):
+            T.where(c, T.ones(2))
+    for a, b in zip(jr, r):
+        assert str(a.dtype) == str(b.dtype)
+        np.testing.assert_array_equal(to_np(a), to_np(b))
+    x = J.tensor([1.0, -2.0], requires_grad=True)
+    J.where(x > 0, x, x * 3.0).sum().backward()
+    assert_close(x.grad, [1.0, 3.0])
