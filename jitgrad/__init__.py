@@ -74,6 +74,7 @@ from jitgrad import (  # noqa: E402
     compiler,
     cuda,
     func,
+    linalg,
     nn,
     optim,
     utils,
@@ -82,6 +83,9 @@ from jitgrad import (  # noqa: E402
 from jitgrad._core.threads import default_threads as _default_threads  # noqa: E402
 from jitgrad._core.threads import get_num_threads, set_num_threads  # noqa: E402
 from jitgrad.compiler import compile  # noqa: E402,A004  (torch.compile)
+from jitgrad.inverse_trig import FUNCTIONS as _TRIG  # noqa: E402
+
+globals().update(_TRIG)  # jitgrad.atan2, atan, asin, acos
 from jitgrad.serialization import load, save  # noqa: E402
 
 _default_threads()

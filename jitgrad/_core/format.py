@@ -74,6 +74,9 @@ def tensor_repr(t):
         extras.append(f"grad_fn=<{name}>")
     elif t.requires_grad:
         extras.append("requires_grad=True")
+    tangent = None if t._x is None else t._x.fw  # forward AD, at the open dual level
+    if tangent is not None:
+        extras.append("tangent=" + tensor_repr(tangent))
     text = "tensor(" + _body(arr)
     # torch's _add_suffixes: a suffix that would pass 80 columns goes on a line of its own
     last = len(text) - text.rfind("\n") + 1

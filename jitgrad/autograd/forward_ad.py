@@ -77,6 +77,9 @@ def make_dual(tensor, tangent, *, level=None):
         raise RuntimeError("Trying to set a forward gradient that has a different size than that of the original "
                            f"Tensor, this is not supported. Tensor is of size {size_str(tensor.shape)} while the "
                            f"given forward gradient is of size {size_str(tangent.shape)}.")
+    if _state.live and _forward.tangent(tangent) is not None:
+        raise RuntimeError(f"Setting a forward grad that itself has a forward gradient at the same level"
+                           f"{_state.level} is not supported.")
     with _forward._paused:
         dual = _shape.reshape(tensor, tuple(tensor.shape))
     _forward.set_tangent(dual, tangent)

@@ -68,6 +68,17 @@ class Function(metaclass=_FunctionMeta):
 
     vjp = backward
 
+    def __init__(self, *args, **kwargs):
+        warnings.warn(f"{type(self)} should not be instantiated. Methods on autograd functions are all static, so "
+                      "you should invoke them on the class itself. Instantiating an autograd function will raise an "
+                      "error in a future version of PyTorch.", DeprecationWarning, stacklevel=2)
+
+    def __call__(self, *args, **kwargs):
+        # the legacy form (an instance with a non-static forward) is gone from PyTorch
+        raise RuntimeError("Legacy autograd function with non-static forward method is deprecated. Please use "
+                           "new-style autograd function with static forward method. (Example: "
+                           "https://pytorch.org/docs/stable/autograd.html#torch.autograd.Function)")
+
     @classmethod
     def apply(cls, *args, **kwargs):
         _stop(f"custom autograd.Function {cls.__name__}")
@@ -213,3 +224,15 @@ class _DelayedError(Function):
     @staticmethod
     def backward(ctx, *grads):
         raise RuntimeError("trying to differentiate twice a function that was marked with @once_differentiable")
+
+
+class _ErrorNode(FunctionNode):
+    """PyTorch's node after a once_differentiable backward's results: class Error."""
+    __slots__ = ()
+
+    def name(self):
+        return "torch::autograd::Error"
+
+
+_ErrorNode.__name__ = _ErrorNode.__qualname__ = "Error"
+_DelayedError._node_cls = _ErrorNode

@@ -21,7 +21,7 @@ from jitgrad._core.modes import _anomaly, _anomaly_parent, _check_nan
 from jitgrad._core.threads import leaf_lock
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 from jitgrad.gpu.array import DeviceArray
-from jitgrad.graph.node import AccumulateGrad
+from jitgrad.graph.node import AccumulateGrad, Node
 from jitgrad.graph.pynode import FunctionNode
 from jitgrad.graph.rowinfo import RowInfo
 from jitgrad.graph.spec import FUNCS
@@ -37,6 +37,8 @@ def _seq(node):
 
 def freed_or_modified(tape, row):
     stale = tape.stale.get(row)
+    if isinstance(stale, RuntimeError):
+        return RuntimeError(*stale.args)
     if stale is not None:
         return modified_error(*stale)
     return _freed_error()
@@ -53,8 +55,10 @@ def apply_rule(node, grad):
         return spec.rule(grad, ri)
     ns = dict(_NS)
     ns["grad"] = grad
-    for name in spec.saves:
-        ns[name] = ri.saved_named(name)  # as the spec declares it (graph/spec.py)
+    live = [inp is not None for inp in node._inputs]
+    for name, users in zip(spec.saves, spec.save_users):
+        if any(live[j] for j in users):  # only what a computed gradient reads, as PyTorch saves
+            ns[name] = ri.saved_named(name)  # as the spec declares it (graph/spec.py)
     for k, p in enumerate(ri.floats(spec.nparams)):
         ns[f"p{k}"] = p
     out = []
@@ -281,6 +285,11 @@ def accumulate_grad(t, grad, create_graph, owned=False, alone=False):
 def _accumulate(t, grad, create_graph, owned):
     old = t._grad
     if old is None:
+        if create_graph and grad._requires_grad:
+            # PyTorch's AccumulateGrad keeps a copy of a gradient with a graph: .grad's
+            # grad_fn is then CopyBackwards, whose input is the gradient's own node
+            t._grad = F.zeros_like(grad).copy_(grad)
+            return
         t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
         return
     if old._data.shape != grad._data.shape:
@@ -330,3 +339,15 @@ def report_error(node, exc):
         warnings.warn(f"\n\nPrevious calculation was induced by {parent.name()}. Traceback of forward call that "
                       "induced the previous calculation:\n" + "".join(pmd.get("traceback_", ())), stacklevel=3)
         parent = pmd.get("parent_")
+
+
+def _call_node(node, grad):
+    """grad_fn(grad): the node's input gradients, in the current grad mode (graph/node.py's
+    Node.__call__; the rules live in this layer, above the nodes)."""
+    if isinstance(node, AccumulateGrad):  # the sink adds into the leaf's .grad and has no inputs
+        accumulate_grad(node.variable, grad, _grad_mode.is_grad_enabled())
+        return ()
+    return tuple(apply_rule(node, grad))  # as PyTorch's node call: broadcast gradients are not reduced
+
+
+Node._apply = _call_node

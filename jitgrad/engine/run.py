@@ -366,7 +366,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         raise RuntimeError(f"got {len(grad_tensors)} tensors and {len(tensors)} gradients")
     inputs = _as_tuple(inputs) if inputs is not None else None
     if inputs is not None and len(inputs) == 0:
-        raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+        raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     for t in inputs or ():
         if isinstance(t, Tensor) and t.requires_grad and t._tape is not None:
             t.retain_grad()  # as PyTorch: a non-leaf input's .grad is filled by the retain mechanism
@@ -383,6 +383,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     _capture.stop("autograd.grad() is not replayed (loss.backward() is)")
     outputs = _as_tuple(outputs)
     inputs = (inputs,) if isinstance(inputs, GradientEdge) else _as_tuple(inputs)  # an edge is one input
+    if not inputs:
+        raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
     grad_outputs = _as_tuple(grad_outputs) or (None,) * len(outputs)
     _check_grad_types(grad_outputs)
     if len(grad_outputs) != len(outputs):
@@ -403,6 +405,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                 if isinstance(t, GradientEdge):
                     raise RuntimeError("materialize_grads cannot be used when the given input is a GradientEdge")
                 g = F._wrap(np.zeros_like(t._data))
+                g._requires_grad = bool(create_graph)  # a leaf the next grad can differentiate, as torch's
         elif not create_graph and g.requires_grad:
             g = g.detach()
         result.append(g)

@@ -8,7 +8,8 @@ the cycle collector or for backward to tear down.
 """
 import weakref
 
-from jitgrad._core.messages import freed_error
+from jitgrad._core.messages import freed_error, modified_error
+from jitgrad.graph import saved as _saved
 from jitgrad.graph.hooks import add_hook
 from jitgrad.graph.rowinfo import RowInfo
 from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, SPECS
@@ -57,12 +58,35 @@ class Node:
             key = name[len("_saved_"):]
             spec = self._spec
             if key in spec.saves and not key.startswith("_"):
-                if self._tape.is_freed(self._row):
-                    raise freed_error()
-                return RowInfo(self).saved_named(key, exposed=True)
+                return _read_saved(self._tape, self._row, spec.saves.index(key))
             if key in spec.fparams and not key.startswith("_"):
                 return RowInfo(self).floats(spec.nparams)[spec.fparams.index(key)]
+        if name.startswith("_raw_saved_"):
+            # the SavedTensor itself (graph/saved.py): hooks can be registered on it
+            key = name[len("_raw_saved_"):]
+            spec = self._spec
+            if key in spec.saves and not key.startswith("_"):
+                k = spec.saves.index(key)
+                return _saved.entry(self._tape, self._row, k, _read_saved,
+                                    none=not _saved.needed_in_row(self._tape, self._row)[k])
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __dir__(self):
+        spec = self._spec
+        names = [n for n in spec.saves if not n.startswith("_")]
+        params = [n for n in spec.fparams if not n.startswith("_")]
+        return sorted({*super().__dir__(), *("_saved_" + n for n in names + params),
+                       *("_raw_saved_" + n for n in names)})
+
+    def __call__(self, *grads):
+        """Run the node's backward on grads (one per output), in the current grad mode, as
+        PyTorch's nodes are callable: the gradients of its inputs (one, or a tuple)."""
+        if len(grads) != 1:
+            raise TypeError(f"expected 1 arguments, got {len(grads)} instead")
+        if grads[0] is None:  # an undefined gradient: nothing flows
+            return None
+        out = self._apply(grads[0])
+        return out[0] if len(out) == 1 else out
 
     def register_hook(self, fn):
         """fn(grad_inputs, grad_outputs) -> new grad_inputs or None, after the node runs."""
@@ -75,6 +99,23 @@ class Node:
     def __repr__(self):
         # the class name, as torch: <AccumulateGrad object ...> though its name() differs
         return f"<{type(self).__name__} object at {hex(id(self))}>"
+
+
+def _read_saved(tape, row, k):
+    """grad_fn._saved_<name> of saved value k: None for a value the op did not save (an
+    operand only the gradient of an input that needs none would read), else as the spec
+    declares it."""
+    stale = tape.stale.get(row)
+    if stale is None and tape.is_freed(row):
+        raise freed_error()
+    modified = tape.value_modified(row, k)  # as PyTorch's unpack checks each saved value's version
+    if modified is not None:
+        raise modified_error(*modified)
+    if not _saved.needed_in_row(tape, row)[k]:
+        return None
+    ri = RowInfo.__new__(RowInfo)
+    ri.tape, ri.row = tape, row
+    return ri.saved_named(ri.spec().saves[k], exposed=True)
 
 
 _classes = {}

@@ -22,6 +22,7 @@ from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.messages import freed_error as _freed_error
 from jitgrad._core.messages import modified_error, size_str
 from jitgrad.gpu.array import DeviceArray
+from jitgrad.graph import saved as _saved
 from jitgrad.graph.node import Node
 from jitgrad.graph.record import _dtcode, _edge_row, _trace, pack_saved
 from jitgrad.graph.spec import OP_OUT, OP_PYFN
@@ -54,6 +55,13 @@ class FunctionCtx:
         if self._released:
             raise _freed_error()
         return tuple(_unpack(self, s) for s in getattr(self, "to_save", ()))
+
+    @property
+    def _raw_saved_tensors(self):
+        """What save_for_backward saved, as SavedTensors (hooks can be registered on them)."""
+        if self._released:
+            raise _freed_error()
+        return tuple(_RawSaved(self, i) for i in range(len(getattr(self, "to_save", ()))))
 
     def mark_dirty(self, *tensors):
         self.dirty_tensors = tensors
@@ -89,7 +97,7 @@ class FunctionState(FunctionCtx):
                 g = wrap(_zeros(shape, dtype, self._out_cuda))
             grads.append(g)
         with _grad_mode.set_grad_enabled(create_graph):
-            result = self._fn.backward(self, *grads)
+            result = _user_backward(self._fn)(self, *grads)
         if not isinstance(result, tuple):
             result = (result,)
         n_in = len(self._arg_is_tensor)
@@ -139,6 +147,10 @@ class FunctionNode(Node):
 
     def __getattr__(self, name):
         return getattr(self._tape.py_nodes[self._row], name)
+
+    def __call__(self, *args):
+        # a custom Function's node is not callable in PyTorch either (only C++ nodes are)
+        raise TypeError(f"'{type(self).__name__}' object is not callable")
 
     def __setattr__(self, name, value):
         if name in ("_tape", "_row", "_next"):
@@ -205,10 +217,51 @@ class _Packed:
         self.unpack, self.value = unpack, value
 
 
+class _RawSaved(_saved.SavedTensor):
+    """Saved tensor i of a custom Function's ctx (grad_fn._raw_saved_tensors[i])."""
+    __slots__ = ("_ctx", "_i")
+
+    def __init__(self, ctx, i):
+        self._ctx, self._i = ctx, i
+
+    def _entry(self):
+        if self._ctx._released:
+            raise _freed_error()
+        return self._ctx.to_save[self._i]
+
+    def unpack(self):
+        s = self._entry()
+        return None if s is None else _unpack(self._ctx, s)
+
+    @property
+    def data(self):
+        s = self._entry()
+        return s.value if type(s) is _Packed else self.unpack()
+
+    @property
+    def unpack_hook(self):
+        s = self._entry()
+        return s.unpack if type(s) is _Packed else None
+
+    def register_hooks(self, *hooks):
+        if len(hooks) != 2 or not all(callable(h) for h in hooks):
+            raise TypeError(_saved.CALL_ERROR)
+        ctx = self._ctx
+        if ctx._released:
+            raise RuntimeError(_saved.FREED_ERROR)
+        s = ctx.to_save[self._i]
+        if type(s) is _Packed:
+            raise RuntimeError(_saved.TWICE_ERROR)
+        if s is None:
+            raise RuntimeError(_saved.NONE_ERROR)
+        packed = _Packed(hooks[1], _saved.pack(hooks[0], _unpack(ctx, s)))
+        ctx.to_save = ctx.to_save[:self._i] + (packed,) + ctx.to_save[self._i + 1:]
+
+
 def _unpack(ctx, s):
     """As PyTorch unpacks a SavedVariable: the tensor, with its grad_fn (in any grad mode)."""
     if type(s) is _Packed:
-        return s.unpack(s.value)
+        return _saved.checked_unpack(s.unpack, s.value)
     if type(s) is not _Saved:
         return s
     now = versions.changed(s.stamp)
@@ -297,3 +350,13 @@ def _save(t, tape):
     packed = pack_saved(t)
     return _Saved(t, tape) if packed is None else _Packed(*packed)
 
+
+def _user_backward(fn):
+    """The custom Function's backward: `backward` or its alias `vjp`, whichever the user
+    wrote (autograd.Function, the root class, defines both as one stub)."""
+    root = next(c for c in reversed(fn.__mro__) if "backward" in c.__dict__)
+    own_backward, own_vjp = fn.backward is not root.backward, fn.vjp is not root.vjp
+    if own_backward and own_vjp:
+        raise RuntimeError("Implementing both 'backward' and 'vjp' for a custom Function is not allowed. You should "
+                           "only implement one of them.")
+    return fn.vjp if own_vjp else fn.backward

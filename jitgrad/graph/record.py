@@ -17,6 +17,7 @@ from jitgrad._core.forward import state as _forward
 from jitgrad._core.layout import CUDA_DT_OF, CUDA_NP_OF
 from jitgrad._core.modes import _anomaly, _anomaly_parent, _packing, _saved_hooks  # noqa: F401  (read per op)
 from jitgrad.gpu.array import DeviceArray
+from jitgrad.graph import saved as _saved
 from jitgrad.graph.node import AccumulateGrad
 from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, OpSpec  # noqa: F401  (OP_OUT, OP_PYFN: re-exported)
 from jitgrad.graph.tape import (
@@ -50,10 +51,8 @@ def _dtcode(d):
 
 def _pack_row(tape, row, tensors):
     """Under saved_tensors_hooks: keep pack(tensor) for each saved value instead of the
-    value, and mark the row for the Python engine (which unpacks it)."""
-    pack, unpack = _saved_hooks.stack[-1]
-    tape.packed[row] = (unpack, [pack(t) for t in tensors])
-    tape.set_dtcode(row, DT_OTHER)
+    value (None: not saved), and mark the row for the Python engine (which unpacks it)."""
+    _saved.pack_row(tape, row, tensors, _saved_hooks.stack[-1])
 _new = object.__new__
 
 
@@ -117,16 +116,18 @@ _SCALAR_DT = {np.float64: DT_F64, np.float32: DT_F32}
 _I64 = np.dtype(np.int64)
 
 
-def _save_all(tape, saved, dt, index=()):
+def _save_all(tape, saved, dt, index=(), need=None):
     """Save each value at the dtype its kernel reads it: int64 where `index` says so, else
-    the row's float dtype (a bool mask, an int or other-float operand is cast here)."""
+    the row's float dtype (a bool mask, an int or other-float operand is cast here).
+    need: per value, whether a wanted gradient reads it (graph/saved.py); one that none
+    reads is kept for the kernel but not version-checked (PyTorch does not save it)."""
     kp = len(tape.slots) // SW
     want = _NP.get(dt)
     for i, x in enumerate(saved):
         if type(x) is float:
             tape.save_scalar(x, dt)
         else:
-            tape.save(x, True, _I64 if index and index[i] else want)
+            tape.save(x, need is None or need[i], _I64 if index and index[i] else want)
     return kp
 
 
@@ -203,14 +204,15 @@ def record_ew(spec, result, a, b, p0, p1, aux):
         # stay on the device, saved by address (tape.save)
         col = tape.v64 if dt == DT_F64 else tape.v32
         kp = len(col)
+        inline = packed is None
         for src in () if packed is not None else spec.save_src:  # input 0 / 1, the result (-1), where's mask (-2)
             x = ad if src == 0 else (b if bd is None else bd) if src == 1 else d if src == -1 else aux._data
             # a float or a 0-d value converts as it is appended; .item() is ~10x dearer
             col.append(x if type(x) is float or x.ndim == 0 else x.item())
     elif packed is not None or not spec.save_src:
-        kp = len(tape.slots) // SW
+        kp, inline = len(tape.slots) // SW, False
     else:
-        kp = _save_ew(tape, spec, result, a, b, aux, dt)
+        kp, inline = _save_ew(tape, spec, result, a, b, aux, dt), False
     fp = len(tape.fp)
     if spec.nparams:
         tape.fp.extend((p0, p1)[:spec.nparams])
@@ -228,6 +230,9 @@ def record_ew(spec, result, a, b, p0, p1, aux):
     result._output_nr = 0
     if packed is not None:  # after linking: a packed output carries its grad_fn, as in PyTorch
         _pack_row(tape, row, packed)
+    elif inline and (not a._requires_grad or bd is not None and not b._requires_grad):
+        # a constant operand copied inline: an in-place write to it must still find this row
+        tape.note_inline_const(bd if a._requires_grad else ad, row)
     return result
 
 
@@ -267,9 +272,11 @@ def _save_ew(tape, spec, result, a, b, aux, dt):
 def _ew_packed(spec, result, a, b, aux):
     """Under saved_tensors_hooks: the tensors to pack for the row, or None when some saved
     value is not a tensor (a float operand), which is then saved as usual."""
-    packed = [a if s == 0 else b if s == 1 else result if s == -1 else aux
-              for s in spec.save_src if not (s == 1 and type(b) is float)]
-    return packed if len(packed) == len(spec.saves) else None
+    if any(s == 1 and type(b) is float for s in spec.save_src):
+        return None
+    need = _saved.needed(spec, (a._requires_grad, b is not None and type(b) is not float and b._requires_grad))
+    return [(a if s == 0 else b if s == 1 else result if s == -1 else aux) if n else None
+            for s, n in zip(spec.save_src, need)]
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -306,11 +313,13 @@ def record(spec, result, inputs, saved=(), fparams=(), iparams=None, dual=True):
 
 def _record_packed(spec, result, inputs, saved, fparams, iparams):
     tensors = []
-    for name, arr in zip(spec.saves, saved):
-        # the tensor PyTorch would pack: the input itself for self / other
+    need = _saved.needed(spec, [t._requires_grad for t in inputs])
+    for name, arr, n in zip(spec.saves, saved, need):
+        # the tensor PyTorch would pack: the input itself for self / other (None: not saved)
         j = spec.input_of(name)
         t = inputs[j] if j is not None else None
-        tensors.append(t if t is not None and t._data is arr else (result if arr is result._data else wrap(arr)))
+        tensors.append(None if not n else t if t is not None and t._data is arr else
+                       (result if arr is result._data else wrap(arr)))
     out = _record(spec, result, inputs, (), fparams, iparams)
     _pack_row(out._tape, out._row, tensors)
     return out
@@ -321,7 +330,7 @@ def pack_saved(t):
     saved_tensors_hooks, or None."""
     if _packing[0] and _saved_hooks.stack:
         pack, unpack = _saved_hooks.stack[-1]
-        return unpack, pack(t)
+        return unpack, _saved.pack(pack, t)
     return None
 
 
@@ -366,7 +375,11 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
             edges += (-1, 0)
         p = interned.get(td.shape)
         edges.append(tape.shape(td.shape) if p is None else p)
-    kp = _save_all(tape, saved, dt, spec.index_saves) if saved else len(tape.slots) // SW
+    if saved:
+        need = _saved.needed(spec, [t._requires_grad for t in inputs]) if spec.save_users else None
+        kp = _save_all(tape, saved, dt, spec.index_saves, need)
+    else:
+        kp = len(tape.slots) // SW
     fp = len(tape.fp)
     if fparams:
         tape.fp.extend(fparams)

@@ -17,6 +17,10 @@ class RowInfo:
     def n_inputs(self):
         return self.tape.n_inputs(self.row)
 
+    def needs(self, j):
+        """Whether input j's gradient is wanted (it required grad when the op ran)."""
+        return self.tape.edge_target(self.row, j) >= 0
+
     def in_shape(self, j):
         return self.tape.in_shape(self.row, j)
 
@@ -39,9 +43,10 @@ class RowInfo:
     def saved(self, k, shape):
         return self.tape.saved_value_of_row(self.row, k, shape)
 
-    def input(self, j, data):
+    def input(self, j, data, unpacked=None):
         """Saved input j as a Tensor whose grad_fn is the input's, so that under
-        create_graph the rule's ops differentiate through it."""
+        create_graph the rule's ops differentiate through it. unpacked: the data an unpack
+        hook gave (else the input is a leaf's, the leaf itself is returned)."""
         tape = self.tape
         t, nr, _ = tape.edge(self.row, j)
         if t < 0:
@@ -54,17 +59,26 @@ class RowInfo:
             return x
         op = tape.op(t)
         if op == OP_ACC:
-            return tape.leaves[t].variable  # the leaf itself (its data is the saved value)
+            leaf = tape.leaves[t].variable
+            if unpacked is None and tape.leaf_values.get(id(data)) is not data or unpacked is leaf._data:
+                return leaf  # the leaf itself: PyTorch's saved original (its .data as it is now)
+            # an unpack hook's value for the leaf (or an op's saved copy of one): a tensor
+            # whose gradient goes to the leaf, as PyTorch's unpacked leaf has its grad accumulator
+            tape.leaf_values[id(data)] = data
+            return _tensor.linked(data, tape, t)
         if op == OP_EXT:
             ft, frow = tape.ext[t]
             return _tensor.linked(data, ft, frow, nr)
         return _tensor.linked(data, tape, t, nr)
 
     def saved_input(self, k, j):
-        packed = self.tape.packed.get(self.row)
-        if packed is not None:  # saved_tensors_hooks: the tensor unpack returns, as it is
-            unpack, values = packed
-            return unpack(values[k])
+        st = self.tape.hooked(self.row, k)
+        if st is not None:
+            # packed by hooks: unpack's data, with the input's grad_fn (as PyTorch unpacks)
+            if st._none:
+                return None
+            data = st.unpack_tensor()._data
+            return self.input(j, data, unpacked=data)
         return self.input(j, self.saved(k, self.in_shape(j)))
 
     def result(self, k, always_linked=False):

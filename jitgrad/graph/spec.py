@@ -65,8 +65,14 @@ Python engine, `grad_fn._saved_<name>`, viz) reads it from here. Keys:
               as constants what this op computes)
   cuda_kernel a CUDA backward kernel, unused yet
 
+  save_users  structural: per saved value, the inputs whose gradient reads it (a product
+              saves each operand for the other's gradient); the op then saves only those
+              values some of whose readers require grad, as PyTorch does (graph/saved.py),
+              and its rule reads only those. Default: every value is always saved.
+              Elementwise entries derive it from their formulas
+
 Derived: op (opcode; a row's H_OP), base (the opcode whose kernel runs it: aliases share
-their base's), nparams, save_users (per saved value, the inputs whose formula reads it).
+their base's), nparams, save_users (elementwise: per saved value, the inputs whose formula reads it).
 tests/ops/test_kernels_vs_rules.py holds each kernel against its rule.
 """
 import collections
@@ -101,7 +107,7 @@ class OpSpec:
 
     def __init__(self, name, node_name, kind, grads=(), saves=(), rule=None, kernel=None, args=None,
                  index_saves=(), saved_as=None, fparams=(), iparams=(), forward=None, jvp=None, batch=None,
-                 fwd=None, fwd_kernel=None, consts=(), cuda_kernel=None):
+                 fwd=None, fwd_kernel=None, consts=(), cuda_kernel=None, save_users=None):
         if name in REGISTRY:
             raise ValueError(f"a primitive named {name!r} is already declared")
         self.name = name
@@ -124,7 +130,9 @@ class OpSpec:
         if not set(self.consts) <= set(self.saves):
             raise ValueError(f"{name}: consts {self.consts} are not among the saved values {self.saves}")
         self.nparams = len(self.fparams)
-        self.save_users = ()
+        self.save_users = () if save_users is None else tuple(tuple(u) for u in save_users)
+        if self.save_users and len(self.save_users) != len(self.saves):
+            raise ValueError(f"{name}: save_users names the readers of each of {self.saves}")
         self.save_src = self._save_src()
         if kind == "ew":
             self._check_formulas()

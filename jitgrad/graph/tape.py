@@ -79,6 +79,7 @@ from jitgrad._core.layout import (  # noqa: F401
     SW,
 )
 from jitgrad.gpu.array import DeviceArray
+from jitgrad.graph import saved as _saved
 from jitgrad.graph.spec import SPECS as _SPECS
 
 MAX_ROWS = 1 << 20          # close a tape past this many rows...
@@ -133,7 +134,7 @@ class Tape:
         # the columns (the layout is _core/layout.py) and their interning of shapes
         "hdr", "edges", "xs", "fp", "slots", "v64", "v32", "freed", "shape_ptr",
         # saved storage: arrays read by address, their version stamps, rows found stale
-        "keep", "keep_bytes", "kept", "stale", "packed",
+        "keep", "keep_bytes", "kept", "stale", "packed", "leaf_values", "inline_consts",
         # the graph's boundaries: leaf sinks, edges into older tapes, retained non-leaves
         "leaves", "ext", "ext_rows", "retained",
         # Python objects per row: node views, node metadata, custom Function nodes
@@ -169,9 +170,12 @@ class Tape:
         self.ext_rows = {}    # (foreign tape id, row) -> EXT row here
         self.metadata = {}    # row -> its node's `metadata` dict
         self.py_nodes = {}    # row -> node run in Python (custom Function), see autograd/function.py
-        self.packed = {}      # row -> (unpack hook, packed saved values): saved_tensors_hooks
+        self.packed = {}      # row -> its SavedTensors (graph/saved.py): hooks, _raw_saved_*
+        self.leaf_values = {}  # id -> array: values unpack hooks gave for a leaf (rowinfo.input)
+        self.inline_consts = {}  # id -> (array, rows): one-element constants saved by copy (note_inline_const)
         self.kept = []        # (slot, row, version: a stamp, an int or None) per array in keep (see save)
-        self.stale = {}       # row -> (data, version now, version saved): modified after it was saved
+        self.stale = {}       # row -> (data, version now, version saved): modified after it was saved,
+        #                       or the error to raise (a saved input detach_()ed, note_detached)
         self.tensor_hooks = {}   # row -> {id: hook} of the tensor whose gradient is that row's (hooks.py)
         self.node_prehooks = {}  # node row -> {id: hook}
         self.node_hooks = {}     # node row -> {id: hook}: post-hooks; the node then runs in Python
@@ -212,6 +216,8 @@ class Tape:
             return self._save_device(k, arr, src, check, fresh)
         n = arr.size
         if n == 1:
+            if check and not fresh:  # copied: an in-place write to it must find this row (the next one)
+                self.note_inline_const(src, self.nrows)
             dt = arr.dtype
             if dt == _F64:
                 self.slots.frombytes(pack_slot(-len(self.v64) - 1, 1, 0))
@@ -286,10 +292,9 @@ class Tape:
 
     def saved_value_of_row(self, row, k, shape):
         """Saved value k of `row` as numpy data, for the Python engine."""
-        packed = self.packed.get(row)
-        if packed is not None:  # recorded under saved_tensors_hooks
-            unpack, values = packed
-            return unpack(values[k])._data
+        st = self.hooked(row, k)
+        if st is not None:  # packed by hooks (graph/saved.py), or not saved at all
+            return None if st._none else st.unpack_tensor()._data
         b = row * HW
         kp = self.hdr[b + H_KP]
         dt = self.hdr[b + H_DT]
@@ -308,30 +313,90 @@ class Tape:
                 (np.float64 if where == 0 else np.float32)(v)
         return self.keep[where]
 
+    def hooked(self, row, k):
+        """Saved value k of `row` as a SavedTensor (graph/saved.py) when hooks packed it or
+        the op saved nothing there (x * y saves no y when y's gradient is not needed); else
+        None: the value is in the columns."""
+        entries = self.packed.get(row)
+        st = None if entries is None else entries[k]
+        return st if st is not None and (st._none or st.is_packed()) else None
+
+    def note_inline_const(self, arr, row):
+        """`row` saved a copy of one-element `arr`, the data of a tensor outside the graph
+        (no edge leads back to it): kept so that an in-place write to arr finds the row
+        (rows_saving_const), as the version check does for values saved by reference."""
+        entry = self.inline_consts.get(id(arr))
+        if entry is None or entry[0] is not arr:
+            entry = self.inline_consts[id(arr)] = (arr, [])
+            _CONST_TAPES.add(self)
+        entry[1].append(row)
+
+    def run_in_python(self, row):
+        """Hand `row` to the Python engine (which unpacks hooked values), from now on."""
+        self.set_dtcode(row, DT_OTHER)
+        self.dt_seen |= 1 << DT_OTHER  # a row already scanned (compiled._runs_at) is rescanned by no one
+
+    def note_detached(self, row):
+        """The output of `row` was detach_()ed: a node that saved it as an input (PyTorch's
+        saved original) can no longer reach its grad_fn, and raises when it runs."""
+        for r, j in self.readers_of(row):
+            spec = _SPECS[self.op(r)]
+            if spec.kind == "sink" or j >= len(spec.args) or spec.args[j] not in spec.saves or r in self.stale:
+                continue
+            if not _saved.needed_in_row(self, r)[spec.saves.index(spec.args[j])]:
+                continue  # not saved (graph/saved.py)
+            self.stale[r] = RuntimeError(
+                "Trying to use a saved tensor that has been detached in-place, i.e. with .detach_().This is not "
+                "supported, please use out-of-place `.detach()` instead")
+            self.grow_freed()
+            self.freed[r] = 1
+
     def check_versions(self):
         """Mark rows whose saved arrays were modified in place after being saved: backward
         raises PyTorch's error when it reaches them (they read as freed)."""
         if not self.keep:
             return
         for k, row, stamp in self.kept:
-            where = self.slots[SW * k + S_KEEP]
-            if row in self.stale or row >= self.nrows or where >= len(self.keep):
-                # a save whose op never got its row (interrupted), or one already released
+            if row in self.stale:
                 continue
-            arr = self.keep[where]
-            if type(stamp) is not tuple:  # None or an int (see save)
-                now, saved = versions.version(arr), stamp or 0
-            else:
-                now, saved = versions.changed(stamp), stamp[1]
-                if now is None:
-                    continue
-            if now != saved:
-                src = stamp[0]() if type(stamp) is tuple and stamp[0] is not None else None
-                if src is not None and src.dtype != arr.dtype:  # a cast copy: name the tensor that was saved
-                    arr = np.broadcast_to(np.zeros((), src.dtype), arr.shape)
-                self.stale[row] = (arr, now, saved)
+            found = self._modified(k, row, stamp)
+            if found is not None:
+                self.stale[row] = found
                 self.grow_freed()
                 self.freed[row] = 1
+
+    def _modified(self, k, row, stamp):
+        """(array, version now, version saved) if the value saved in slot k for `row` was
+        written in place since, else None."""
+        where = self.slots[SW * k + S_KEEP]
+        if row >= self.nrows or where >= len(self.keep):
+            return None  # a save whose op never got its row (interrupted), or one already released
+        arr = self.keep[where]
+        if type(stamp) is not tuple:  # None or an int (see save)
+            now, saved = versions.version(arr), stamp or 0
+        else:
+            now, saved = versions.changed(stamp), stamp[1]
+            if now is None:
+                return None
+        if now == saved:
+            return None
+        src = stamp[0]() if type(stamp) is tuple and stamp[0] is not None else None
+        if src is not None and src.dtype != arr.dtype:  # a cast copy: name the tensor that was saved
+            arr = np.broadcast_to(np.zeros((), src.dtype), arr.shape)
+        return arr, now, saved
+
+    def value_modified(self, row, k):
+        """For grad_fn._saved_<name>: (array, version now, version saved) when saved value k
+        of `row` was written in place since it was saved, else None. A one-element
+        elementwise row's values are copies, checked when written (ops/inplace.py)."""
+        stale = self.stale.get(row)
+        if type(stale) is tuple and self.hdr[row * HW + H_NUMEL] == 1:
+            return stale
+        slot = self.hdr[row * HW + H_KP] + k
+        for s, r, stamp in self.kept:
+            if r == row and s == slot:
+                return self._modified(s, r, stamp)
+        return None
 
     def release_saved(self):
         """Drop every saved array (all rows ran and were freed). The tape is closed with
@@ -428,6 +493,18 @@ class Tape:
         if row + 1 >= MAX_ROWS:
             self.closed = True
         return row
+
+
+_CONST_TAPES = weakref.WeakSet()  # the live tapes with inline_consts
+
+
+def rows_saving_const(arr):
+    """(tape, row) for each row that saved a copy of one-element constant `arr`."""
+    for tape in list(_CONST_TAPES):
+        entry = tape.inline_consts.get(id(arr))
+        if entry is not None and entry[0] is arr:
+            for row in entry[1]:
+                yield tape, row
 
 
 class _Local(threading.local):

@@ -223,6 +223,8 @@ class Tensor:
         if value is not None:
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}")
+            if value is self:
+                raise RuntimeError("can't assign Variable as its own grad")
             if value._data.dtype != self._data.dtype:
                 raise RuntimeError(f"attempting to assign a gradient with dtype '{c_name(value._data.dtype)}' "
                                    f"to a tensor with grad_dtype '{c_name(self._data.dtype).capitalize()}'. "
@@ -376,6 +378,8 @@ class Tensor:
                                "error, please refer to the Optimizer.zero_grad() function in torch/optim/optimizer.py "
                                "as the solution.")
         _stop("detach_() in a compiled step")
+        if self._tape is not None:
+            self._tape.note_detached(self._row)  # nodes that saved it can no longer use it
         self._tape = None
         self._requires_grad = False
         return self

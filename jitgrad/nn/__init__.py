@@ -1,5 +1,22 @@
 """jitgrad.nn: modules, layers, losses and initialisers, as torch.nn."""
 from jitgrad.nn import functional, init  # noqa: F401
+from jitgrad.nn.activation import (  # noqa: F401,E402
+    CELU,
+    ELU,
+    SELU,
+    CosineSimilarity,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    LogSigmoid,
+    Mish,
+    PairwiseDistance,
+    ReLU6,
+    SiLU,
+    Softplus,
+    Softsign,
+)
 from jitgrad.nn.conv import Conv2d, MaxPool2d  # noqa: F401,E402
 from jitgrad.nn.layers import (  # noqa: F401
     GELU,

@@ -148,3 +148,21 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 
 
 from jitgrad.nn.conv import conv2d, max_pool2d  # noqa: F401,E402
+from jitgrad.ops.activations import (  # noqa: F401,E402
+    celu,
+    cosine_similarity,
+    elu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    logsigmoid,
+    mish,
+    normalize,
+    pairwise_distance,
+    relu6,
+    selu,
+    silu,
+    softplus,
+    softsign,
+)

@@ -18,6 +18,7 @@ Each primitive is one entry (graph/spec.py documents its keys) right beside its 
 from jitgrad.graph import tensor as _tensor
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import _common, _forward, device, elementwise, gathers, linalg, nn, out, reduce, shape  # noqa: F401
+from jitgrad.ops import mathops_table as mathops
 from jitgrad.ops.elementwise import defop  # noqa: F401  (the public declarator: jitgrad.ops.defop)
 
 # jitgrad.<name>: every public op; elementwise ones declared with defop come from _common.PUBLIC
@@ -49,6 +50,7 @@ FUNCTIONS.update({
 })
 FUNCTIONS.update(gathers.FUNCTIONS)  # indexing by tensor and ordering
 FUNCTIONS.update(gathers.PUBLIC_ONLY)
+FUNCTIONS.update(mathops.FUNCTIONS)
 
 # Tensor.<name>: methods that are a public op of the same signature
 METHODS = dict(_common.METHODS)
@@ -60,6 +62,7 @@ for _name in ("add", "sub", "mul", "div", "pow", "reciprocal", "sign", "clamp", 
               "diagonal", "masked_fill", "all", "any"):
     METHODS[_name] = FUNCTIONS[_name]
 METHODS.update(gathers.METHODS)
+METHODS.update(mathops.METHODS)
 METHODS.update({
     "true_divide": elementwise.div, "view": shape.view, "expand_as": shape.expand_as, "repeat": shape.repeat,
     "sum_to_size": lambda self, *size: reduce.sum_to(self, size[0] if len(size) == 1 and

@@ -18,7 +18,9 @@ from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
 from jitgrad._core.messages import scalar_name
 from jitgrad.gpu.array import DeviceArray
+from jitgrad.graph import saved as _saved
 from jitgrad.graph.spec import SPECS
+from jitgrad.graph.tape import rows_saving_const
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import _forward
 from jitgrad.ops import functional as F
@@ -58,6 +60,10 @@ def _stale_one_element_saves(t):
     """A one-element value is copied into the tape when an op saves it, so the version
     check at backward cannot see an in-place write to it. Mark the rows that saved it now:
     its own row if it saved its result, and the rows reading it whose formulas saved it."""
+    if not t._requires_grad:  # a constant: the rows that copied it noted it (tape.note_inline_const)
+        for tape, r in rows_saving_const(t._data):
+            _mark_stale(tape, r, t._data, t._version)
+        return
     if t._tape is not None:
         tape, row = t._tape, t._row
     else:
@@ -72,10 +78,16 @@ def _stale_one_element_saves(t):
         spec = SPECS[tape.op(r)]
         # the value that row saved under its name for input j (or its result)
         name = "result" if j is None else spec.args[j] if j < len(spec.args) else None
-        if spec.kind != "sink" and name in spec.saves and r not in tape.stale:
-            tape.stale[r] = (t._data, version + 1, version)
-            tape.grow_freed()
-            tape.freed[r] = 1
+        if spec.kind != "sink" and name in spec.saves and \
+                _saved.needed_in_row(tape, r)[spec.saves.index(name)]:  # (not saved when no wanted gradient reads it)
+            _mark_stale(tape, r, t._data, version)
+
+
+def _mark_stale(tape, r, data, version):
+    if r not in tape.stale:
+        tape.stale[r] = (data, version + 1, version)
+        tape.grow_freed()
+        tape.freed[r] = 1
 
 
 def _sharing(t):

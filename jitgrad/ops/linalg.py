@@ -13,7 +13,7 @@ from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.linalg import f_addmm, f_matmul, f_trace, k_addmm, k_matmul, k_trace
 from jitgrad.ops._common import _cap, _needs, _operand_error, traced
 from jitgrad.ops.reduce import sum_to, traced_as
-from jitgrad.ops.shape import RESHAPE_ALIAS, _view_like, reshape, t, transpose, unsqueeze
+from jitgrad.ops.shape import RESHAPE_ALIAS, _view_like, reshape, t, transpose
 
 
 def matmul(a, b):
@@ -93,15 +93,27 @@ def _as_array(x):
 
 
 def matmul_rule(grad, ri):
-    a = ri.saved_input(0, 0)
-    b = ri.saved_input(1, 1)
-    a2 = unsqueeze(a, 0) if a.ndim == 1 else a
-    b2 = unsqueeze(b, 1) if b.ndim == 1 else b
-    out_shape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
-    g = reshape(grad, out_shape)
-    ga = sum_to(matmul(g, transpose(b2, -1, -2)), a2.shape)
-    gb = sum_to(matmul(transpose(a2, -1, -2), g), b2.shape)
-    return (reshape(ga, a.shape), reshape(gb, b.shape))
+    # each operand is saved for the other's gradient only (save_users): compute what is wanted.
+    # Shapes change only where they must, so that a create_graph graph has torch's nodes
+    sa, sb = ri.in_shape(0), ri.in_shape(1)
+    sa2 = (1,) + sa if len(sa) == 1 else sa
+    sb2 = sb + (1,) if len(sb) == 1 else sb
+    g = _shaped(grad, np.broadcast_shapes(sa2[:-2], sb2[:-2]) + (sa2[-2], sb2[-1]))
+    ga = gb = None
+    if ri.needs(0):
+        ga = _shaped(sum_to(matmul(g, _mT(_shaped(ri.saved_input(1, 1), sb2))), sa2), sa)
+    if ri.needs(1):
+        gb = _shaped(sum_to(matmul(_mT(_shaped(ri.saved_input(0, 0), sa2)), g), sb2), sb)
+    return (ga, gb)
+
+
+def _shaped(x, shape):
+    return x if tuple(x.shape) == tuple(shape) else reshape(x, shape)
+
+
+def _mT(x):
+    """The last two dimensions swapped: t() for a matrix (TBackward0, as torch's mm rule)."""
+    return t(x) if x.ndim == 2 else transpose(x, -1, -2)
 
 
 def _product_jvp(a, b, ta, tb):
@@ -119,7 +131,7 @@ def matmul_jvp(ci, tangents):
 # self, tensor; MvBackward0: self, vec). torch's bmm node is UnsafeViewBackward0 over a
 # BmmBackward0 it keeps the operands in, so there they are internal.
 MATMUL = structural("matmul", "MmBackward0", saves=("self", "mat2"), args=("self", "mat2"), rule=matmul_rule,
-                    kernel=k_matmul, fwd_kernel=f_matmul, forward=matmul, jvp=matmul_jvp)
+                    kernel=k_matmul, fwd_kernel=f_matmul, forward=matmul, jvp=matmul_jvp, save_users=((1,), (0,)))
 DOT = alias("dot", MATMUL, "DotBackward0", saves=("self", "tensor"), args=("self", "tensor"))
 MV = alias("mv", MATMUL, "MvBackward0", saves=("self", "vec"), args=("self", "vec"))
 BMM = alias("bmm", MATMUL, "UnsafeViewBackward0", saves=("_self", "_mat2"), args=("_self", "_mat2"))
@@ -268,11 +280,10 @@ def addmm_rule(grad, ri):
     alpha * grad @ B^T, B gets alpha * A^T @ grad (no input when the row has two inputs)."""
     beta, alpha = ri.floats(2)
     nin = ri.n_inputs()
-    a = _mm_operand(ri, 0)
-    b = _mm_operand(ri, 1)
     g = grad * alpha if alpha != 1.0 else grad
-    ga = matmul(g, transpose(b, 0, 1))
-    gb = matmul(transpose(a, 0, 1), g)
+    # mat1 is saved for mat2's gradient only and mat2 for mat1's (save_users)
+    ga = matmul(g, t(_mm_operand(ri, 1))) if ri.needs(nin - 2) else None
+    gb = matmul(t(_mm_operand(ri, 0)), g) if ri.needs(nin - 1) else None
     if nin == 2:
         return (ga, gb)
     gi = sum_to(grad, ri.in_shape(0))
@@ -285,7 +296,7 @@ def _mm_operand(ri, k):
     p = ri.iparams()
     j = ri.n_inputs() - 2 + k
     shape, transposed = ((p.n, p.k), p.ta) if k == 0 else ((p.k, p.m), p.tb)
-    if not transposed or ri.tape.packed.get(ri.row) is not None:
+    if not transposed or ri.tape.hooked(ri.row, k) is not None:
         return ri.saved_input(k, j)
     return ri.input(j, _as_array(ri.saved(k, shape[::-1])).reshape(shape[::-1]).T)
 
@@ -310,10 +321,11 @@ def addmm_jvp(ci, tangents):
 ADDMM = structural("addmm", "AddmmBackward0", args=("self", "mat1", "mat2"), saves=("mat1", "mat2"),
                    saved_as={"mat1": _mm_operand, "mat2": _mm_operand}, rule=addmm_rule, kernel=k_addmm,
                    fwd_kernel=f_addmm, iparams=("n", "k", "m", "ta", "tb"), fparams=("beta", "alpha"), forward=_mm_into,
-                   jvp=addmm_jvp)
+                   jvp=addmm_jvp, save_users=((2,), (1,)))
 # x @ W.t() without a bias: addmm's kernel, no input; torch's node is MmBackward0 (self, mat2)
 LINEAR_MM = alias("linear_mm", ADDMM, "MmBackward0", args=("self", "mat2"), saves=("self", "mat2"),
-                  saved_as={"self": _mm_operand, "mat2": _mm_operand}, fparams=("_beta", "_alpha"), forward=linear)
+                  saved_as={"self": _mm_operand, "mat2": _mm_operand}, fparams=("_beta", "_alpha"), forward=linear,
+                  save_users=((1,), (0,)))
 
 
 def mm(a, b):

@@ -67,7 +67,8 @@ def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001
 
 def sum_rule(grad, ri):
     (scale,) = ri.floats(1)
-    g = expand(reshape(grad, ri.iparams().keepdim_shape), ri.in_shape(0))
+    # a full reduction's 0-d gradient expands as it is (one ExpandBackward0, as torch's)
+    g = expand(grad if grad.ndim == 0 else reshape(grad, ri.iparams().keepdim_shape), ri.in_shape(0))
     return (g * scale if scale != 1.0 else g,)
 
 
@@ -339,7 +340,12 @@ def sum_to(t, shape):
     lead = t._data.ndim - len(shape)
     dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
                                       if s == 1 and t._data.shape[lead + i] != 1)
-    return reshape(sum(t, dims, keepdim=True), shape) if dims else reshape(t, shape)
+    if not dims:
+        return reshape(t, shape)
+    if not shape:
+        return sum(t)  # to a 0-d value: one full sum (SumBackward0), as torch
+    s = sum(t, dims, keepdim=True)
+    return s if s._data.shape == shape else reshape(s, shape)  # a view only when dims lead (as torch's sum_to)
 
 
 

@@ -338,7 +338,8 @@ def _T(x):
 
 
 def permute_rule(grad, ri):
-    return (permute(grad, tuple(int(i) for i in np.argsort(ri.iparams().dims))),)
+    # the same op backwards (t's gradient is a t, transpose's a transpose), as torch's graphs
+    return (permute(grad, tuple(int(i) for i in np.argsort(ri.iparams().dims)), spec=ri.spec()),)
 
 
 def permute_jvp(ci, tangents):

@@ -154,8 +154,9 @@ def test_make_dot_show_attrs_and_custom_function():
     src = jitgrad.viz.make_dot(out, params={"x": x}, show_attrs=True, show_saved=True).source
     assert "SqBackward" in src
     assert "saved_tensors[0]" in src
-    assert "self : [saved tensor]" in src  # MulBackward0's attribute table
-    # x itself is saved by the mul: it stays one blue node named x
+    # MulBackward0's attribute table: x * 2 saves no self (only other's gradient would read it), as in torch
+    assert "other: [saved tensor]" in src and "self :           None" in src
+    # x is a param: it stays one blue node named x
     assert src.count('"x\n (3)" fillcolor=lightblue') == 1
 
 
