@@ -12,6 +12,7 @@ from jitgrad.ops import functional as _F
 from jitgrad.ops import nn as _nn
 from jitgrad.ops.elementwise import relu as _relu
 from jitgrad.ops.elementwise import sigmoid, tanh  # noqa: F401
+from jitgrad.ops.gathers import one_hot  # noqa: F401
 from jitgrad.ops.inplace import UNARY as _INPLACE
 
 # the primitives' forwards, each beside its entry in ops/nn.py

@@ -12,11 +12,12 @@ Layout (each module imports only the ones above it; no import cycle):
   functional.py   every op under one name space (what the engine calls as F.<name>)
   methods.py      Tensor operators (__add__...) and the methods that are not plain ops
   inplace.py      add_, mul_, fill_, copy_, setitem...
+  gathers.py      gather / scatter / index_* / sort / topk / median / unique... (compositions)
 Each primitive is one entry (graph/spec.py documents its keys) right beside its forward.
 """
 from jitgrad.graph import tensor as _tensor
 from jitgrad.graph.tensor import Tensor
-from jitgrad.ops import _common, _forward, device, elementwise, linalg, nn, out, reduce, shape  # noqa: F401
+from jitgrad.ops import _common, _forward, device, elementwise, gathers, linalg, nn, out, reduce, shape  # noqa: F401
 from jitgrad.ops import mathops_table as mathops
 from jitgrad.ops.elementwise import defop  # noqa: F401  (the public declarator: jitgrad.ops.defop)
 
@@ -47,6 +48,8 @@ FUNCTIONS.update({
     # nn
     "softmax": nn.softmax, "log_softmax": nn.log_softmax,
 })
+FUNCTIONS.update(gathers.FUNCTIONS)  # indexing by tensor and ordering
+FUNCTIONS.update(gathers.PUBLIC_ONLY)
 FUNCTIONS.update(mathops.FUNCTIONS)
 
 # Tensor.<name>: methods that are a public op of the same signature
@@ -58,6 +61,7 @@ for _name in ("add", "sub", "mul", "div", "pow", "reciprocal", "sign", "clamp", 
               "softmax", "log_softmax", "narrow", "select", "unbind", "chunk", "split", "split_with_sizes",
               "diagonal", "masked_fill", "all", "any"):
     METHODS[_name] = FUNCTIONS[_name]
+METHODS.update(gathers.METHODS)
 METHODS.update(mathops.METHODS)
 METHODS.update({
     "true_divide": elementwise.div, "view": shape.view, "expand_as": shape.expand_as, "repeat": shape.repeat,
