@@ -891,7 +891,8 @@ def run_timings(libs, warmup, repeats, min_time, max_wall, only=None, jax=None, 
 def run_default_threads(repeats, only=None):
     """The MLP steps with both libraries at their default thread counts (the rows above run
     at one thread), in a child process that sets no thread variable (benchmarks/blas.py)."""
-    keys = [k for k in (("MNIST MLP", "step"), ("large MLP", "step")) if selected((k[0], "step, default"), "torch", only)]
+    keys = [k for k in (("MNIST MLP", "step"), ("large MLP", "step"))
+            if selected((k[0], "step, default"), "torch", only)]
     if not keys:
         return []
     progress("default thread counts (child process) ...")
