@@ -31,6 +31,7 @@ class Lib(NamedTuple):
     sgemm: int
     set_threads: object  # ctypes functions, or None where the library has no thread control
     get_threads: object
+    numpy_own: bool      # the library numpy's own products run in
 
     @property
     def key(self):
@@ -53,7 +54,7 @@ KNOWN = (
 # the mkl wheel's libmkl_rt (JITGRAD_BLAS=mkl): its explicit ILP64 entry points, which
 # MKL_INTERFACE_LAYER does not redirect
 MKL_RT = (("mkl_rt", True, "cblas_dgemm_64", "cblas_sgemm_64", "MKL_Set_Num_Threads", "MKL_Get_Max_Threads"),)
-FALLBACK = Lib("scipy_numba_xxgemm", False, 0, 0, None, None)
+FALLBACK = Lib("scipy_numba_xxgemm", False, 0, 0, None, None, True)   # forward products stay numpy's
 
 
 def _addr(handle, name):
@@ -75,7 +76,7 @@ def probe(handle, known=KNOWN):
             set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
             get_threads = getattr(handle, getn)
             get_threads.argtypes, get_threads.restype = [], ctypes.c_int
-        return Lib(name, ilp64, dg, sg, set_threads, get_threads)
+        return Lib(name, ilp64, dg, sg, set_threads, get_threads, True)
     return None
 
 
@@ -103,7 +104,7 @@ def select(choice=None):
         lib = h and probe(h, MKL_RT)
         if lib is None:
             raise ImportError("JITGRAD_BLAS=mkl, but libmkl_rt could not be loaded: pip install jitgrad[mkl]")
-        return lib
+        return lib._replace(numpy_own=False)
     if choice not in ("", "numpy"):
         raise ImportError(f"JITGRAD_BLAS must be numpy, mkl or scipy, but got {choice!r}")
     return probe(ctypes.CDLL(np._core._multiarray_umath.__file__)) or FALLBACK

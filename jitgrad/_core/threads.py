@@ -34,7 +34,7 @@ def _pools():
     pools = []
     if LIB.set_threads is not None:
         pools.append((LIB.set_threads, LIB.get_threads))
-    if LIB.name == "mkl_rt":
+    if not LIB.numpy_own:
         own = probe(ctypes.CDLL(np._core._multiarray_umath.__file__))
         if own is not None and own.set_threads is not None:
             pools.append((own.set_threads, own.get_threads))

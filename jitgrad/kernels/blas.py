@@ -15,14 +15,14 @@ Under NUMBA_DISABLE_JIT the same function runs on numpy.
 """
 import llvmlite.binding as ll
 import numpy as np
-from numba import types
+from numba import njit, types
 from numba.extending import overload
 from numba.np.linalg import ensure_blas
 
 from jitgrad._core.blaslib import BLAS_KEY, LIB
 from jitgrad.kernels.pointers import as_ptr
 
-__all__ = ["BLAS_KEY", "gemm"]
+__all__ = ["BLAS_KEY", "gemm", "mm"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112   # cblas enums
 _N, _T = ord("n"), ord("t")
@@ -100,3 +100,26 @@ def _gemm_compiled(x, tx, y, ty, c, beta):
            as_ptr(x.ctypes.data, c), x.shape[1], as_ptr(scal.ctypes.data + scal.itemsize, scal),
            as_ptr(c.ctypes.data, c), n)
     return impl_xx
+
+
+@njit(nogil=True, cache=True)
+def _mm(a, ta, b, tb, n, m):
+    out = np.empty((n, m), a.dtype)
+    gemm(a, ta, b, tb, out, 0.0)
+    return out
+
+
+def _mm_chosen(a, b):
+    """a @ b (2-D host arrays) in the chosen BLAS: a transposed view is read as such."""
+    if a.dtype != b.dtype or a.dtype.char not in "fd" or a.ndim != 2 or b.ndim != 2:
+        return a.dot(b)
+    ta = not a.flags.c_contiguous and a.T.flags.c_contiguous
+    tb = not b.flags.c_contiguous and b.T.flags.c_contiguous
+    return _mm(a.T if ta else np.ascontiguousarray(a), ta, b.T if tb else np.ascontiguousarray(b), tb,
+               a.shape[0], b.shape[1])
+
+
+# The forward's 2-D products (matmul, addmm, linear): numpy's own when the kernels share
+# its library (ndarray.dot, with less dispatch than a compiled call); otherwise (MKL
+# chosen) through gemm, so that both directions run in the chosen library.
+mm = np.ndarray.dot if LIB.numpy_own else _mm_chosen

@@ -10,12 +10,17 @@ from conftest import ROOT
 from numba.core.config import DISABLE_JIT
 
 import jitgrad
-from jitgrad._core import threads
+from jitgrad._core import blaslib, threads
 
 
 def _pool_threads():
+    """The thread counts of the BLAS pools jitgrad runs products in, as threadpoolctl reads
+    them: not torch's MKL (a test imported torch), nor SciPy's OpenBLAS (scipy.special loads
+    it) unless the kernels fall back to it."""
     import threadpoolctl
-    return sorted({i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"})
+    skip = [f"{os.sep}torch{os.sep}"] + ([] if blaslib.LIB is blaslib.FALLBACK else ["scipy.libs"])
+    return sorted({i["num_threads"] for i in threadpoolctl.threadpool_info()
+                   if i["user_api"] == "blas" and not any(s in i["filepath"] for s in skip)})
 
 
 def _default_in_child(**env):
