@@ -68,10 +68,11 @@ def test_select_rejects_unknown_choice_and_missing_mkl(monkeypatch):
         blaslib.select("mkl")
 
 
-def _run(code, tmp_path, **env):
+def _run(code, tmp_path, fresh_cache=True, **env):
     e = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    e.update(NUMBA_CACHE_DIR=str(tmp_path / "nc"), JITGRAD_CACHE_DIR=str(tmp_path / "jc"),
-             PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]), **env)
+    if fresh_cache:
+        e.update(NUMBA_CACHE_DIR=str(tmp_path / "nc"), JITGRAD_CACHE_DIR=str(tmp_path / "jc"))
+    e.update(PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]), **env)
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e,
                        cwd=str(tmp_path), timeout=600, check=False)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -134,3 +135,10 @@ def test_forward_product_through_gemm_matches_numpy(dtype, layout):
     got = _mm_chosen(a, b)
     assert got.dtype == dtype and got.shape == (6, 3)
     np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_import_loads_no_scipy_blas(tmp_path):
+    # the kernels call numpy's BLAS: SciPy's (0.14 s to load) is not needed at import.
+    # (numba itself imports the top-level scipy package, so that one is there.)
+    code = "import sys, jitgrad; print(sorted(m for m in ('scipy.linalg', 'scipy.linalg.cython_blas') if m in sys.modules))"
+    assert _run(code, tmp_path, fresh_cache=False) == ["[]"]
