@@ -179,7 +179,7 @@ def progress(msg):
 def load(name):
     """Import a library and make it single-threaded."""
     T = importlib.import_module(name)
-    if name == "torch":
+    if name in LIBS:   # jitgrad follows OMP_NUM_THREADS=1 (set above) already; say it anyway
         T.set_num_threads(1)
     return T
 
