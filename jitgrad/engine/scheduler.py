@@ -10,7 +10,7 @@ Gradients live in two places: `g1`, one number per row, for rows of one element 
 scalar graph never allocates an array), and one flat buffer per larger row, held by
 address: `gaddr[row]` is its data (0 until something contributes) and `gown[row]` the
 reference that keeps it alive (kernels/pointers.py's own; 0 for a buffer the backward
-does not own). A buffer is freed as soon as its row has run, and whatever is left by
+does not own; gown's extra last element counts them). A buffer is freed as soon as its row has run, and whatever is left by
 release(). Sinks (leaves, edges into older tapes, retained and requested tensors) get
 their buffers as slices of one output array, so a whole backward hands Python two
 arrays.
@@ -146,7 +146,7 @@ def start_into(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v, out):
     n = st.size
     g1 = np.zeros(n, v.dtype)          # gradient of every one-element row
     gaddr = np.zeros(n, np.int64)      # larger rows: the address of the row's buffer
-    gown = np.zeros(n, np.int64)       # and the reference that keeps it alive
+    gown = np.zeros(n + 1, np.int64)   # and the reference that keeps it alive (then a count)
     ns = sinks.size
     offs = np.empty(ns + 1, np.int64)
     total = 0
@@ -193,8 +193,11 @@ def set_grad(row, arr, hdr, g1, gaddr, gown, st):
 def release(gaddr, gown):
     """Free every gradient buffer the backward still owns (at its end, or when Python
     abandons it midway)."""
-    for row in range(gown.size):
-        free_buffer(row, gaddr, gown)
+    row = 0
+    while gown[-1] > 0 and row < gaddr.size:
+        if gown[row] != 0:
+            free_buffer(row, gaddr, gown)
+        row += 1
 
 
 def grad_of(row, hdr, g1, gaddr, gown):
@@ -303,7 +306,8 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, gaddr, gown, freed, hi, retain, 
                 return (NEED_KERNEL if k == 0 else FALLBACK), row
             call_kernel(k, row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st)
         st[row] = s | DONE
-        free_buffer(row, gaddr, gown)  # consumed: free it now (a sink's data stays in `out`)
+        if gown[row] != 0:  # consumed: free it now (a sink's data stays in `out`)
+            free_buffer(row, gaddr, gown)
         if pend.size:
             ready = False
             e = hdr[b + H_E0] * EW

@@ -66,8 +66,11 @@ def target_buffer(tgt, n, g1, gaddr, gown):
 
 @jit
 def new_buffer(row, buf, gaddr, gown):
-    """Make `buf` row's gradient buffer: the backward owns it until it frees it (free_buffer)."""
+    """Make `buf` row's gradient buffer: the backward owns it until it frees it (free_buffer).
+    gown's last element counts the buffers owned, so that release() has nothing to scan
+    in the usual case, where every one was freed as its row ran."""
     gown[row] = own(buf)
+    gown[-1] += 1
     gaddr[row] = buf.ctypes.data
     return buf
 
@@ -79,6 +82,7 @@ def free_buffer(row, gaddr, gown):
         disown(gown[row])
         gown[row] = 0
         gaddr[row] = 0
+        gown[-1] -= 1
 
 
 @jit
