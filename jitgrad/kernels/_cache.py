@@ -107,15 +107,16 @@ def add_key(key):
 
 
 def friendly_name(py_func):
-    """How a compiled function is named to users: an elementwise backward kernel by its
-    op, the rest of the generated backward module as the engine."""
+    """What a compile of `py_func` is called on stderr: "kernels for <name>" (an
+    elementwise backward kernel by its op), or "the backward engine" (the rest of the
+    generated backward module)."""
     name = getattr(py_func, "__name__", "?")
     m = re.match(r"ew_\d+_(.*)$", name)
     if m:
-        return m.group(1)
+        return f"kernels for {m.group(1)}"
     if (getattr(py_func, "__module__", None) or "").startswith("jitgrad_backward_"):
         return "the backward engine"
-    return name
+    return "kernels for " + re.sub(r"^(k_|_)+|_nb$", "", name)
 
 
 def is_cached(dispatcher, sig):
