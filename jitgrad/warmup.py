@@ -13,12 +13,12 @@ NUMBA_CACHE_DIR).
 import argparse
 import time
 
+import jitgrad
+from jitgrad._core.layout import DT_OF
+from jitgrad.engine.compiled import scheduler
+
 
 def warmup(verbose=True, everything=False):
-    import jitgrad
-    from jitgrad._core.layout import DT_OF
-    from jitgrad.engine.compiled import scheduler
-
     t0 = time.perf_counter()
     for dtype in (jitgrad.float64, jitgrad.float32):
         # one backward compiles the engine (and the two kernels this graph uses)
@@ -27,14 +27,14 @@ def warmup(verbose=True, everything=False):
         if everything:
             tables = scheduler().KERNELS
             tables.ensure(DT_OF[x._data.dtype], range(tables.nops))
-            _forwards(jitgrad, dtype, x)
+            _forwards(dtype, x)
         if verbose:
             print(f"jitgrad: backward engine{' and kernels' if everything else ''} ready for {dtype} "
                   f"({time.perf_counter() - t0:.1f} s so far)")
     return time.perf_counter() - t0
 
 
-def _forwards(jitgrad, dtype, x):
+def _forwards(dtype, x):
     """The compiled forwards that eager ops call directly (conv, pooling, norms) and the
     optimizers' updates."""
     F = jitgrad.nn.functional
