@@ -71,7 +71,7 @@ from jitgrad.kernels.common import (jit, gradient, target_buffer, edge_target, s
     saved, free_buffer)
 from jitgrad.kernels.optim import adam_all, sgd_all
 from jitgrad.kernels.pointers import view
-from jitgrad.kernels.table import call_kernel
+from jitgrad.kernels.table import call_kernel, table_jit
 
 OP_ACC = {op_acc}
 OP_EXT = {op_ext}
@@ -147,7 +147,7 @@ tanh = np.tanh
 
 _EW_KERNEL = '''
 
-@jit
+@table_jit
 def {name}(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     """The backward of a row of `{opname}` of any size (the kernel table's entry for
     opcode {op}). Contributions go straight into the inputs' buffers at the inputs'

@@ -36,6 +36,7 @@ class KernelTables:
         self.nops = len(BY_OP)
         self.is_ew = np.array([s.kind == "ew" for s in BY_OP], bool)
         self.tables = {}
+        self.twins = {}  # structural kernel -> its table_jit twin
         self.primed = set()  # dtype codes whose first backward in this process has run
 
     def __getitem__(self, code):
@@ -52,9 +53,12 @@ class KernelTables:
         """The dispatcher that runs `spec`'s rows, or None (sinks, ops without a kernel)."""
         if spec.kind == "ew":
             return getattr(self.module, codegen.ew_kernel_name(spec))
-        if spec.kind == "struct":
-            return BY_OP[spec.base].kernel
-        return None
+        kernel = BY_OP[spec.base].kernel if spec.kind == "struct" else None
+        if kernel is None:
+            return None
+        if kernel not in self.twins:
+            self.twins[kernel] = table.for_table(kernel)
+        return self.twins[kernel]
 
     def ensure(self, code, ops, also=()):
         """Fill dtype `code`'s entries for `ops` (opcodes), compiling what is not cached.

@@ -14,15 +14,38 @@ propagates through the sweep to Python as if the kernel had been called directly
 argument types must be exactly those the kernel was compiled for: kernel_signature()
 gives them, from the dtype, and the sweep's arrays are built to match (scheduler.start).
 
+Kernels reached only this way are compiled without the wrappers that let Python call
+them (table_jit): unboxing eleven arguments is code to compile, and it was half the
+compile time of a small kernel.
+
 Under NUMBA_DISABLE_JIT=1 an "address" is an index into a list of Python functions.
 """
+import types as pytypes
+
 import numpy as np
-from numba import from_dtype, types
+from numba import from_dtype, njit, types
 from numba.core import cgutils
 from numba.core.config import DISABLE_JIT
 from numba.extending import intrinsic, overload
 
 _PY = [None]  # DISABLE_JIT: index -> kernel; 0 stays "no kernel"
+
+# the options of kernels/common.py's jit, less the wrappers for calls from Python
+table_jit = njit(cache=True, nogil=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+
+
+def for_table(kernel):
+    """A table_jit dispatcher of `kernel`'s Python function. It gets a qualified name of
+    its own, so that its cache entries (named after it) are not the ones of `kernel`,
+    which Python may call."""
+    fn = getattr(kernel, "py_func", kernel)
+    if DISABLE_JIT:
+        return fn
+    twin = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    twin.__qualname__ = fn.__qualname__ + "_by_address"
+    twin.__module__ = fn.__module__
+    twin.__doc__ = fn.__doc__
+    return table_jit(twin)
 
 
 def call_kernel(addr, row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
