@@ -82,6 +82,7 @@ from jitgrad import (  # noqa: E402
 )
 from jitgrad._core.threads import default_threads as _default_threads  # noqa: E402
 from jitgrad._core.threads import get_num_threads, set_num_threads  # noqa: E402
+from jitgrad._core.verbosity import get_verbosity, set_verbosity  # noqa: E402
 from jitgrad.compiler import compile  # noqa: E402,A004  (torch.compile)
 from jitgrad.inverse_trig import FUNCTIONS as _TRIG  # noqa: E402
 
