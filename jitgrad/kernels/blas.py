@@ -4,8 +4,8 @@ It calls the cblas gemm of the library _core/blaslib.py found (numpy's own OpenB
 default), so backward products share the forward's library and thread pool. The address
 is registered with LLVM under a jitgrad-owned name that carries the integer width;
 compiled code refers to that name, so it survives Numba's on-disk cache and is resolved
-again in every process (the cache key must hold BLAS_KEY: a kernel compiled against
-another library's width would otherwise be loaded). Calling gemm directly skips np.dot's
+again in every process. BLAS_KEY is mixed into every kernel's cache key (_cache.add_key):
+a kernel compiled against another library or integer width is never loaded. Calling gemm directly skips np.dot's
 shape checks, whose error formatting took seconds of every first compile, and gives
 `beta`, so adding a product into an existing gradient needs no temporary and no extra pass.
 
@@ -20,6 +20,7 @@ from numba.extending import overload
 from numba.np.linalg import ensure_blas
 
 from jitgrad._core.blaslib import BLAS_KEY, LIB
+from jitgrad.kernels import _cache
 from jitgrad.kernels.pointers import as_ptr
 
 __all__ = ["BLAS_KEY", "gemm", "mm"]
@@ -27,6 +28,7 @@ __all__ = ["BLAS_KEY", "gemm", "mm"]
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112   # cblas enums
 _N, _T = ord("n"), ord("t")
 _CBLAS = LIB.dgemm != 0
+_cache.add_key(BLAS_KEY)
 
 
 def _cblas(dtype, addr):

@@ -50,6 +50,11 @@ def test_blas_key_names_library_and_integer_width():
         assert blaslib.LIB is not blaslib.FALLBACK, "numpy's BLAS exports none of the known gemm symbols"
 
 
+def test_blas_key_is_in_every_kernels_cache_key():
+    from jitgrad.kernels import _cache
+    assert BLAS_KEY in _cache._extra_keys
+
+
 def test_probe_finds_nothing_in_an_empty_list_and_select_falls_back(monkeypatch):
     import ctypes
     handle = ctypes.CDLL(np._core._multiarray_umath.__file__)
