@@ -10,6 +10,14 @@ same BLAS pool jitgrad's products use, whose workers then spin for a while and c
 with Numba's threads for the cores). Each time is the minimum over --repeats calls (the
 machine is shared: minima are the least disturbed), and the script prints, per dtype and
 setting, the smallest size from which prange wins at every larger size measured.
+
+Measured for issue 14 on the 2-core development machine (shared, load 1.3-1.8; Numba's
+omp layer): alone, prange won from 2^15 float32 / 2^13-2^14 float64 elements (1.5-2x
+from 2^16); right after a BLAS call it lost up to 2^20 elements (OpenBLAS's workers still
+spin on the cores Numba's threads want: 30-50 us per call, ms when a worker was
+descheduled) and won 1.2-1.3x from 2^20-2^22. The workqueue layer won only from 2^21.
+In a backward sweep gemm calls sit between the elementwise kernels, so the threshold to
+use there is 2^20 elements.
 """
 import argparse
 import os
