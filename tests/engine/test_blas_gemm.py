@@ -146,5 +146,6 @@ def test_import_loads_no_scipy_blas(tmp_path):
     # the kernels call numpy's BLAS: jitgrad itself needs no SciPy BLAS. (numba imports the
     # top-level scipy package at import, and scipy.linalg when its CPU target first loads
     # numba.np.arraymath, at the first kernel compiled or loaded: that part is numba's.)
-    code = "import sys, jitgrad; print(sorted(m for m in ('scipy.linalg', 'scipy.linalg.cython_blas') if m in sys.modules))"
+    code = ("import sys, jitgrad; "
+            "print(sorted(m for m in ('scipy.linalg', 'scipy.linalg.cython_blas') if m in sys.modules))")
     assert _run(code, tmp_path, fresh_cache=False) == ["[]"]
