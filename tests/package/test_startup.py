@@ -20,6 +20,7 @@ NOT_AT_IMPORT = [
     "jitgrad.backends", "jitgrad.accelerator",
     "jitgrad.gpu.sweep", "jitgrad.gpu.kernels",   # the CUDA backward: loaded with the first CUDA tensor's backward
     "numba.cuda", "graphviz", "torch", "scipy.special", "matplotlib", "tqdm",
+    "scipy.linalg",   # only its cython_blas extension, alone (kernels/_scipyblas.py)
 ]
 
 
@@ -87,3 +88,37 @@ print(json.dumps(out))
 def test_an_unknown_name_is_still_an_attribute_error():
     with pytest.raises(AttributeError, match="module 'jitgrad' has no attribute 'no_such_thing'"):
         jitgrad.no_such_thing  # noqa: B018
+
+
+def test_numba_finds_scipys_blas_without_the_scipy_linalg_package():
+    # numba's first compile imports scipy.linalg.cython_blas (its BLAS check): it must find
+    # the extension jitgrad loaded alone, and scipy.linalg must still work when imported
+    code = """
+import json, sys
+import jitgrad
+import numba
+import numpy as np
+out = {"first_compile": numba.njit(lambda a, b: np.dot(a, b))(np.ones((2, 3)), np.ones((3, 2))).tolist(),
+       "package_after_compile": "scipy.linalg" in sys.modules}
+import scipy.linalg
+import scipy.linalg.cython_blas as blas
+out["attribute"] = scipy.linalg.cython_blas is blas is sys.modules["scipy.linalg.cython_blas"]
+out["package_works"] = scipy.linalg.det(np.eye(3) * 2.0)
+out["capi"] = "dgemm" in blas.__pyx_capi__
+print(json.dumps(out))
+"""
+    out = _fresh(code, NUMBA_DISABLE_JIT="0")
+    assert out == {"first_compile": [[3.0, 3.0], [3.0, 3.0]], "package_after_compile": False, "attribute": True,
+                   "package_works": 8.0, "capi": True}
+
+
+def test_preload_leaves_an_imported_scipy_linalg_alone():
+    code = """
+import json, sys
+import scipy.linalg
+import jitgrad
+from jitgrad.kernels import _scipyblas
+print(json.dumps([_scipyblas.preload(), type(sys.modules["scipy.linalg.cython_blas"].__loader__).__name__,
+                  [type(f).__name__ for f in sys.meta_path if type(f).__module__ == _scipyblas.__name__]]))
+"""
+    assert _fresh(code) == [True, "ExtensionFileLoader", []]
