@@ -32,6 +32,7 @@ machine); --no-bytecode measures that case instead.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -172,6 +173,30 @@ def run(repo, baseline=None, bytecode=True, warm_repeats=5, cold_repeats=1, quic
     return rows
 
 
+def import_breakdown(repo, bytecode, repeats):
+    """{owner: ms}: `import jitgrad`'s time by who spends it (python -X importtime's self
+    times, the best of `repeats` fresh processes per module), owners being jitgrad's
+    layers and the third-party packages."""
+    child = Child("import", "jitgrad", "import jitgrad\n", repo, bytecode, None)
+    best = {}
+    for _ in range(repeats):
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-c", child.code], env=child.env,
+                              capture_output=True, text=True, cwd=child.dir)
+        for line in proc.stderr.splitlines():
+            parts = line.split("|")
+            if len(parts) == 3 and parts[0].startswith("import time:") and parts[0].split()[-1].isdigit():
+                name = parts[2].strip()
+                best[name] = min(best.get(name, 1e18), int(parts[0].split()[-1]))
+    shutil.rmtree(child.dir, ignore_errors=True)
+    owners = {}
+    for name, us in best.items():
+        top = name.split(".")
+        owner = ".".join(top[:2]) if top[0] == "jitgrad" and len(top) > 1 else top[0]
+        owner = {"llvmlite": "numba"}.get(owner, owner)
+        owners[owner] = owners.get(owner, 0) + us / 1000
+    return dict(sorted(owners.items(), key=lambda kv: -kv[1]))
+
+
 def report(rows):
     print(f"{'what':<24}{'lib':<10}{'seconds':>9}{'import':>9}{'wall':>9}{'target':>9}  met?")
     for r in rows:
@@ -189,8 +214,19 @@ def main(argv=None):
     p.add_argument("--no-bytecode", action="store_true", help="children compile every module's source (no .pyc)")
     p.add_argument("--repeats", type=int, default=7, help="rounds of the warm rows (each reports its best)")
     p.add_argument("--cold-repeats", type=int, default=1, help="fresh processes per cold row (the best is reported)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="only: import jitgrad's milliseconds by package (python -X importtime, warm)")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args(argv)
+    if args.breakdown:
+        if not args.no_bytecode:
+            compile_bytecode(os.path.abspath(args.repo))
+        owners = import_breakdown(os.path.abspath(args.repo), not args.no_bytecode, args.repeats)
+        print(f"import jitgrad, {sum(owners.values()):.0f} ms (sum of self times; -X importtime adds its own):")
+        for owner, ms in owners.items():
+            if ms >= 1:
+                print(f"{ms:8.1f}  {owner}")
+        return
     rows = run(os.path.abspath(args.repo), args.baseline and os.path.abspath(args.baseline), not args.no_bytecode,
                args.repeats, args.cold_repeats, args.quick)
     report(rows)
