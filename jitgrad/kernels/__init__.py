@@ -2,4 +2,4 @@
 from jitgrad.kernels import _cache, _scipyblas
 
 _cache.install()  # before any kernel module's @njit(cache=True) runs (see _cache's docstring)
-_scipyblas.preload()  # before numba's first compile or cache load imports it the slow way
+_scipyblas.install()  # numba's first compile or cache load finds SciPy's BLAS without scipy.linalg
