@@ -60,6 +60,7 @@ FALLBACK = 2      # the compiled path does not run this row: the Python engine t
 PYNODE = 3        # the node runs in Python (custom Function, post-hooks); resume below it
 PREHOOKS = 4      # hooks to run before the row; clear PRE and resume at the row
 LEAF_READY = 5    # the row ran and made a hooked leaf ready; resume below the row
+NEED_KERNEL = 6   # the row's kernel is not compiled yet (engine/kernel_table.py); resume at the row
 
 # --- jitgrad.compile's replay program (compiler/plan.py writes it; engine/replayer.py and
 # the forward kernels read it) ---------------------------------------------------------------

@@ -68,7 +68,17 @@ class Unsupported(Exception):
 class BackwardPlan:
     __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "st0", "freed", "seed_rows",
                  "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "out", "views", "spans", "fixed",
-                 "ext_slots", "arena_slots")
+                 "ext_slots", "arena_slots", "kt")
+
+    def kernels(self, sched):
+        """The kernel table the replayed backward runs with, its kernels compiled on the
+        first call (the sweep would stop at a missing one, after the fused step's forward
+        has run)."""
+        kt = getattr(self, "kt", None)
+        if kt is None:
+            sched.KERNELS.ensure_rows(int(self.dt), self.hdr, self.st0.size)
+            self.kt = kt = sched.KERNELS[int(self.dt)]
+        return kt
 
 
 class GraphPlan:

@@ -94,7 +94,7 @@ def _fused(sched, plan, three, packed, tensors):
         return False
     ints, floats, data, states, freed, sc, _ = packed
     sc[...] = fast.scalars(fast.groups[0])
-    status = sched.train_step_packed(ints, floats, data, states, freed)
+    status = sched.train_step_packed(ints, floats, data, states, freed, bp.kernels(sched))
     st = states[states.size // 2:]
     if status != SWEPT:
         raise RuntimeError(f"jitgrad.compile: the replayed backward stopped (status {status})")
@@ -194,7 +194,8 @@ def _backward(sched, plan, bp, tensors):
     st = bp.st0.copy()
     seed = bp.seed if bp.seed_vid is None else plan.array(bp.seed_vid).reshape(-1)
     status, row = sched.backward_into(bp.hdr, bp.edges, bp.xs, bp.fp, bp.slots, bp.v, st, bp.freed,
-                                      bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt, bp.out)
+                                      bp.seed_rows, bp.seed_offs, seed, bp.sinks, bp.hi, True, bp.dt,
+                                      bp.kernels(sched), bp.out)
     if status != SWEPT:
         raise RuntimeError(f"jitgrad.compile: the replayed backward stopped at row {row} (status {status})")
     # the .grads: views of the plan's buffer where an optimizer step of the plan reads them

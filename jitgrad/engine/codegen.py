@@ -68,9 +68,10 @@ from numba import njit
 from numba.typed import List
 from jitgrad._core.layout import *  # noqa
 from jitgrad.kernels.common import (jit, gradient, target_buffer, edge_target, shape_numel, bcast_plan, bidx,
-    saved)
+    saved, free_buffer)
 from jitgrad.kernels.optim import adam_all, sgd_all
 from jitgrad.kernels.pointers import view
+from jitgrad.kernels.table import call_kernel, table_jit
 
 OP_ACC = {op_acc}
 OP_EXT = {op_ext}
@@ -79,7 +80,6 @@ OP_OUT = {op_out}
 OP_NSAVED = np.array({op_saves}, dtype=np.int64)
 OP_IS_EW = np.array({is_ew}, dtype=np.int8)
 OP_NPARAMS = np.array({nparams}, dtype=np.int64)
-OP_BASE = np.array({base}, dtype=np.int64)
 
 
 @jit
@@ -145,16 +145,18 @@ erf = math.erf
 tanh = np.tanh
 '''
 
-_EW_HEAD = '''
+_EW_KERNEL = '''
 
-@jit
-def ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    """Every elementwise primitive, one branch each (one function compiles and loads far
-    faster than one per op). Contributions go straight into the inputs' buffers at the
-    inputs' shapes: the broadcast index maps undo broadcasting here, once."""
+@table_jit
+def {name}(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
+    """The backward of a row of `{opname}` of any size (the kernel table's entry for
+    opcode {op}). Contributions go straight into the inputs' buffers at the inputs'
+    shapes: the broadcast index maps undo broadcasting here, once."""
+    nsaved = {nsaved}
+    nparams = {nparams}
     b = row * HW
     n = hdr[b + H_NUMEL]
-    g = gradient(row, hdr, g1, bslot, bigs)
+    g = gradient(row, hdr, g1, gaddr, gown)
     e0 = hdr[b + H_E0]
     kp = hdr[b + H_KP]
     fpp = hdr[b + H_FP]
@@ -163,7 +165,7 @@ def ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     pin0 = edges[EW * e0 + E_SHP]
     d0 = g
     if t0 >= 0:
-        d0 = target_buffer(t0, shape_numel(xs, pin0), g1, bslot, bigs)
+        d0 = target_buffer(t0, shape_numel(xs, pin0), g1, gaddr, gown)
     t1 = -1
     pin1 = pin0
     d1 = g
@@ -171,8 +173,7 @@ def ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
         t1 = edge_target(edges, e0 + 1, st)
         pin1 = edges[EW * (e0 + 1) + E_SHP]
         if t1 >= 0:
-            d1 = target_buffer(t1, shape_numel(xs, pin1), g1, bslot, bigs)
-    nsaved = OP_NSAVED[op]
+            d1 = target_buffer(t1, shape_numel(xs, pin1), g1, gaddr, gown)
     s0 = g
     s1 = g
     s2 = g
@@ -184,9 +185,9 @@ def ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
         s2 = saved(slots, v, kp + 2)
     p0 = 0.0
     p1 = 0.0
-    if OP_NPARAMS[op] > 0:
+    if nparams > 0:
         p0 = fp[fpp]
-    if OP_NPARAMS[op] > 1:
+    if nparams > 1:
         p1 = fp[fpp + 1]
     pout = hdr[b + H_SHP]
     mode0, m0, mp0 = bcast_plan(xs, pout, pin0)
@@ -203,18 +204,6 @@ def scalar_grads(op, grad, v, kp, fp, fpp):
     engine/scheduler.py). Compiled, the sweep has this body in place of the call."""
 {body}
     return c0, c1
-'''
-
-_KERNEL_HEAD = '''
-
-@jit
-def run_kernel(bop, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    """Run a structural row with the kernel of base opcode `bop`; False if there is none
-    (the caller falls back to Python)."""
-{branches}
-    else:
-        return False
-    return True
 '''
 
 _FWD_EW_HEAD = '''
@@ -315,10 +304,10 @@ def _spliced(fn, filename):
     return next(c for c in module.co_consts if isinstance(c, types.CodeType) and c.co_name == fn.__name__)
 
 
-def _ew_branch(spec, kw):
-    """One op's branch: a loop for the common same-shape case (plain indexing, so it
+def _ew_loops(spec):
+    """One op's loops: one for the common same-shape case (plain indexing, so it
     vectorises), then the general loop through the broadcast index maps."""
-    lines = [f"    {kw} op == {spec.op}:"]
+    lines = []
     # (condition, index expression for input 0 and for input 1); mode 2 is "the small
     # input is a suffix of the output" (a bias): a nested loop keeps the inner one simple
     if len(spec.grads) == 1:
@@ -331,8 +320,8 @@ def _ew_branch(spec, kw):
         cases = [("if mode0 == 0 and mode1 == 0", "i", "i"), ("elif mode0 == 0 and mode1 == 2", "i", "c"),
                  ("else", "i0", "i1")]
     for cond, i0, i1 in cases:
-        ind = " " * 12
-        lines.append(f"        {cond}:")
+        ind = " " * 8
+        lines.append(f"    {cond}:")
         if "c" in (i0, i1):
             m = "m1" if i1 == "c" else "m0"
             lines.append(f"{ind}for r in range(n // {m}):")
@@ -415,49 +404,30 @@ def _fwd_dispatch(imports):
     return "\n".join(branches) or "    if False:\n        pass"
 
 
+def ew_kernel_name(spec):
+    """The generated module's name for the backward kernel of elementwise op `spec`."""
+    return f"ew_{spec.op}_{''.join(c if c.isalnum() else '_' for c in spec.name)}"
+
+
 def generate():
     """The generated module's source (see the module doc)."""
-    dispatch = []
-    op_saves = []
-    loops = []
-    ew_ops = []
-    imports = set()
+    ew_kernels = []
     for spec in BY_OP:
-        op_saves.append(len(spec.saves))
         if spec.kind == "ew":
-            kw = "if" if not loops else "elif"
-            loops.append(_ew_branch(spec, kw))
-            ew_ops.append(spec.op)
-            continue
-        elif spec.kind != "struct" or spec.kernel is None:
-            continue  # no compiled kernel: the Python engine runs it (e.g. dtype casts)
-        if spec.base != spec.op:
-            continue  # an alias: runs its base's kernel
-        kernel = getattr(spec.kernel, "py_func", spec.kernel)
-        imports.add(f"from {kernel.__module__} import {kernel.__name__}")
-        kw = "if" if not dispatch else "elif"
-        dispatch.append(f"    {kw} bop == {spec.op}:\n"
-                        f"        {kernel.__name__}(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)")
-    if not dispatch:
-        dispatch.append("    if False:\n        pass")
-    if not loops:
-        loops.append("    pass")
+            ew_kernels.append(_EW_KERNEL.format(name=ew_kernel_name(spec), opname=spec.name, op=spec.op,
+                                                nsaved=len(spec.saves), nparams=spec.nparams, loops=_ew_loops(spec)))
     sink = {s.name: s.op for s in BY_OP if s.kind == "sink"}
-    is_ew = [1 if s.op in ew_ops else 0 for s in BY_OP]
-    nparams = [s.nparams for s in BY_OP]
-    base = [s.base for s in BY_OP]
     src = _HEADER.format(op_acc=sink["_acc"], op_ext=sink["_ext"], op_pyfn=sink["_pyfn"], op_out=sink["_out"],
-                         op_saves=op_saves, is_ew=is_ew, nparams=nparams, base=base)
-    src += "\n".join(sorted(imports)) + "\n"
-    src += "# -- forward kernels --\n"
+                         op_saves=[len(s.saves) for s in BY_OP], is_ew=[int(s.kind == "ew") for s in BY_OP],
+                         nparams=[s.nparams for s in BY_OP])
+    fwd_imports = set()
+    fwd_dispatch = _fwd_dispatch(fwd_imports)
+    src += "\n".join(sorted(fwd_imports)) + "\n"
     src += _SCALAR_HEAD.format(body=textwrap.indent(_scalar_body(), "    "))
-    src += _EW_HEAD.format(loops="\n".join(loops))
-    src += _KERNEL_HEAD.format(branches="\n".join(dispatch))
+    src += "".join(ew_kernels)
     fwd_scalar, fwd_loops = _fwd_ew()
     src += _FWD_EW_HEAD.format(scalar=fwd_scalar, loops=fwd_loops)
-    fwd_imports = set()
-    src += _FWD_KERNEL_HEAD.format(branches=_fwd_dispatch(fwd_imports))
-    src = src.replace("# -- forward kernels --\n", "\n".join(sorted(fwd_imports - imports)) + "\n")
+    src += _FWD_KERNEL_HEAD.format(branches=fwd_dispatch)
     src += _FOOTER
     return src
 

@@ -19,7 +19,10 @@ engine applies together with the .grad updates, in one block that Ctrl-C cannot 
 import threading
 
 import numpy as np
+from numba import typeof
+from numba.core.config import DISABLE_JIT
 
+from jitgrad._core import verbosity
 from jitgrad._core.layout import (
     DONE,
     DT_OF,
@@ -39,6 +42,7 @@ from jitgrad._core.layout import (
     HAS,
     HW,
     LEAF_READY,
+    NEED_KERNEL,
     PRE,
     PREHOOKS,
     PYNODE,
@@ -55,12 +59,14 @@ from jitgrad.engine import codegen
 from jitgrad.engine import executor as pyengine
 from jitgrad.engine.executor import input_grads
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
+from jitgrad.engine.kernel_table import KernelTables
 from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.node import AccumulateGrad, node_for
 from jitgrad.graph.pynode import FunctionNode, validate_gradient
 from jitgrad.graph.record import OP_OUT
 from jitgrad.graph.spec import BY_OP, SPECS
 from jitgrad.graph.tape import close_current_tape, live_tape
+from jitgrad.kernels._cache import is_cached
 from jitgrad.ops import functional as F
 
 FALLBACK = object()  # returned when the graph needs the Python engine
@@ -70,11 +76,14 @@ _DT = DT_OF
 
 
 def scheduler():
-    """The compiled module of the op table as it is now. The table only grows: an op
-    declared after the first backward (ops.defop) gives a new module, which also runs
-    every opcode the old one knew."""
+    """The compiled module of the op table as it is now, with its kernel tables (KERNELS).
+    The table only grows: an op declared after the first backward (ops.defop) gives a new
+    module, which also runs every opcode the old one knew."""
     if not _sched or _sched[0] != len(BY_OP):
-        _sched[:] = [len(BY_OP), codegen.load()]
+        mod = codegen.load()
+        if not hasattr(mod, "KERNELS"):
+            mod.KERNELS = KernelTables(mod)
+        _sched[:] = [len(BY_OP), mod]
     return _sched[1]
 
 
@@ -123,6 +132,10 @@ class _TapeRun:
         self.seeds[row] = arr if s is None else s + arr
 
     def run(self, sinks, retain, hooked_leaves=()):
+        with verbosity.in_backward:  # what it compiles, the kernel table's line names
+            return self._run(sinks, retain, hooked_leaves)
+
+    def _run(self, sinks, retain, hooked_leaves):
         tape = self.tape
         tape.grow_freed()
         rows = np.fromiter(self.seeds, np.int64, len(self.seeds))
@@ -144,10 +157,18 @@ class _TapeRun:
         hi = int(rows.max())
         # the kernels read `freed` and are told to retain: freeing is the commit's job
         freed = _copy(tape.freed, np.int8, 1)
+        code = _DT[self.npd]
+        kt = sched.KERNELS[code]
         if not tape.needs_python() and not hooked_leaves:  # the whole tape in one compiled call
-            status, self.row, self.out, self.offs = _boxed(sched.backward, *self._columns(), self.st, freed, rows,
-                                                           offs, vals, sink_rows, hi, True, _DT[self.npd])
-            return status
+            while True:
+                args = (*self._columns(), self.st, freed, rows, offs, vals, sink_rows, hi, True, code, kt)
+                if code not in sched.KERNELS.primed:
+                    self._prime(sched, code, sched.backward, args)
+                status, self.row, self.out, self.offs = _boxed(sched.backward, *args)
+                del args
+                if status != NEED_KERNEL:  # (after NEED_KERNEL, backward undid itself: call it again)
+                    return status
+                self._need_kernels(sched, code)
         # rows that need Python: the sweep hands each back and resumes
         for row in (*tape.tensor_hooks, *tape.node_prehooks):
             self.st[row] |= PRE
@@ -160,7 +181,7 @@ class _TapeRun:
             # forward): they must go to a new tape, not grow the one being swept
             close_current_tape()
         cols = self._columns()
-        g1, bslot, bigs, self.out, self.offs = _boxed(sched.start, cols[0], self.st, rows, offs, vals, sink_rows,
+        g1, gaddr, gown, self.out, self.offs = _boxed(sched.start, cols[0], self.st, rows, offs, vals, sink_rows,
                                                       cols[5])
         self.pend = np.zeros(0, np.int64)
         if hooked_leaves:  # leaves with hooks run when they become ready, as in PyTorch
@@ -168,25 +189,56 @@ class _TapeRun:
             hooked[list(hooked_leaves)] = 1
             self.pend = _boxed(sched.count_pending, cols[0], cols[1], self.st, hi, hooked)
         del cols
+        try:
+            status, row = self._sweeps(sched, code, kt, g1, gaddr, gown, freed, hi, retain)
+        except BaseException:
+            sched.release(gaddr, gown)  # Python abandoned the backward midway: free its buffers
+            raise
+        sched.finish(self._hdr(), g1, gaddr, gown, sink_rows, self.offs, self.out)
+        self.row = row
+        return status
+
+    def _sweeps(self, sched, code, kt, g1, gaddr, gown, freed, hi, retain):
+        """Sweep, doing what each stop hands back to Python, until the sweep is done or
+        stops for good. Returns the last (status, row)."""
         while True:
-            status, row = sched.sweep(*self._columns(), g1, self.st, bslot, bigs, freed, hi, True, _DT[self.npd],
-                                      self.pend)
+            args = (*self._columns(), g1, self.st, gaddr, gown, freed, hi, True, code, self.pend, kt)
+            if code not in sched.KERNELS.primed:
+                self._prime(sched, code, sched.sweep, args)
+            status, row = sched.sweep(*args)
+            del args
             with no_grad():  # Python in a backward without create_graph records nothing
+                if status == NEED_KERNEL:  # compile, then run the row
+                    self._need_kernels(sched, code)
+                    hi = row
+                    continue
                 if status == PREHOOKS:  # hooks before the row, then the row itself
-                    self._run_pre_hooks(row, g1, bslot, bigs)
+                    self._run_pre_hooks(row, g1, gaddr, gown)
                     hi = row
                     continue
                 if status == PYNODE:  # the node runs in Python, then the sweep goes on below it
-                    self._run_python_node(row, g1, bslot, bigs, retain)
-                    self._leaves_ready_after(row, g1, bslot, bigs, decrement=True)
+                    self._run_python_node(row, g1, gaddr, gown, retain)
+                    self._leaves_ready_after(row, g1, gaddr, gown, decrement=True)
                 elif status == LEAF_READY:  # the row made leaves with hooks ready
-                    self._leaves_ready_after(row, g1, bslot, bigs, decrement=False)
+                    self._leaves_ready_after(row, g1, gaddr, gown, decrement=False)
                 else:
                     break
             hi = row - 1
-        sched.finish(self._hdr(), g1, sink_rows, self.offs, self.out)
-        self.row = row
-        return status
+        return status, row
+
+    def _prime(self, sched, code, fn, args):
+        """The first backward at dtype `code` in this process: compile (or load) the kernels
+        this tape needs before the engine, so that a first run names all it compiles in
+        one line."""
+        engine_cached = True if DISABLE_JIT else is_cached(fn, tuple(typeof(a) for a in args))
+        self._need_kernels(sched, code, () if engine_cached else ("the backward engine",))
+        sched.KERNELS.primed.add(code)
+
+    def _need_kernels(self, sched, code, also=()):
+        """Compile the kernels of every opcode this tape uses (NEED_KERNEL: one was missing)."""
+        hdr = self._hdr()
+        sched.KERNELS.ensure_rows(code, hdr, self.st.size, also)
+        del hdr
 
     def _check_seeds(self, rows, offs):
         """The kernels would copy each seed into its row's buffer: sizes must agree."""
@@ -220,12 +272,12 @@ class _TapeRun:
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
         return self.out[self.offs[i]:self.offs[i + 1]].reshape(shape)
 
-    def _grad(self, row, g1, bslot, bigs):
+    def _grad(self, row, g1, gaddr, gown):
         """Row's gradient as a Tensor at its shape, or None if it got none."""
         if not self.st[row] & HAS:
             return None
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
-        return F._wrap(_boxed(scheduler().grad_of, row, self._hdr(), g1, bslot, bigs).reshape(shape))
+        return F._wrap(_boxed(scheduler().grad_of, row, self._hdr(), g1, gaddr, gown).reshape(shape))
 
     def _buffer(self, row, g):
         """g's data as the flat array the scheduler copies into row's gradient buffer: at
@@ -238,10 +290,10 @@ class _TapeRun:
                                f"but its output has {n}")
         return a
 
-    def _set_grad(self, row, g, g1, bslot, bigs):
-        scheduler().set_grad(row, self._buffer(row, g), self._hdr(), g1, bslot, bigs, self.st)
+    def _set_grad(self, row, g, g1, gaddr, gown):
+        scheduler().set_grad(row, self._buffer(row, g), self._hdr(), g1, gaddr, gown, self.st)
 
-    def _run_pre_hooks(self, row, g1, bslot, bigs):
+    def _run_pre_hooks(self, row, g1, gaddr, gown):
         """The hooks of the tensor whose gradient is `row`'s, then (at a node's own row)
         the node's pre-hooks over all its outputs' gradients."""
         tape = self.tape
@@ -251,20 +303,20 @@ class _TapeRun:
         for r in range(row, row + n_out):
             hooks = tape.tensor_hooks.get(r)
             if hooks and (r == row or not self.st[r] & HAS):
-                g = self._grad(r, g1, bslot, bigs)
+                g = self._grad(r, g1, gaddr, gown)
                 new = run_tensor_hooks(hooks, g)
                 if new is not g and new is not None:
-                    self._set_grad(r, new, g1, bslot, bigs)
+                    self._set_grad(r, new, g1, gaddr, gown)
         pre = tape.node_prehooks.get(row)
         if pre:
             rows = range(row, row + _n_outputs(tape, row))
-            grads = [self._grad(r, g1, bslot, bigs) for r in rows]
+            grads = [self._grad(r, g1, gaddr, gown) for r in rows]
             for r, old, new in zip(rows, grads, run_node_prehooks(pre, grads)):
                 if new is not None and new is not old:
-                    self._set_grad(r, new, g1, bslot, bigs)
+                    self._set_grad(r, new, g1, gaddr, gown)
         self.st[row] &= 0xFF ^ PRE
 
-    def _leaves_ready_after(self, row, g1, bslot, bigs, decrement):
+    def _leaves_ready_after(self, row, g1, gaddr, gown, decrement):
         """Accumulate (with their hooks) the leaves that `row` was the last to feed."""
         tape, pend = self.tape, self.pend
         e0 = tape.hdr[row * HW + H_E0]
@@ -282,19 +334,19 @@ class _TapeRun:
                 if pend[t]:
                     continue
             acc = tape.leaves[t]
-            g = pyengine.leaf_pre(acc, self._grad(t, g1, bslot, bigs))
+            g = pyengine.leaf_pre(acc, self._grad(t, g1, gaddr, gown))
             pyengine.accumulate_grad(acc.variable, g, False, owned=True)
             pyengine.leaf_post(acc, g)
             self.accumulated.add(t)
 
-    def _run_python_node(self, row, g1, bslot, bigs, retain):
+    def _run_python_node(self, row, g1, gaddr, gown, retain):
         """Run a node in Python: a custom Function's backward, or a node with post-hooks
         through its Tensor-level rule. Its outputs' gradients in, its inputs' out."""
         tape = self.tape
         st = self.st
         node = node_for(tape, row)
         rows = range(row, row + _n_outputs(tape, row))
-        grads = [self._grad(r, g1, bslot, bigs) for r in rows]
+        grads = [self._grad(r, g1, gaddr, gown) for r in rows]
         for r in rows:
             st[r] |= DONE
         if isinstance(node, FunctionNode):
@@ -315,7 +367,7 @@ class _TapeRun:
             if g is None or t < 0 or not st[t] & RECV:
                 continue
             g = validate_gradient(node.name(), j, g, tape.shape_at(tape.edges[EW * (e0 + j) + E_SHP]), self.npd)
-            scheduler().contribute(t, self._buffer(t, g), self._hdr(), g1, bslot, bigs, st)
+            scheduler().contribute(t, self._buffer(t, g), self._hdr(), g1, gaddr, gown, st)
 
 
 def _n_outputs(tape, row):

@@ -59,7 +59,7 @@ def run_fwd_kernel(op, i, prog, fin, vals, xs, fp, like):
 
 
 def backward_into(hdr, edges, xs, fp, slots, v, st, freed, seed_rows, seed_offs, seed_vals, sinks, hi, retain, dt,
-                  out):
+                  kt, out):
     """engine/scheduler.py's, bound by the generated module."""
     raise NotImplementedError("bound by the generated module (engine/codegen.py)")
 
@@ -89,7 +89,7 @@ def copy_saved(dst, src, vals, v):
 
 def train_step(prog, fin, vals, xs, fp, like, lo, hi,
                hdr, edges, bxs, bfp, slots, v, vdst, vsrc, st, freed, seed_rows, seed_offs, seed, sinks, bhi, dt,
-               out, kind, ptrs, sizes, sc, flag1, flag2):
+               kt, out, kind, ptrs, sizes, sc, flag1, flag2):
     """A training step in one call: the forward program lo .. hi - 1 (it has no Python
     instruction), the backward from the seeded root into `out` (the leaves' gradients,
     at the addresses the optimizer's pointer table holds), then the optimizer's update
@@ -98,7 +98,7 @@ def train_step(prog, fin, vals, xs, fp, like, lo, hi,
     forward(prog, fin, vals, xs, fp, like, lo, hi)
     copy_saved(vdst, vsrc, vals, v)
     status, row = backward_into(hdr, edges, bxs, bfp, slots, v, st, freed, seed_rows, seed_offs, seed, sinks, bhi,
-                                True, dt, out)
+                                True, dt, kt, out)
     if status != SWEPT:
         return status
     if kind == 1:
@@ -115,11 +115,11 @@ def part(a, head, k):
     return a[o:o + head[PK_ARRAYS + 2 * k + 1]]
 
 
-def train_step_packed(ints, floats, data, states, freed):
+def train_step_packed(ints, floats, data, states, freed, kt):
     """train_step with its arrays packed into four (ints, floats, data at the plan's
     dtype, states: the row states' template then their working copy): a call from Python
     pays per argument (~0.5 us each), and train_step has 31. ints starts with the header
-    (_core/layout.py's PK_*)."""
+    (_core/layout.py's PK_*). kt: the backward's kernel table (kernels/table.py)."""
     head = ints
     n = states.size // 2
     st = states[n:]
@@ -148,5 +148,5 @@ def train_step_packed(ints, floats, data, states, freed):
     like = data[0:0]
     return train_step(prog, fin, vals, xs, fp, like, head[PK_LO], head[PK_HI],
                       hdr, edges, bxs, bfp, slots, v, vdst, vsrc, st, freed, seed_rows, seed_offs, seed, sinks,
-                      head[PK_BHI], head[PK_DT], out, head[PK_KIND], ptrs, sizes, sc, head[PK_FLAG1] != 0,
+                      head[PK_BHI], head[PK_DT], kt, out, head[PK_KIND], ptrs, sizes, sc, head[PK_FLAG1] != 0,
                       head[PK_FLAG2] != 0)

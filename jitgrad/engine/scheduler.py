@@ -7,10 +7,13 @@ or FED for a multi-output node) and may run (EXEC), adding its contributions int
 inputs' rows, and marks it DONE.
 
 Gradients live in two places: `g1`, one number per row, for rows of one element (a
-scalar graph never allocates an array), and `bigs`, one flat buffer per larger row
-(`bslot[row]` is its index; -1 until something contributes). Sinks (leaves, edges into
-older tapes, retained and requested tensors) get their buffers as slices of one output
-array, so a whole backward hands Python two arrays.
+scalar graph never allocates an array), and one flat buffer per larger row, held by
+address: `gaddr[row]` is its data (0 until something contributes) and `gown[row]` the
+reference that keeps it alive (kernels/pointers.py's own; 0 for a buffer the backward
+does not own; gown's extra last element counts them). A buffer is freed as soon as its row has run, and whatever is left by
+release(). Sinks (leaves, edges into older tapes, retained and requested tensors) get
+their buffers as slices of one output array, so a whole backward hands Python two
+arrays.
 
 The sweep is *resumable*: all its state is in its arguments, so when it meets a row it
 cannot run by itself it returns (status, row) and the Python driver (engine/compiled.py)
@@ -20,19 +23,23 @@ backward through a freed graph); FALLBACK, a row at another dtype: the Python en
 takes the whole call; PYNODE, a node that runs in Python (a custom Function, or one with
 post-hooks): resume below it; PREHOOKS, hooks to run before the row: resume at it once
 PRE is cleared; LEAF_READY, the row made a leaf with hooks ready (see count_pending):
-resume below it. A tape with nothing for Python runs in one call, `backward`.
+resume below it; NEED_KERNEL, the row's kernel is not compiled yet: the driver compiles
+it and resumes at the row. A tape with nothing for Python runs in one call, `backward`
+(after NEED_KERNEL the driver runs it again from the start: nothing it did is kept).
 
-What depends on the op table is generated (engine/codegen.py): the per-opcode tables,
+Every row but a one-element elementwise one runs a kernel through the kernel table `kt`
+(kernels/table.py, filled by engine/kernel_table.py as graphs use opcodes), so the sweep
+compiles without any kernel and never recompiles when one is added.
+
+What depends on the op table is generated (engine/codegen.py): the per-opcode tables and
 `scalar_grads` (the formulas of a one-element elementwise row; compiled, its body
-replaces the sweep's call to it, see codegen.bind_scheduler),
-`ew` (the elementwise loops) and `run_kernel` (the structural dispatch). The generated
+replaces the sweep's call to it, see codegen.bind_scheduler). The generated
 module binds the functions listed in SCHEDULER to those names: it compiles them (@njit)
 with its own namespace as their globals. The definitions of those names below are
 placeholders that document them; calling the functions of this module directly reaches
 them. Under NUMBA_DISABLE_JIT=1 the code objects run are this file's own.
 """
 import numpy as np
-from numba.typed import List
 
 from jitgrad._core.layout import (
     DONE,
@@ -53,6 +60,7 @@ from jitgrad._core.layout import (
     HAS,
     HW,
     LEAF_READY,
+    NEED_KERNEL,
     PRE,
     PREHOOKS,
     PYNODE,
@@ -60,33 +68,23 @@ from jitgrad._core.layout import (
     RECV,
     SWEPT,
 )
-from jitgrad.kernels.common import gradient
+from jitgrad.kernels.common import free_buffer, gradient, target_buffer
+from jitgrad.kernels.table import call_kernel
 
 # the functions the generated module compiles, bound to its names (engine/codegen.py)
-SCHEDULER = ("mark_need", "count_pending", "contribute", "set_grad", "grad_of", "start_into", "start", "finish",
-             "sweep", "backward_into", "backward")
+SCHEDULER = ("mark_need", "count_pending", "contribute", "set_grad", "release", "grad_of", "start_into", "start",
+             "finish", "sweep", "undo", "backward_into", "backward")
 
 # --- supplied by the generated module ---------------------------------------------------------
 OP_ACC = OP_EXT = OP_PYFN = OP_OUT = -1  # the sink opcodes: leaf, edge to an older tape, Python node, output k
 OP_NSAVED = np.zeros(0, np.int64)        # per opcode: how many saved values it has
-OP_IS_EW = np.zeros(0, np.int8)          # per opcode: elementwise (scalar_grads, ew) or not (run_kernel)
-OP_BASE = np.zeros(0, np.int64)          # per opcode: the opcode whose kernel runs it (aliases)
+OP_IS_EW = np.zeros(0, np.int8)          # per opcode: elementwise (scalar_grads for one element) or not
 
 
 def scalar_grads(op, grad, v, kp, fp, fpp):
     """(c0, c1): what a one-element elementwise row of opcode `op` contributes to its
     inputs, from its gradient, its saved values at v[kp], v[kp + 1], ... and its float
     params at fp[fpp], ..."""
-    raise NotImplementedError("bound by the generated backward module (engine/codegen.py)")
-
-
-def ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    """Run an elementwise row of any size."""
-    raise NotImplementedError("bound by the generated backward module (engine/codegen.py)")
-
-
-def run_kernel(bop, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    """Run a structural row with the kernel of base opcode `bop`; False if it has none."""
     raise NotImplementedError("bound by the generated backward module (engine/codegen.py)")
 
 
@@ -135,7 +133,7 @@ def start(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v):
     Sinks are the rows whose gradient Python reads afterwards (leaves, edges into older
     tapes, retained and requested tensors): their buffers are slices of one output array,
     returned with each sink's offset, so nothing but two arrays crosses back to Python.
-    Returns (g1, bslot, bigs, out, offsets)."""
+    Returns (g1, gaddr, gown, out, offsets)."""
     total = 0
     for i in range(sinks.size):
         total += hdr[sinks[i] * HW + H_NUMEL]
@@ -147,10 +145,8 @@ def start_into(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v, out):
     keeps one per plan, so the gradients land at the same addresses every call."""
     n = st.size
     g1 = np.zeros(n, v.dtype)          # gradient of every one-element row
-    bslot = np.full(n, -1, np.int64)   # row -> its buffer in bigs, for larger rows
-    bigs = List()
-    bigs.append(g1[0:0].copy())        # types the list; then emptied
-    bigs.pop()
+    gaddr = np.zeros(n, np.int64)      # larger rows: the address of the row's buffer
+    gown = np.zeros(n + 1, np.int64)   # and the reference that keeps it alive (then a count)
     ns = sinks.size
     offs = np.empty(ns + 1, np.int64)
     total = 0
@@ -161,77 +157,98 @@ def start_into(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v, out):
     out[:] = 0
     for i in range(ns):
         r = sinks[i]
-        if hdr[r * HW + H_NUMEL] != 1 and bslot[r] < 0:
-            bslot[r] = len(bigs)
-            bigs.append(out[offs[i]:offs[i + 1]])
+        if hdr[r * HW + H_NUMEL] > 1 and gaddr[r] == 0:
+            gaddr[r] = out[offs[i]:offs[i + 1]].ctypes.data
     for i in range(seed_rows.size):
-        contribute(seed_rows[i], seed_vals[seed_offs[i]:seed_offs[i + 1]], hdr, g1, bslot, bigs, st)
-    return g1, bslot, bigs, out, offs
+        contribute(seed_rows[i], seed_vals[seed_offs[i]:seed_offs[i + 1]], hdr, g1, gaddr, gown, st)
+    return g1, gaddr, gown, out, offs
 
 
 # --- what Python hands in and reads between sweeps ----------------------------------------------
-def contribute(row, arr, hdr, g1, bslot, bigs, st):
+def contribute(row, arr, hdr, g1, gaddr, gown, st):
     """Add a gradient for `row`'s output (flat) that Python computed: a root's seed, or
     what a node run in Python (a custom Function) passes to its inputs."""
     st[row] |= HAS
-    if hdr[row * HW + H_NUMEL] == 1:
+    n = hdr[row * HW + H_NUMEL]
+    if n == 1:
         g1[row] += arr[0]
-    elif bslot[row] < 0:
-        bslot[row] = len(bigs)
-        bigs.append(arr.astype(g1.dtype))
-    else:
-        buf = bigs[bslot[row]]
-        for j in range(arr.size):
+    elif n > 1:
+        buf = target_buffer(row, n, g1, gaddr, gown)
+        for j in range(n):
             buf[j] += arr[j]
 
 
-def set_grad(row, arr, hdr, g1, bslot, bigs, st):
+def set_grad(row, arr, hdr, g1, gaddr, gown, st):
     """Replace `row`'s gradient (a hook returned a new one)."""
     st[row] |= HAS
-    if hdr[row * HW + H_NUMEL] == 1:
+    n = hdr[row * HW + H_NUMEL]
+    if n == 1:
         g1[row] = arr[0]
-    elif bslot[row] < 0:
-        bslot[row] = len(bigs)
-        bigs.append(arr.astype(g1.dtype))
-    else:
-        bigs[bslot[row]][:] = arr
+    elif n > 1:
+        buf = target_buffer(row, n, g1, gaddr, gown)
+        for j in range(n):
+            buf[j] = arr[j]
 
 
-def grad_of(row, hdr, g1, bslot, bigs):
+def release(gaddr, gown):
+    """Free every gradient buffer the backward still owns (at its end, or when Python
+    abandons it midway)."""
+    row = 0
+    while gown[-1] > 0 and row < gaddr.size:
+        if gown[row] != 0:
+            free_buffer(row, gaddr, gown)
+        row += 1
+
+
+def grad_of(row, hdr, g1, gaddr, gown):
     """A copy of `row`'s complete gradient, for a node run in Python."""
-    return gradient(row, hdr, g1, bslot, bigs).copy()
+    return gradient(row, hdr, g1, gaddr, gown).copy()
 
 
-def finish(hdr, g1, sinks, offs, out):
+def finish(hdr, g1, gaddr, gown, sinks, offs, out):
     """Copy the one-element sinks' gradients from g1 into the output array (the larger
-    ones were accumulated there in place)."""
+    ones were accumulated there in place), and free what is left of the buffers (rows
+    that got gradient but did not run: a grad() that stopped early, a FREED status)."""
     for i in range(sinks.size):
         r = sinks[i]
         if hdr[r * HW + H_NUMEL] == 1:
             out[offs[i]] = g1[r]
+    release(gaddr, gown)
 
 
-def backward(hdr, edges, xs, fp, slots, v, st, freed, seed_rows, seed_offs, seed_vals, sinks, hi, retain, dt):
+def backward(hdr, edges, xs, fp, slots, v, st, freed, seed_rows, seed_offs, seed_vals, sinks, hi, retain, dt, kt):
     """The whole backward of a tape in one call, for tapes with no node that needs
     Python. Returns (status, row, out, offsets)."""
-    g1, bslot, bigs, out, offs = start(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v)
-    status, row = sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt, xs[0:0])
-    finish(hdr, g1, sinks, offs, out)
+    g1, gaddr, gown, out, offs = start(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v)
+    status, row = sweep(hdr, edges, xs, fp, slots, v, g1, st, gaddr, gown, freed, hi, retain, dt, xs[0:0], kt)
+    if status == NEED_KERNEL:
+        undo(st)
+    finish(hdr, g1, gaddr, gown, sinks, offs, out)
     return status, row, out, offs
 
 
 def backward_into(hdr, edges, xs, fp, slots, v, st, freed, seed_rows, seed_offs, seed_vals, sinks, hi, retain, dt,
-                  out):
+                  kt, out):
     """backward, with the sinks' gradients written into `out` (jitgrad.compile's replay).
     Returns (status, row)."""
-    g1, bslot, bigs, out, offs = start_into(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v, out)
-    status, row = sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt, xs[0:0])
-    finish(hdr, g1, sinks, offs, out)
+    g1, gaddr, gown, out, offs = start_into(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v, out)
+    status, row = sweep(hdr, edges, xs, fp, slots, v, g1, st, gaddr, gown, freed, hi, retain, dt, xs[0:0], kt)
+    if status == NEED_KERNEL:
+        undo(st)
+    finish(hdr, g1, gaddr, gown, sinks, offs, out)
     return status, row
 
 
+def undo(st):
+    """Forget what a one-call backward did, so that it can be called again from the start
+    once its missing kernel is compiled: the gradients were its own, only the row states
+    are the caller's (they held RECV and EXEC bits before the call)."""
+    for i in range(st.size):
+        st[i] &= RECV | EXEC
+
+
 # --- the sweep ------------------------------------------------------------------------------------
-def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, dt, pend):
+def sweep(hdr, edges, xs, fp, slots, v, g1, st, gaddr, gown, freed, hi, retain, dt, pend, kt):
     """Sweep rows from `hi` down, running each row that received gradient and may run.
     All state is in the arguments, so a sweep stopped at a row resumes with hi = that
     row - 1 (or hi = row after PREHOOKS). Returns (status, row): see the module doc.
@@ -281,13 +298,16 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, bslot, bigs, freed, hi, retain, 
             if t1 >= 0:
                 g1[t1] += c1
                 st[t1] |= HAS
-        elif OP_IS_EW[op]:
-            ew(op, row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)
-        elif not run_kernel(OP_BASE[op], row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-            return FALLBACK, row
+        else:
+            # any other row runs its op's kernel from the table (elementwise loops and
+            # structural kernels alike): 0, not compiled yet; -1, none (Python runs it)
+            k = kt[op]
+            if k <= 0:
+                return (NEED_KERNEL if k == 0 else FALLBACK), row
+            call_kernel(k, row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st)
         st[row] = s | DONE
-        if hdr[b + H_NUMEL] != 1 and bslot[row] >= 0:
-            bigs[bslot[row]] = g1[0:0].copy()  # consumed: free it now (a sink's data stays in `out`)
+        if gown[row] != 0:  # consumed: free it now (a sink's data stays in `out`)
+            free_buffer(row, gaddr, gown)
         if pend.size:
             ready = False
             e = hdr[b + H_E0] * EW

@@ -19,13 +19,26 @@ numba's behaviour) it makes
 - a temporary directory of this process the last place to cache in, after numba's own
   places; with no temporary directory either, the cache is in memory only.
 The first of these that happens is reported by one warning per process (warn()).
+
+Two more things change for jitgrad's functions:
+- freshness. Numba keeps a cache entry while its own source file is unchanged, but a
+  kernel's compiled code also holds the helpers it calls from other files (kernels/
+  common.py...) and the layout constants, frozen in. So every jitgrad function's entry
+  is also stamped with a digest of the jitgrad.kernels package and _core/layout.py
+  (source_digest()): editing any of them makes every entry stale, and it recompiles;
+- a cache miss says so (_core/verbosity.py): the one line a user sees before a compile.
 """
 import atexit
+import glob
+import hashlib
 import os
+import re
 import shutil
 import tempfile
 import threading
 import warnings
+
+from jitgrad._core import layout, verbosity
 
 
 class CacheWarning(RuntimeWarning):
@@ -64,6 +77,60 @@ def _ours(py_func):
     return mod == "jitgrad" or mod.startswith(("jitgrad.", "jitgrad_backward_"))
 
 
+_digest = []
+_extra_keys = []
+
+
+def source_digest():
+    """A digest of what every jitgrad kernel's compiled code may hold: the source of the
+    jitgrad.kernels package and _core/layout.py, and the keys added by add_key()."""
+    with _lock:
+        if not _digest:
+            here = os.path.dirname(os.path.abspath(__file__))
+            h = hashlib.sha256()
+            for path in sorted(glob.glob(os.path.join(here, "*.py"))) + [os.path.abspath(layout.__file__)]:
+                with open(path, "rb") as f:
+                    h.update(f.read())
+            for key in _extra_keys:
+                h.update(key.encode())
+            _digest.append(h.hexdigest()[:16])
+        return _digest[0]
+
+
+def add_key(key):
+    """Mix `key` (a string naming something compiled code depends on but source does not
+    show, e.g. which BLAS library it calls) into source_digest(). Call before any kernel
+    is compiled or loaded."""
+    with _lock:
+        _extra_keys.append(key)
+        _digest.clear()
+
+
+def friendly_name(py_func):
+    """What a compile of `py_func` is called on stderr: "kernels for <name>" (an
+    elementwise backward kernel by its op), or "the backward engine" (the rest of the
+    generated backward module)."""
+    name = getattr(py_func, "__name__", "?")
+    m = re.match(r"ew_\d+_(.*)$", name)
+    if m:
+        return f"kernels for {m.group(1)}"
+    if (getattr(py_func, "__module__", None) or "").startswith("jitgrad_backward_"):
+        return "the backward engine"
+    return "kernels for " + re.sub(r"^(k_|_)+|_nb$", "", name)
+
+
+def is_cached(dispatcher, sig):
+    """Whether `dispatcher` has `sig` compiled already, or in its on-disk cache (so using
+    it costs no compile)."""
+    if tuple(sig) in dispatcher.overloads:
+        return True
+    cache = getattr(dispatcher, "_cache", None)
+    try:
+        return cache._index_key(tuple(sig), dispatcher.targetctx.codegen()) in cache.index()
+    except Exception:  # noqa: BLE001  (no cache, or numba's internals moved: then it compiles)
+        return False
+
+
 def _guarded(base):
     """numba's FunctionCache, made to survive its own files for jitgrad's functions."""
 
@@ -72,12 +139,27 @@ def _guarded(base):
             super().__init__(py_func)
             if getattr(self._impl.locator, "in_memory", False):
                 self.disable()  # no directory at all: numba compiles and keeps nothing
+            self._numba_stamp = self._cache_file._source_stamp
+
+        def _restamp(self):
+            # at first use, not at decoration: add_key() may run after some kernels are defined
+            self._cache_file._source_stamp = (self._numba_stamp, source_digest())
+
+        def index(self):
+            """The cache index of this function ({key: data file}), fresh entries only."""
+            if _ours(self._py_func):
+                self._restamp()
+            return self._cache_file._load_index()
 
         def load_overload(self, sig, target_context):
             if not _ours(getattr(self, "_py_func", None)):
                 return super().load_overload(sig, target_context)
+            self._restamp()
             try:
-                return super().load_overload(sig, target_context)
+                cres = super().load_overload(sig, target_context)
+                if cres is None:  # a miss: numba compiles it now
+                    verbosity.compiling([friendly_name(self._py_func)], "forward")
+                return cres
             except Exception as e:  # noqa: BLE001  (a truncated or garbage .nbi/.nbc: unpickle fails in many ways)
                 warn(f"the compiled-code cache of {self._name} in {self._cache_path} is damaged "
                      f"({type(e).__name__}: {e}); recompiling it and rewriting the cache")
@@ -90,6 +172,7 @@ def _guarded(base):
         def save_overload(self, sig, data):
             if not _ours(getattr(self, "_py_func", None)):
                 return super().save_overload(sig, data)
+            self._restamp()
             try:
                 super().save_overload(sig, data)
             except Exception as e:  # noqa: BLE001  (compiled already: any failure to store it is not fatal)

@@ -4,7 +4,7 @@ buffers, and the broadcast index maps. The kernels themselves are in the family 
 each through the generated dispatch.
 
 Conventions (the scheduler calls every node kernel the same way):
-  node kernel  k(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st)
+  node kernel  k(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st)
   - row's own gradient: gradient(row, ...) (already complete: rows run in descending order)
   - a contribution to input j goes into target_buffer(...) of the edge's target row,
     which the kernel accumulates into at the *input's* shape: broadcasting is undone
@@ -19,7 +19,7 @@ from numba import njit
 
 from jitgrad._core.layout import E_SHP, E_TGT, EW, H_E0, H_NUMEL, HAS, HW, RECV, S_NUMEL, S_REF, SW
 from jitgrad.kernels.blas import gemm
-from jitgrad.kernels.pointers import view
+from jitgrad.kernels.pointers import disown, own, view
 
 # error_model="numpy": float division by zero gives inf/nan as in PyTorch (no raising path)
 jit = njit(cache=True, nogil=True, error_model="numpy")
@@ -42,41 +42,60 @@ def saved_index(slots, k, like_i64):
 
 
 @jit
-def gradient(row, hdr, g1, bslot, bigs):
+def gradient(row, hdr, g1, gaddr, gown):
     """The (complete) gradient of row's output, flat."""
-    if hdr[row * HW + H_NUMEL] == 1:
+    n = hdr[row * HW + H_NUMEL]
+    if n == 1:
         return g1[row:row + 1]
-    s = bslot[row]
-    if s < 0:  # only reachable for an empty tensor
+    if gaddr[row] == 0:  # only reachable for an empty tensor
         return g1[0:0]
-    return bigs[s]
+    return view(gaddr[row], n, g1)
 
 
 @jit
-def target_buffer(tgt, n, g1, bslot, bigs):
+def target_buffer(tgt, n, g1, gaddr, gown):
     """Where contributions for row `tgt`'s output accumulate (created zeroed on first use)."""
     if n == 1:
         return g1[tgt:tgt + 1]
-    s = bslot[tgt]
-    if s < 0:
-        s = len(bigs)
-        bigs.append(np.zeros(n, g1.dtype))
-        bslot[tgt] = s
-    return bigs[s]
+    if n == 0:
+        return g1[0:0]
+    if gaddr[tgt] == 0:
+        return new_buffer(tgt, np.zeros(n, g1.dtype), gaddr, gown)
+    return view(gaddr[tgt], n, g1)
 
 
 @jit
-def dot_into(tgt, fresh, x, tx, y, ty, rows, cols, g1, bslot, bigs):
+def new_buffer(row, buf, gaddr, gown):
+    """Make `buf` row's gradient buffer: the backward owns it until it frees it (free_buffer).
+    gown's last element counts the buffers owned, so that release() has nothing to scan
+    in the usual case, where every one was freed as its row ran."""
+    gown[row] = own(buf)
+    gown[-1] += 1
+    gaddr[row] = buf.ctypes.data
+    return buf
+
+
+@jit
+def free_buffer(row, gaddr, gown):
+    """Free row's gradient buffer if the backward owns it (a sink's is part of `out`)."""
+    if gown[row] != 0:
+        disown(gown[row])
+        gown[row] = 0
+        gaddr[row] = 0
+        gown[-1] -= 1
+
+
+@jit
+def dot_into(tgt, fresh, x, tx, y, ty, rows, cols, g1, gaddr, gown):
     """Contribute op(x) @ op(y) (rows x cols) to row `tgt`'s gradient with one gemm:
     written straight into place when nothing has contributed yet (into the output array
     for a leaf, or into a new buffer), added by the BLAS call (beta = 1) otherwise."""
-    s = bslot[tgt]
-    if s < 0:
-        bslot[tgt] = len(bigs)
-        bigs.append(np.empty(rows * cols, g1.dtype))
-        gemm(x, tx, y, ty, bigs[-1].reshape((rows, cols)), 0.0)
+    if gaddr[tgt] == 0:
+        buf = new_buffer(tgt, np.empty(rows * cols, g1.dtype), gaddr, gown)
+        gemm(x, tx, y, ty, buf.reshape((rows, cols)), 0.0)
     else:
-        gemm(x, tx, y, ty, bigs[s].reshape((rows, cols)), 0.0 if fresh else 1.0)
+        buf = view(gaddr[tgt], rows * cols, g1)
+        gemm(x, tx, y, ty, buf.reshape((rows, cols)), 0.0 if fresh else 1.0)
 
 
 @jit
@@ -92,17 +111,17 @@ def edge_target(edges, e, st):
 
 
 @jit
-def one_input(row, hdr, edges, xs, g1, bslot, bigs, st):
+def one_input(row, hdr, edges, xs, g1, gaddr, gown, st):
     """The common start of a one-input kernel: (header base, the row's gradient, the
     input's target row or -1, the input's shape pointer, the input's buffer)."""
     b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
+    g = gradient(row, hdr, g1, gaddr, gown)
     e0 = hdr[b + H_E0]
     t = edge_target(edges, e0, st)
     pin = edges[EW * e0 + E_SHP]
     d = g
     if t >= 0:
-        d = target_buffer(t, shape_numel(xs, pin), g1, bslot, bigs)
+        d = target_buffer(t, shape_numel(xs, pin), g1, gaddr, gown)
     return b, g, t, pin, d
 
 

@@ -240,12 +240,12 @@ max_pool_forward = _pool_np if DISABLE_JIT else _pool_nb
 
 # --- the convolution backward kernel (standard kernel arguments, kernels/common.py) ---
 @jit
-def k_conv(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_conv(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     """ConvolutionBackward0 (inputs: input, weight[, bias]), per sample and group as the
     forward (kernels/conv.py): the columns are rebuilt from the saved input, then
     dW_g += G_g @ cols^T, dcols = W_g^T @ G_g scattered back by col2im, db = sum of G."""
     b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
+    g = gradient(row, hdr, g1, gaddr, gown)
     e0 = hdr[b + H_E0]
     tx = edge_target(edges, e0, st)
     tw = edge_target(edges, e0 + 1, st)
@@ -258,7 +258,7 @@ def k_conv(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     m = cout // groups
     k = cg * kh * kw
     if tb >= 0:
-        db = target_buffer(tb, cout, g1, bslot, bigs)
+        db = target_buffer(tb, cout, g1, gaddr, gown)
         for s in range(n):
             for co in range(cout):
                 o = (s * cout + co) * L
@@ -272,7 +272,7 @@ def k_conv(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     wt = saved(slots, v, kp + 1)
     cols = np.empty((k, L), g.dtype)
     if tw >= 0:
-        dw = target_buffer(tw, wt.size, g1, bslot, bigs)
+        dw = target_buffer(tw, wt.size, g1, gaddr, gown)
         for s in range(n):
             for grp in range(groups):
                 im2col(x, (s * c + grp * cg) * h * w, geom, cols)
@@ -280,7 +280,7 @@ def k_conv(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
                 gemm(g[o:o + m * L].reshape((m, L)), False, cols, True,
                      dw[grp * m * k:(grp + 1) * m * k].reshape((m, k)), 1.0)
     if tx >= 0:
-        dx = target_buffer(tx, x.size, g1, bslot, bigs)
+        dx = target_buffer(tx, x.size, g1, gaddr, gown)
         for s in range(n):
             for grp in range(groups):
                 o = (s * cout + grp * m) * L

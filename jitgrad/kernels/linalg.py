@@ -35,9 +35,9 @@ def _mat_dims(xs, p, is_left):
 
 
 @jit
-def k_matmul(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_matmul(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
+    g = gradient(row, hdr, g1, gaddr, gown)
     e0 = hdr[b + H_E0]
     # fresh: nothing has contributed to the target yet (read before edge_target marks it)
     fresh_a = edges[EW * e0 + E_TGT] >= 0 and not (st[edges[EW * e0 + E_TGT]] & HAS)
@@ -57,19 +57,19 @@ def k_matmul(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
         # dA (n x k) = G @ B^T, dB (k x m) = A^T @ G
         g2 = g.reshape((n, m))
         if ta >= 0:
-            dot_into(ta, fresh_a, g2, False, bm.reshape((k, m)), True, n, k, g1, bslot, bigs)
+            dot_into(ta, fresh_a, g2, False, bm.reshape((k, m)), True, n, k, g1, gaddr, gown)
         if tb >= 0:
-            dot_into(tb, fresh_b and ta != tb, a.reshape((n, k)), True, g2, False, k, m, g1, bslot, bigs)
+            dot_into(tb, fresh_b and ta != tb, a.reshape((n, k)), True, g2, False, k, m, g1, gaddr, gown)
         return
     # batched, broadcast batch dims, or a 1-D operand: accumulate batch by batch
     if ta >= 0:
-        da = target_buffer(ta, a.size, g1, bslot, bigs)
+        da = target_buffer(ta, a.size, g1, gaddr, gown)
         for i in range(bo):
             gemm(g[i * n * m:(i + 1) * n * m].reshape((n, m)), False,
                  bm[mapb[i] * k * m:(mapb[i] + 1) * k * m].reshape((k, m)), True,
                  da[mapa[i] * n * k:(mapa[i] + 1) * n * k].reshape((n, k)), 1.0)
     if tb >= 0:
-        db = target_buffer(tb, bm.size, g1, bslot, bigs)
+        db = target_buffer(tb, bm.size, g1, gaddr, gown)
         for i in range(bo):
             gemm(a[mapa[i] * n * k:(mapa[i] + 1) * n * k].reshape((n, k)), True,
                  g[i * n * m:(i + 1) * n * m].reshape((n, m)), False,
@@ -77,13 +77,13 @@ def k_matmul(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 
 @jit
-def k_addmm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_addmm(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     """addmm (and linear without bias, which has no first input): out = beta * input +
     alpha * (A @ B), A (n x k), B (k x m). An operand that is the transpose of a contiguous
     array (x @ W.t()) is saved as that array, flagged ta / tb, so the forward copies nothing;
     the gemm then reads it with the transposition flipped."""
     b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
+    g = gradient(row, hdr, g1, gaddr, gown)
     e0 = hdr[b + H_E0]
     nin = hdr[b + H_NIN]
     ip = hdr[b + H_IP]
@@ -93,7 +93,7 @@ def k_addmm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
         ti = edge_target(edges, e0, st)
         if ti >= 0:  # beta * grad, summed back to the input's (broadcast) shape
             pin = edges[EW * e0 + E_SHP]
-            d = target_buffer(ti, shape_numel(xs, pin), g1, bslot, bigs)
+            d = target_buffer(ti, shape_numel(xs, pin), g1, gaddr, gown)
             mode, mm, mp = bcast_plan(xs, hdr[b + H_SHP], pin)
             for i in range(n * m):
                 d[bidx(mode, mm, mp, i)] += beta * g[i]
@@ -107,16 +107,16 @@ def k_addmm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     if t_a >= 0:  # dA = G @ B^T
         bm = saved(slots, v, kp + 1)
         if tb:
-            dot_into(t_a, fresh_a, g2, False, bm.reshape((m, k)), False, n, k, g1, bslot, bigs)
+            dot_into(t_a, fresh_a, g2, False, bm.reshape((m, k)), False, n, k, g1, gaddr, gown)
         else:
-            dot_into(t_a, fresh_a, g2, False, bm.reshape((k, m)), True, n, k, g1, bslot, bigs)
+            dot_into(t_a, fresh_a, g2, False, bm.reshape((k, m)), True, n, k, g1, gaddr, gown)
     if t_b >= 0:  # dB = A^T @ G
         a = saved(slots, v, kp)
         fresh = fresh_b and t_a != t_b
         if ta:
-            dot_into(t_b, fresh, a.reshape((k, n)), False, g2, False, k, m, g1, bslot, bigs)
+            dot_into(t_b, fresh, a.reshape((k, n)), False, g2, False, k, m, g1, gaddr, gown)
         else:
-            dot_into(t_b, fresh, a.reshape((n, k)), True, g2, False, k, m, g1, bslot, bigs)
+            dot_into(t_b, fresh, a.reshape((n, k)), True, g2, False, k, m, g1, gaddr, gown)
 
 
 @jit
@@ -155,8 +155,8 @@ def _batch_maps(xs, pa, pb, bo):
 
 
 @jit
-def k_trace(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+def k_trace(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     rows, cols = xs[pin + 1], xs[pin + 2]

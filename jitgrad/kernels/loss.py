@@ -6,10 +6,10 @@ from jitgrad.kernels.common import jit, one_input, saved, saved_index
 
 
 @jit
-def k_nll(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_nll(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     """nll_loss: d[n, target[n]] -= g * weight[n]; g is one value (mean, sum) or one per
     row ('none'). weight holds class weight x ignore mask (x 1/total for the mean)."""
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     kp = hdr[b + H_KP]

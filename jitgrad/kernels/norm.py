@@ -138,9 +138,9 @@ softmax_into = _softmax_into_np if DISABLE_JIT else _softmax_into_nb
 
 # --- softmax / log_softmax and layer norm backward kernels (standard kernel arguments, kernels/common.py) ---
 @jit
-def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, log):
+def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st, log):
     """softmax: d = y * (g - sum(g * y)); log_softmax: d = g - exp(y) * sum(g), per group."""
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     ip = hdr[b + H_IP]
@@ -160,12 +160,12 @@ def k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, log):
 
 # reassoc lets the row sums vectorise (see kernels/norm.py); NaN and inf still propagate
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
-def k_layer_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_layer_norm(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     """NativeLayerNormBackward0 (input, weight, bias) over rows of k, with y = (x - mean) * rstd
     rebuilt from the saved input, mean and rstd (as torch saves): db = sum of g,
     dw = sum of g * y, dx = rstd * (gy - mean(gy) - y * mean(gy * y)) with gy = g * w."""
     b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
+    g = gradient(row, hdr, g1, gaddr, gown)
     e0 = hdr[b + H_E0]
     ip = hdr[b + H_IP]
     k, has_w, has_b = xs[ip + 1], xs[ip + 2], xs[ip + 3]
@@ -177,9 +177,9 @@ def k_layer_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     mean = saved(slots, v, kp + 1)
     rstd = saved(slots, v, kp + 2)
     w = saved(slots, v, kp + 3) if has_w else np.ones(k, g.dtype)
-    dx = target_buffer(tx, x.size, g1, bslot, bigs) if tx >= 0 else x[0:0]
-    dw = target_buffer(tw, k, g1, bslot, bigs) if tw >= 0 else x[0:0]
-    db = target_buffer(tb, k, g1, bslot, bigs) if tb >= 0 else x[0:0]
+    dx = target_buffer(tx, x.size, g1, gaddr, gown) if tx >= 0 else x[0:0]
+    dw = target_buffer(tw, k, g1, gaddr, gown) if tw >= 0 else x[0:0]
+    db = target_buffer(tb, k, g1, gaddr, gown) if tb >= 0 else x[0:0]
     for r in range(mean.size):
         o = r * k
         mu, s = mean[r], rstd[r]
@@ -203,18 +203,18 @@ def k_layer_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 
 @jit
-def k_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, False)
+def k_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
+    k_softmax(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st, False)
 
 
 @jit
-def k_log_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    k_softmax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, True)
+def k_log_softmax_grad(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
+    k_softmax(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st, True)
 
 
 # --- batch norm and group norm backward (one kernel: they differ only in what a statistic covers) ---
 @njit(cache=True, nogil=True, error_model="numpy")
-def k_batch_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_batch_norm(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     """NativeBatchNormBackward0 / NativeGroupNormBackward0 (input, weight, bias) over input
     (n, c, s), s the spatial size. The channels fall in `groups` of c // groups; a statistic
     (saved mean and rstd) covers one group of one sample (per_sample: group norm) or one
@@ -223,7 +223,7 @@ def k_batch_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     dx = rstd * (gy - mean(gy) - y * mean(gy * y)) per statistic when the statistics came
     from the input (train), dx = rstd * gy when they are constants (batch norm's eval)."""
     b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
+    g = gradient(row, hdr, g1, gaddr, gown)
     e0 = hdr[b + H_E0]
     ip = hdr[b + H_IP]
     n, c, s, groups = xs[ip + 1], xs[ip + 2], xs[ip + 3], xs[ip + 4]
@@ -240,8 +240,8 @@ def k_batch_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
     count = (1 if per_sample else n) * cg * s
     sg = np.zeros(mean.size)
     sgy = np.zeros(mean.size)
-    dw = target_buffer(tw, c, g1, bslot, bigs) if tw >= 0 else x[0:0]
-    db = target_buffer(tb, c, g1, bslot, bigs) if tb >= 0 else x[0:0]
+    dw = target_buffer(tw, c, g1, gaddr, gown) if tw >= 0 else x[0:0]
+    db = target_buffer(tb, c, g1, gaddr, gown) if tb >= 0 else x[0:0]
     for i in range(n):
         for ch in range(c):
             k = (i * groups if per_sample else 0) + ch // cg
@@ -260,7 +260,7 @@ def k_batch_norm(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
             sgy[k] += acc_gy * wc
     if tx < 0:
         return
-    dx = target_buffer(tx, x.size, g1, bslot, bigs)
+    dx = target_buffer(tx, x.size, g1, gaddr, gown)
     for i in range(n):
         for ch in range(c):
             k = (i * groups if per_sample else 0) + ch // cg

@@ -15,9 +15,9 @@ from jitgrad.kernels.common import jit, one_input
 
 
 @jit
-def k_avg_pool(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_avg_pool(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     """Each output's gradient, over its divisor, added to every input of its window."""
-    b, g, t, pin, dx = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    b, g, t, pin, dx = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     ip = hdr[b + H_IP]

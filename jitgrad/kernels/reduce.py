@@ -10,9 +10,9 @@ from jitgrad.kernels.forward import arg, fpp, ip, made, res, shp, val, val_i64
 
 
 @jit
-def k_sum(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_sum(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     """sum / mean: broadcast the gradient back over the reduced dims (mean scales by fp)."""
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     n = d.size
@@ -23,12 +23,12 @@ def k_sum(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 
 @jit
-def k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, evenly):
+def k_amax(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st, evenly):
     """amax/amin: torch's (grad / count) * mask with mask = (x == result), so a group whose
     result is NaN (nothing equals it) gets NaN everywhere, as does a masked-out element
     under an infinite grad. max()/min() (evenly): torch's evenly_distribute_backward,
     grad / count on the mask, exactly 0 elsewhere, and the mask of a NaN result is isnan(x)."""
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     n = d.size
@@ -53,12 +53,12 @@ def k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, evenly):
 
 
 @jit
-def k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, full):
+def k_prod(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st, full):
     """torch's prod_backward: grad * (result / x) when x has no zero anywhere; else, per
     slice, grad * (product of the elements before) * (product of those after), so NaN and
     inf among the others propagate as torch's (prod_safe_zeros_backward). The full
     reduction with more than one zero is zero (torch's no-grad shortcut)."""
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     n = d.size
@@ -93,23 +93,23 @@ def k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, full):
 # the kernels with a flag, one entry point per primitive: the scheduler calls every node
 # kernel with the same arguments
 @jit
-def k_amax_dims(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, False)
+def k_amax_dims(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
+    k_amax(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st, False)
 
 
 @jit
-def k_max_all(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    k_amax(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, True)   # torch's evenly-distributed rule
+def k_max_all(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
+    k_amax(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st, True)   # torch's evenly-distributed rule
 
 
 @jit
-def k_prod_dims(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, False)
+def k_prod_dims(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
+    k_prod(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st, False)
 
 
 @jit
-def k_prod_all(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    k_prod(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st, True)
+def k_prod_all(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
+    k_prod(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st, True)
 
 
 # --- forward kernels --------------------------------------------------------------------------

@@ -22,8 +22,8 @@ from jitgrad.kernels.forward import arg, ip, made, res, shp, val, val_i64
 
 
 @jit
-def k_expand(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+def k_expand(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     mode, m, mp = bcast_plan(xs, hdr[b + H_SHP], pin)
@@ -32,9 +32,9 @@ def k_expand(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 
 @jit
-def k_scatter(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_scatter(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     """Indexing and max(dim): out[j] = x.flat[idx[j]], so x's gradient gathers back."""
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     idx = saved_index(slots, hdr[b + H_KP], xs[0:0])
@@ -43,8 +43,8 @@ def k_scatter(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 
 @jit
-def k_index_put(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+def k_index_put(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     idx = saved_index(slots, hdr[b + H_KP], xs[0:0])
@@ -53,9 +53,9 @@ def k_index_put(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 
 @jit
-def k_view(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_view(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     """reshape/view/squeeze/unsqueeze: C-order data is unchanged, only the shape differs."""
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     for i in range(g.size):
@@ -63,8 +63,8 @@ def k_view(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 
 @jit
-def k_permute(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+def k_permute(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     permute_walk(g, d, xs, pin, hdr[b + H_IP], True)
@@ -151,9 +151,9 @@ def permute_walk(a, b, xs, pin, p, back):
 
 
 @jit
-def k_cat(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_cat(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     b = row * HW
-    g = gradient(row, hdr, g1, bslot, bigs)
+    g = gradient(row, hdr, g1, gaddr, gown)
     e0 = hdr[b + H_E0]
     ip = hdr[b + H_IP]
     outer, total, inner = xs[ip + 1], xs[ip + 2], xs[ip + 3]
@@ -162,7 +162,7 @@ def k_cat(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
         sj = xs[ip + 5 + j]  # ip: outer, total, inner, dim, sizes...
         t = edge_target(edges, e0 + j, st)
         if t >= 0:
-            d = target_buffer(t, outer * sj * inner, g1, bslot, bigs)
+            d = target_buffer(t, outer * sj * inner, g1, gaddr, gown)
             for o in range(outer):
                 src = (o * total + off) * inner
                 dst = o * sj * inner
@@ -172,10 +172,10 @@ def k_cat(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
 
 
 @jit
-def k_embedding(row, hdr, edges, xs, fp, slots, v, g1, bslot, bigs, st):
+def k_embedding(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st):
     """EmbeddingBackward0: row idx[j] of the weight gets coef[j] * (the gradient of output
     row j); coef is 0 for padding_idx, 1/count with scale_grad_by_freq, else 1."""
-    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, bslot, bigs, st)
+    b, g, t, pin, d = one_input(row, hdr, edges, xs, g1, gaddr, gown, st)
     if t < 0:
         return
     kp = hdr[b + H_KP]
