@@ -30,7 +30,9 @@ Python's bytecode cache counts as part of the installation, not as one of jitgra
 caches: `pip install` writes it. So the checkout's .pyc files are written first
 (compileall) and the children use them even where PYTHONDONTWRITEBYTECODE is set (without
 them every fresh process compiles jitgrad's source again, about 0.3 s more on this
-machine); --no-bytecode measures that case instead.
+machine). --no-bytecode skips that and lets the children write none: it measures a
+checkout without .pyc files only if it has none yet (a fresh clone on a machine that sets
+PYTHONDONTWRITEBYTECODE=1, as this one does), since Python still reads those it finds.
 """
 import argparse
 import json
@@ -225,7 +227,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="the warm rows only (seconds, not minutes)")
     p.add_argument("--repo", default=ROOT, help="the checkout whose jitgrad the children import")
     p.add_argument("--baseline", help="another checkout whose warm start is measured in turn with --repo's")
-    p.add_argument("--no-bytecode", action="store_true", help="children compile every module's source (no .pyc)")
+    p.add_argument("--no-bytecode", action="store_true", help="write no .pyc (see the docstring: existing ones are still read)")
     p.add_argument("--repeats", type=int, default=7, help="rounds of the warm rows (each reports its best)")
     p.add_argument("--cold-repeats", type=int, default=1, help="fresh processes per cold row (the best is reported)")
     p.add_argument("--breakdown", action="store_true",
