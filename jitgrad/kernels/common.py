@@ -1,7 +1,7 @@
 """What every backward kernel shares: reading saved values by address, the gradient
 buffers, and the broadcast index maps. The kernels themselves are in the family modules
 (reduce, shape, linalg, norm, loss, conv); the scheduler (engine/scheduler.py) calls
-each through the generated dispatch.
+each by its address in the kernel table (kernels/table.py).
 
 Conventions (the scheduler calls every node kernel the same way):
   node kernel  k(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st)
