@@ -8,6 +8,8 @@ The layers, each importing only those before it (README.md, "How a gradient trav
   engine/    backward()/grad(), the compiled sweep and its generator, the Python executor
   autograd/  torch.autograd's public surface
 """
+import importlib as _importlib
+
 from jitgrad import autograd  # noqa: F401  (torch.autograd)
 from jitgrad import ops as _ops  # noqa: F401  (the op table: binds Tensor methods)
 from jitgrad._core.device import device, get_default_device, set_default_device
@@ -68,26 +70,13 @@ def is_tensor(obj):
 
 
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
-from jitgrad import (  # noqa: E402
-    accelerator,
-    backends,
-    compiler,
-    cuda,
-    func,
-    linalg,
-    nn,
-    optim,
-    utils,
-    viz,  # noqa: E402,F401  (graphviz itself is imported only by viz.make_dot)
-)
+from jitgrad import linalg, nn, optim  # noqa: E402
 from jitgrad._core.threads import default_threads as _default_threads  # noqa: E402
 from jitgrad._core.threads import get_num_threads, set_num_threads  # noqa: E402
 from jitgrad._core.verbosity import get_verbosity, set_verbosity  # noqa: E402
-from jitgrad.compiler import compile  # noqa: E402,A004  (torch.compile)
-from jitgrad.inverse_trig import FUNCTIONS as _TRIG  # noqa: E402
+from jitgrad.inverse_trig import FUNCTIONS as _TRIG  # noqa: E402  (binds Tensor.atan2... too)
 
 globals().update(_TRIG)  # jitgrad.atan2, atan, asin, acos
-from jitgrad.serialization import load, save  # noqa: E402
 
 _default_threads()
 
@@ -97,10 +86,38 @@ for _alias, _op in (("multiply", "mul"), ("subtract", "sub"), ("divide", "div"),
 
 __version__ = "0.1.0"
 
+# Loaded on first use, so that `import jitgrad` stays short: public name -> (module, attribute;
+# None: the module itself). None of them registers anything the rest of the package needs
+# (tests/package/test_startup.py checks that each stays unloaded, and that each resolves).
+_LAZY = {
+    "accelerator": ("jitgrad.accelerator", None),
+    "backends": ("jitgrad.backends", None),
+    "compile": ("jitgrad.compiler", "compile"),  # torch.compile
+    "compiler": ("jitgrad.compiler", None),
+    "cuda": ("jitgrad.cuda", None),
+    "func": ("jitgrad.func", None),
+    "load": ("jitgrad.serialization", "load"),
+    "save": ("jitgrad.serialization", "save"),
+    "serialization": ("jitgrad.serialization", None),
+    "utils": ("jitgrad.utils", None),
+    "viz": ("jitgrad.viz", None),  # graphviz itself is imported only by viz.make_dot
+}
+
 
 def __getattr__(name):
+    lazy = _LAZY.get(name)
+    if lazy is not None:
+        value = _importlib.import_module(lazy[0])
+        if lazy[1] is not None:
+            value = getattr(value, lazy[1])
+        globals()[name] = value
+        return value
     # an op declared after import (jitgrad.ops.defop) is jitgrad.<name> as well
     fn = _ops._common.PUBLIC.get(name)
     if fn is None:
         raise AttributeError(f"module 'jitgrad' has no attribute '{name}'")
     return fn
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

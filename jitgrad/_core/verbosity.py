@@ -1,19 +1,22 @@
 """What jitgrad says on stderr: one line when it is about to compile for a while.
 
 A first use compiles Numba code (seconds, once; cached afterwards). A user watching a
-progress bar stuck at 0 deserves to know why, so the first compile of a process prints
+progress bar stuck at 0 deserves to know why, so the first backward that compiles says
 
-    jitgrad: compiling kernels for mul, relu, addmm (first use; cached afterwards)
+    jitgrad: compiling the backward engine, kernels for mul, relu, addmm (first use; cached afterwards)
 
-once. JITGRAD_VERBOSITY=0 (or jitgrad.set_verbosity(0)) silences it; 2 prints every
-compile with its time, for finding what a program compiles.
+once per process, and so does the first compiled forward (a loss, a convolution, an
+optimizer's update; named by its function). JITGRAD_VERBOSITY=0 (or
+jitgrad.set_verbosity(0)) silences them; 2 prints every compile with its time, for
+finding what a program compiles.
 """
 import os
 import sys
 import threading
 
 _lock = threading.Lock()
-_state = {"level": None, "said": False}
+_local = threading.local()
+_state = {"level": None, "said": set()}  # the kinds of compile announced so far
 
 
 def _env_level():
@@ -36,15 +39,30 @@ def get_verbosity():
     return _env_level() if level is None else level
 
 
-def compiling(names):
-    """Called just before `names` (kernels, the backward engine...) are compiled."""
+class _InBackward:
+    """Inside a backward, compiles of single functions are not announced: the kernel
+    table's line has named what the backward compiles."""
+
+    def __enter__(self):
+        _local.depth = getattr(_local, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _local.depth -= 1
+
+
+in_backward = _InBackward()
+
+
+def compiling(names, kind="backward"):
+    """Called just before `names` (kernels, the backward engine...) are compiled; `kind`
+    ("backward": the kernel table's; "forward": any other) is said once per process."""
     level = get_verbosity()
-    if level <= 0 or not names:
+    if level <= 0 or not names or (kind == "forward" and level < 2 and getattr(_local, "depth", 0)):
         return
     with _lock:
-        if _state["said"] and level < 2:
+        if kind in _state["said"] and level < 2:
             return
-        _state["said"] = True
+        _state["said"].add(kind)
     print(f"jitgrad: compiling {', '.join(names)} (first use; cached afterwards)", file=sys.stderr, flush=True)
 
 

@@ -3,24 +3,30 @@
 What is generated is only what the op table determines (graph/spec.py, filled by
 ops/derivatives.py):
 - the per-opcode tables the scheduler reads (OP_ACC, OP_EXT, OP_PYFN, OP_OUT the sink
-  opcodes; OP_NSAVED, OP_IS_EW, OP_NPARAMS, OP_BASE);
+  opcodes; OP_NSAVED, OP_IS_EW, OP_NPARAMS);
 - `scalar_grads`: one branch per elementwise op, its gradient formulas (derivatives.py)
   as scalar code for one-element rows. Compiled, the sweep gets its body in place of
   its call (bind_scheduler, _spliced): the scalar chain's per-node path (20-odd ns)
   measured 1.5x slower through a call, even one Numba (inline="always") or LLVM
   (forceinline) inlines;
-- `ew`: the same formulas as loops over the elements, for larger rows;
-- `run_kernel`: the dispatch from base opcode to each structural op's `spec.kernel`,
-  imported by its module and name.
+- `ew_<op>_<name>`: one backward kernel per elementwise op, the same formulas as loops
+  over the elements, for larger rows. Nothing calls them by name: the kernel table
+  (engine/kernel_table.py) compiles one when a graph first uses its op and gives the
+  sweep its address, as it does for each structural op's `spec.kernel`;
+- `fwd_ew` / `run_fwd_kernel`: the forward formulas and kernels, for jitgrad.compile's
+  replay (engine/replayer.py).
 The scheduler itself (the resumable sweep, start, finish, ...) is ordinary Python in
 engine/scheduler.py. The generated module ends by binding it (bind_scheduler): each
 scheduler function is rebuilt from its code object with the generated module's
-namespace as its globals, so its calls to scalar_grads, ew and run_kernel reach the
-generated ones, and compiled with the kernels' @njit options; the sweep's one line
-`c0, c1 = scalar_grads(...)` is replaced by that function's body first.
+namespace as its globals, so its call to scalar_grads reaches the generated one, and
+compiled with the kernels' @njit options; the sweep's one line
+`c0, c1 = scalar_grads(...)` is replaced by that function's body first. Numba compiles
+each function of the module on its first call only, so a process pays for the
+scheduler and the kernels its graphs use.
 
 The module is written once per content hash into the cache directory and imported from
-there; Numba's on-disk cache (cache=True) of everything in it is keyed on that file. The
+there; Numba's on-disk cache (cache=True) of everything in it is keyed on that file, one
+entry per function (and each entry also carries kernels/_cache.py's source digest). The
 hash (module_source) covers everything the compiled code depends on: the generated
 source, engine/scheduler.py, _core/layout.py, every .py file of the jitgrad.kernels
 package, and the file defining each registered spec.kernel (jitgrad's own or one

@@ -22,6 +22,7 @@ import numpy as np
 from numba import typeof
 from numba.core.config import DISABLE_JIT
 
+from jitgrad._core import verbosity
 from jitgrad._core.layout import (
     DONE,
     DT_OF,
@@ -131,6 +132,10 @@ class _TapeRun:
         self.seeds[row] = arr if s is None else s + arr
 
     def run(self, sinks, retain, hooked_leaves=()):
+        with verbosity.in_backward:  # what it compiles, the kernel table's line names
+            return self._run(sinks, retain, hooked_leaves)
+
+    def _run(self, sinks, retain, hooked_leaves):
         tape = self.tape
         tape.grow_freed()
         rows = np.fromiter(self.seeds, np.int64, len(self.seeds))

@@ -158,7 +158,7 @@ def _guarded(base):
             try:
                 cres = super().load_overload(sig, target_context)
                 if cres is None:  # a miss: numba compiles it now
-                    verbosity.compiling([friendly_name(self._py_func)])
+                    verbosity.compiling([friendly_name(self._py_func)], "forward")
                 return cres
             except Exception as e:  # noqa: BLE001  (a truncated or garbage .nbi/.nbc: unpickle fails in many ways)
                 warn(f"the compiled-code cache of {self._name} in {self._cache_path} is damaged "

@@ -1,7 +1,7 @@
 """What every backward kernel shares: reading saved values by address, the gradient
 buffers, and the broadcast index maps. The kernels themselves are in the family modules
 (reduce, shape, linalg, norm, loss, conv); the scheduler (engine/scheduler.py) calls
-each through the generated dispatch.
+each by its address in the kernel table (kernels/table.py).
 
 Conventions (the scheduler calls every node kernel the same way):
   node kernel  k(row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st)
@@ -23,10 +23,13 @@ from jitgrad.kernels.pointers import disown, own, view
 
 # error_model="numpy": float division by zero gives inf/nan as in PyTorch (no raising path)
 jit = njit(cache=True, nogil=True, error_model="numpy")
+# the helpers below are called from compiled code only: no wrappers for calls from Python,
+# which are code each first compile would build and never use
+helper = njit(cache=True, nogil=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 
 
-@jit
+@helper
 def saved(slots, v, k):
     """Saved value k as a 1-D array of the graph's dtype."""
     ref = slots[SW * k + S_REF]
@@ -36,12 +39,12 @@ def saved(slots, v, k):
     return view(ref, slots[SW * k + S_NUMEL], v)
 
 
-@jit
+@helper
 def saved_index(slots, k, like_i64):
     return view(slots[SW * k + S_REF], slots[SW * k + S_NUMEL], like_i64)
 
 
-@jit
+@helper
 def gradient(row, hdr, g1, gaddr, gown):
     """The (complete) gradient of row's output, flat."""
     n = hdr[row * HW + H_NUMEL]
@@ -52,7 +55,7 @@ def gradient(row, hdr, g1, gaddr, gown):
     return view(gaddr[row], n, g1)
 
 
-@jit
+@helper
 def target_buffer(tgt, n, g1, gaddr, gown):
     """Where contributions for row `tgt`'s output accumulate (created zeroed on first use)."""
     if n == 1:
@@ -64,7 +67,7 @@ def target_buffer(tgt, n, g1, gaddr, gown):
     return view(gaddr[tgt], n, g1)
 
 
-@jit
+@helper
 def new_buffer(row, buf, gaddr, gown):
     """Make `buf` row's gradient buffer: the backward owns it until it frees it (free_buffer).
     gown's last element counts the buffers owned, so that release() has nothing to scan
@@ -75,7 +78,7 @@ def new_buffer(row, buf, gaddr, gown):
     return buf
 
 
-@jit
+@helper
 def free_buffer(row, gaddr, gown):
     """Free row's gradient buffer if the backward owns it (a sink's is part of `out`)."""
     if gown[row] != 0:
@@ -85,7 +88,7 @@ def free_buffer(row, gaddr, gown):
         gown[-1] -= 1
 
 
-@jit
+@helper
 def dot_into(tgt, fresh, x, tx, y, ty, rows, cols, g1, gaddr, gown):
     """Contribute op(x) @ op(y) (rows x cols) to row `tgt`'s gradient with one gemm:
     written straight into place when nothing has contributed yet (into the output array
@@ -98,7 +101,7 @@ def dot_into(tgt, fresh, x, tx, y, ty, rows, cols, g1, gaddr, gown):
         gemm(x, tx, y, ty, buf.reshape((rows, cols)), 0.0 if fresh else 1.0)
 
 
-@jit
+@helper
 def edge_target(edges, e, st):
     """Target row of edge e, or -1 when it gets no gradient (no grad, or not needed);
     marks the target as reached, since the caller is about to contribute to it."""
@@ -110,7 +113,7 @@ def edge_target(edges, e, st):
     return t
 
 
-@jit
+@helper
 def one_input(row, hdr, edges, xs, g1, gaddr, gown, st):
     """The common start of a one-input kernel: (header base, the row's gradient, the
     input's target row or -1, the input's shape pointer, the input's buffer)."""
@@ -125,7 +128,7 @@ def one_input(row, hdr, edges, xs, g1, gaddr, gown, st):
     return b, g, t, pin, d
 
 
-@jit
+@helper
 def shape_numel(xs, p):
     n = 1
     for k in range(xs[p]):
@@ -135,7 +138,7 @@ def shape_numel(xs, p):
 
 # mode 0: same shape (i), 1: small is one element (0), 2: small is a suffix of big (i % m),
 # 3: small keeps a prefix and is 1 after it (i // m), 4: general (map[i]).
-@jit
+@helper
 def bcast_plan(xs, pbig, psmall):
     nb = xs[pbig]
     ns = xs[psmall]
@@ -193,7 +196,7 @@ def bcast_plan(xs, pbig, psmall):
     return 4, 0, m
 
 
-@jit
+@helper
 def bidx(mode, m, mp, i):
     if mode == 0:
         return i

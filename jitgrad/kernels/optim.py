@@ -11,9 +11,13 @@ from numba import njit
 from jitgrad.kernels.pointers import view
 
 _jit = njit(cache=True, nogil=True, error_model="numpy")
+# a per-parameter update is inlined into its *_all loop (its only caller) rather than compiled
+# as a function of its own: one compilation instead of two at an optimizer's first step
+# (Adam's: 0.9 s -> 0.7 s on a 2-core machine)
+_inline = njit(cache=True, nogil=True, error_model="numpy", inline="always")
 
 
-@_jit
+@_inline
 def adam(d, g, m, v, vmax, sc, decoupled, amsgrad):
     one_b1, b2, one_b2, eps, wd, step_size, bc2_sqrt, shrink = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7]
     for i in range(d.shape[0]):
@@ -43,7 +47,7 @@ def adam_all(ptrs, sizes, sc, like, decoupled, amsgrad):
               view(ptrs[p, 3], n, like), view(ptrs[p, 4], n, like), sc[p], decoupled, amsgrad)
 
 
-@_jit
+@_inline
 def sgd(d, g, buf, sc, first, momentum, nesterov):
     lr, wd, mom, one_damp = sc[0], sc[1], sc[2], sc[3]
     for i in range(d.shape[0]):
@@ -69,7 +73,7 @@ def sgd_all(ptrs, sizes, sc, like, momentum, nesterov):
              sc[p, 4] != 0, momentum, nesterov)
 
 
-@_jit
+@_inline
 def rmsprop(d, g, sq, gavg, buf, sc, centered, momentum):
     alpha, one_alpha, lerp_rest, eps, wd, mom, neg_lr = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6]
     for i in range(d.shape[0]):

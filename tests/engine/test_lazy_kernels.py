@@ -109,7 +109,7 @@ def test_a_kernel_that_raises_raises_through_the_table():
 def test_verbosity(monkeypatch, capsys):
     from jitgrad._core import verbosity
 
-    monkeypatch.setitem(verbosity._state, "said", False)
+    monkeypatch.setitem(verbosity._state, "said", set())
     monkeypatch.setitem(verbosity._state, "level", None)
     monkeypatch.setenv("JITGRAD_VERBOSITY", "0")
     verbosity.compiling(["kernels for mul"])
@@ -117,7 +117,10 @@ def test_verbosity(monkeypatch, capsys):
     monkeypatch.delenv("JITGRAD_VERBOSITY")
     verbosity.compiling(["kernels for mul"])
     verbosity.compiling(["kernels for exp"])  # once per process
-    assert capsys.readouterr().err == "jitgrad: compiling kernels for mul (first use; cached afterwards)\n"
+    verbosity.compiling(["kernels for softmax"], "forward")  # and once for compiled forwards
+    verbosity.compiling(["kernels for conv2d"], "forward")
+    assert capsys.readouterr().err.splitlines() == ["jitgrad: compiling kernels for mul (first use; cached afterwards)",
+                                                   "jitgrad: compiling kernels for softmax (first use; cached afterwards)"]
     import jitgrad
     jitgrad.set_verbosity(2)
     assert jitgrad.get_verbosity() == 2
