@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""jitgrad vs torch, side by side, single-threaded.
+"""jitgrad vs torch, side by side, single-threaded (and the MLP steps at default threads).
 
     python benchmarks/side_by_side.py [--quick] [--json out.json] [--torch-compile]
 
@@ -19,6 +19,11 @@ It also measures
   small backward, with warm caches and with cold ones (empty
   ``NUMBA_CACHE_DIR`` and ``JITGRAD_CACHE_DIR``, where jitgrad writes its
   generated engine). torch's import + first backward is shown for reference.
+
+The "step, default" rows time the MNIST and large MLP steps with both libraries at their
+default thread counts (torch's physical cores; jitgrad the same), in a child process
+without the one-thread settings (benchmarks/blas.py, which also compares thread counts
+and BLAS libraries).
 
 ``--quick`` uses fewer repeats and skips the cold start (< 1 minute).
 
@@ -75,6 +80,7 @@ if __name__ == "__main__":
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
 
+from benchmarks import blas as blas_rows  # noqa: E402  (the default-thread rows)
 from benchmarks import cuda_workloads  # noqa: E402  (the CUDA rows: after the path above)
 
 LIBS = ("jitgrad", "torch")
@@ -98,6 +104,8 @@ TIME_TARGETS = {
     ("small MLP", "step"): 0.5,
     ("MNIST MLP", "step"): 1.0,
     ("large MLP", "step"): 1.1,
+    ("MNIST MLP", "step, default"): 1.0,
+    ("large MLP", "step, default"): 1.0,
     ("digits MLP", "epoch"): 1.0,
     ("Adam 1e6", "step"): 1.0,
     ("CNN", "step"): 1.5,
@@ -171,7 +179,7 @@ def progress(msg):
 def load(name):
     """Import a library and make it single-threaded."""
     T = importlib.import_module(name)
-    if name == "torch":
+    if name in LIBS:   # jitgrad follows OMP_NUM_THREADS=1 (set above) already; say it anyway
         T.set_num_threads(1)
     return T
 
@@ -697,6 +705,18 @@ def check_compiled(jg, torch, jax):
     return problems
 
 
+def make_mlp_phases(T):
+    """The MLP_CONFIGS' training steps, as make_phases' entries."""
+    phases = {}
+    for name, (batch, sizes, dtype, loss) in MLP_CONFIGS.items():
+        arrays = mlp_arrays(batch, sizes, dtype, loss)
+        phases[(name, "step")] = (
+            # default arguments bind this iteration's values
+            lambda a=arrays, d=dtype, lo=loss: mlp_inputs(T, a, d, lo),
+            lambda s: mlp_step(T, *s))
+    return phases
+
+
 def make_phases(T):
     """(workload, phase) -> (setup(), timed(state)[, steps per timed run]); setup is not timed."""
     phases = {}
@@ -719,12 +739,7 @@ def make_phases(T):
     phases[("wide tree 2e4", "backward")] = (
         wide_bwd_setup, lambda s: s[1].backward())
 
-    for name, (batch, sizes, dtype, loss) in MLP_CONFIGS.items():
-        arrays = mlp_arrays(batch, sizes, dtype, loss)
-        phases[(name, "step")] = (
-            # default arguments bind this iteration's values
-            lambda a=arrays, d=dtype, lo=loss: mlp_inputs(T, a, d, lo),
-            lambda s: mlp_step(T, *s))
+    phases.update(make_mlp_phases(T))
     phases[("small MLP", "forward")] = (steady(lambda: mlp_forward_run(T)), lambda s: s.repeat(CALLS), CALLS)
     phases[("small MLP SGD", "eager step")] = (
         steady(lambda: sgd_run(T, "small MLP SGD")), lambda s: s.repeat(CALLS), CALLS)
@@ -870,6 +885,27 @@ def run_timings(libs, warmup, repeats, min_time, max_wall, only=None, jax=None, 
             row["note"] = c["note"]()
         progress(f"  {key[0]} {key[1]}: jitgrad {res['jitgrad']:.4g} s, {vs} {res[vs]:.4g} s"
                  + (f" ({row['note']})" if row.get("note") else ""))
+    return rows
+
+
+def run_default_threads(repeats, only=None):
+    """The MLP steps with both libraries at their default thread counts (the rows above run
+    at one thread), in a child process that sets no thread variable (benchmarks/blas.py)."""
+    keys = [k for k in (("MNIST MLP", "step"), ("large MLP", "step"))
+            if selected((k[0], "step, default"), "torch", only)]
+    if not keys:
+        return []
+    progress("default thread counts (child process) ...")
+    rows = []
+    for r in blas_rows.run_child("default", repeats=max(repeats, 5), workloads=keys):
+        key = (r["workload"], "step, default")
+        ratio = r["jitgrad_s"] / r["torch_s"]
+        note = (f"threads: jitgrad {r['threads']['jitgrad']}, torch {r['threads']['torch']}; "
+                f"jitgrad's BLAS {r['blas']}")
+        rows.append({"workload": key[0], "phase": key[1], "vs": "torch", "target": TIME_TARGETS[key],
+                     "jitgrad_s": r["jitgrad_s"], "ref_s": r["torch_s"], "ratio": ratio,
+                     "pass": ratio <= TIME_TARGETS[key], "note": note})
+        progress(f"  {key[0]} {key[1]}: jitgrad {r['jitgrad_s']:.4g} s, torch {r['torch_s']:.4g} s ({note})")
     return rows
 
 
@@ -1135,6 +1171,7 @@ def main(argv=None):
         "timings": run_timings(libs, warmup, repeats, min_time, max_wall, args.only, jax,
                                with_torch_compile=args.torch_compile or not args.quick),
     }
+    results["timings"] += run_default_threads(repeats, args.only)
     if args.only:
         results["memory"], results["startup"] = [], []
     else:

@@ -10,6 +10,7 @@ from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
 from jitgrad.graph.tensor import Tensor
 from jitgrad.graph.tensor import wrap as _wrap
+from jitgrad.kernels.blas import mm as _mm
 from jitgrad.kernels.linalg import f_addmm, f_matmul, f_trace, k_addmm, k_matmul, k_trace
 from jitgrad.ops._common import _cap, _needs, _operand_error, traced
 from jitgrad.ops.reduce import sum_to, traced_as
@@ -52,8 +53,8 @@ def matmul(a, b):
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}"
                            .replace("float64", "double").replace("float32", "float"))
     try:
-        # host matrix @ matrix: ndarray.dot runs the same gemm (bit for bit) with less dispatch
-        out = (np.matmul(ad, bd) if device else ad.dot(bd) if spec is MATMUL and ad.ndim == 2
+        # host matrix @ matrix: ndarray.dot (blas.mm) runs the same gemm (bit for bit) with less dispatch
+        out = (np.matmul(ad, bd) if device else _mm(ad, bd) if spec is MATMUL and ad.ndim == 2
                else np.asarray(np.matmul(ad, bd)))
     except ValueError as e:
         raise RuntimeError(str(e)) from None
@@ -195,7 +196,7 @@ def _addmm_data(inp, ad, bd, beta, alpha):
         if inp is not None and beta != 0.0:
             out[...] = inp
         return _KERNELS["gemm"](ad, bd, out, alpha, beta if inp is not None else 0.0)
-    prod = ad.dot(bd)
+    prod = _mm(ad, bd)
     if alpha != 1.0:
         prod *= alpha
     if inp is not None and beta != 0.0:
