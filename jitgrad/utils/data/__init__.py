@@ -10,6 +10,7 @@ from jitgrad.utils.data.dataset import (  # noqa: F401
     TensorDataset,
     random_split,
 )
+from jitgrad.utils.data.distributed import DistributedSampler  # noqa: F401
 from jitgrad.utils.data.sampler import (  # noqa: F401
     BatchSampler,
     RandomSampler,
