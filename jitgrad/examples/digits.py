@@ -15,10 +15,22 @@ With --device cuda, the model, the data and the training run on the GPU (jitgrad
 numba.cuda target, and PyTorch CUDA beside it when it has a GPU): the data set moves to
 the device once and each batch is gathered there. --subset N trains and tests on the
 first N images of each split (a smoke run: the tests run it on numba's CUDA simulator).
+
+With --distributed, run under MPI, the training is data-parallel:
+
+    pip install -e ".[distributed]" && mpiexec -n 2 python -m jitgrad.examples.digits --distributed
+
+Each rank trains on its DistributedSampler share of the training set with the model in
+DistributedDataParallel (gradients averaged over the ranks during backward), at
+--batch-size // world_size images a step, so the global batch is --batch-size. Rank 0
+prints and writes the plots; the other ranks are silent unless they fail.
 """
 import argparse
+import contextlib
 import os
+import sys
 import time
+import traceback
 
 import numpy as np
 
@@ -100,21 +112,25 @@ def first_step(T, weights, data, batch_size, lr, kind, device="cpu"):
 
 
 def train(T, weights, data, epochs, batch_size, lr, progress=True, label="", kind="mlp", compiled=False,
-          device="cpu"):
+          device="cpu", distributed=False):
     """One training run; returns (model, per-step losses, seconds per epoch, test accuracy).
-    compiled=True runs the training step under T.compile; device="cuda" trains on the GPU."""
-    model, step, (xtr, ytr, xte, yte) = setup(T, weights, data, lr, kind, device)
+    compiled=True runs the training step under T.compile; device="cuda" trains on the GPU.
+    distributed=True (in an initialized process group): this rank's share of a data-parallel
+    run, batch_size images a step on each rank; the losses are the global batches' (the
+    mean over the ranks)."""
+    model, step, (xtr, ytr, xte, yte) = setup(T, weights, data, lr, kind, device, distributed)
     if compiled:
         step = T.compile(step)
-    order_rng = np.random.default_rng(1)               # same batches for both libraries
+    orders = _distributed_orders(T, len(xtr)) if distributed else _orders(len(xtr))
     losses, epoch_times = [], []
     bar = _progress(epochs, progress, label)
-    for _ in range(epochs):
-        order = order_rng.permutation(len(xtr))
+    for epoch in range(epochs):
+        order = orders(epoch)
         t0 = time.perf_counter()
-        losses += run_epoch(T, step, xtr, ytr, order, batch_size)
+        epoch_losses = run_epoch(T, step, xtr, ytr, order, batch_size)
         synchronize(T, device)                         # a GPU epoch ends when its kernels have run
         epoch_times.append(time.perf_counter() - t0)
+        losses += _mean_over_ranks(T, epoch_losses) if distributed else epoch_losses
         bar.set_postfix(loss=f"{losses[-1]:.4f}")
         bar.update(1)
     bar.close()
@@ -124,10 +140,36 @@ def train(T, weights, data, epochs, batch_size, lr, progress=True, label="", kin
     return model, losses, epoch_times, float((pred == yte).mean())
 
 
-def setup(T, weights, data, lr, kind, device="cpu"):
+def _orders(n):
+    """epoch -> the order of the training set: the same batches for both libraries."""
+    order_rng = np.random.default_rng(1)
+    return lambda epoch: order_rng.permutation(n)
+
+
+def _distributed_orders(T, n):
+    """epoch -> this rank's share of the training set, shuffled per epoch (the same
+    permutation on every rank, split between them)."""
+    sampler = T.utils.data.DistributedSampler(range(n), seed=1)
+
+    def order(epoch):
+        sampler.set_epoch(epoch)
+        return np.fromiter(sampler, np.int64, len(sampler))
+    return order
+
+
+def _mean_over_ranks(T, losses):
+    """Each step's loss averaged over the ranks (one all-reduce an epoch): the loss of the
+    global batch, as a single process would have printed it (each rank's batch is as big)."""
+    t = T.tensor(losses, dtype=T.float64)
+    T.distributed.all_reduce(t)
+    return (t / T.distributed.get_world_size()).tolist()
+
+
+def setup(T, weights, data, lr, kind, device="cpu", distributed=False):
     """(model, its training step with Adam and cross-entropy, the data shaped for it). On
     the CPU the data stays numpy (each batch becomes a tensor); on a GPU the whole split
-    is moved there once, as tensors."""
+    is moved there once, as tensors. distributed=True: the step runs the model in
+    DistributedDataParallel (which makes every rank start from rank 0's weights)."""
     xtr, ytr, xte, yte = data
     if kind == "cnn":                                   # images as (N, 1, 8, 8)
         xtr, xte = xtr.reshape(-1, 1, 8, 8), xte.reshape(-1, 1, 8, 8)
@@ -137,7 +179,8 @@ def setup(T, weights, data, lr, kind, device="cpu"):
     if device != "cpu":
         model.to(device)
         xtr, ytr = to_device(T, xtr, device), to_device(T, ytr, device)
-    step = train_step(model, T.optim.Adam(model.parameters(), lr=lr), T.nn.CrossEntropyLoss())
+    net = T.nn.parallel.DistributedDataParallel(model) if distributed else model
+    step = train_step(net, T.optim.Adam(model.parameters(), lr=lr), T.nn.CrossEntropyLoss())
     return model, step, (xtr, ytr, xte, yte)
 
 
@@ -273,10 +316,37 @@ def _torch_beside(jitgrad, device, skip):
     return torch
 
 
+def _first_steps_in_turn(T, distributed, *args):
+    """first_step (see there); under --distributed rank 0 goes first and the other ranks
+    after it, so that one process compiles and writes the kernel cache and the others load
+    from it (rather than all compiling the same kernels side by side on shared cores)."""
+    if not distributed:
+        return first_step(T, *args)
+    rank = T.distributed.get_rank()
+    if rank != 0:
+        T.distributed.barrier()
+    seconds = first_step(T, *args)
+    if rank == 0:
+        T.distributed.barrier()
+    return seconds
+
+
+def _threads_per_rank(T, world):
+    """The ranks on this machine share its cores: each gets its part of jitgrad's default
+    thread count (JITGRAD_NUM_THREADS or OMP_NUM_THREADS, where set, are taken as they are)."""
+    if "JITGRAD_NUM_THREADS" in os.environ or "OMP_NUM_THREADS" in os.environ:
+        return T.get_num_threads()
+    # the launcher says how many ranks share this node (MPICH, Open MPI); else all of them do
+    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or world
+    T.set_num_threads(max(1, T.get_num_threads() // int(local)))
+    return T.get_num_threads()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="images a step (with --distributed: the global batch, batch-size // world_size on each rank)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--model", choices=["mlp", "cnn", "both"], default="both")
@@ -289,10 +359,46 @@ def main(argv=None):
                    help="where the model, the data and the training live (cuda: numba.cuda, beside PyTorch CUDA)")
     p.add_argument("--subset", type=int, default=None, metavar="N",
                    help="train and test on the first N images of each split (a quick smoke run)")
+    p.add_argument("--distributed", action="store_true",
+                   help="data-parallel over MPI ranks: mpiexec -n 2 python -m jitgrad.examples.digits --distributed "
+                        "(DistributedDataParallel on the CPU, each rank on its DistributedSampler share; no PyTorch "
+                        "side-by-side run)")
     args = p.parse_args(argv)
+    if args.distributed:
+        if args.compile:
+            p.error("--compile and --distributed: a compiled step replays its recording, which does not "
+                    "include DistributedDataParallel's gradient all-reduces")
+        if args.device != "cpu":
+            p.error("--distributed trains on the CPU (MPI reduces the gradients' numpy buffers)")
 
     import jitgrad
-    device = args.device
+    if not args.distributed:
+        return run(jitgrad, args)
+    jitgrad.distributed.init_process_group("mpi")
+    rank = jitgrad.distributed.get_rank()
+    try:
+        if rank != 0:                      # silent: rank 0 speaks for the job; errors still reach stderr
+            jitgrad.set_verbosity(0)
+            with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+                accs = run(jitgrad, args)
+        else:
+            accs = run(jitgrad, args)
+    except BaseException as e:
+        # the other ranks would wait in their next collective: end the whole job, with this rank's error
+        if isinstance(e, SystemExit):
+            print(e, file=sys.stderr)
+        else:
+            traceback.print_exc()
+        sys.stderr.flush()
+        jitgrad.distributed._comm().Abort(1)
+    jitgrad.distributed.destroy_process_group()
+    return accs
+
+
+def run(jitgrad, args):
+    """The job main() parsed: on one process, or (args.distributed) on this rank of an
+    initialized process group; returns the test accuracy of each model trained."""
+    device, distributed = args.device, args.distributed
     if device == "cuda":
         if not jitgrad.cuda.is_available():
             raise SystemExit("--device cuda: no CUDA device (jitgrad needs an NVIDIA GPU with its driver, and "
@@ -301,9 +407,22 @@ def main(argv=None):
     data = load_split()
     if args.subset is not None:
         data = tuple(a[:args.subset] for a in data)
-    print(f"digits: {len(data[0])} train / {len(data[2])} test images, Adam lr={args.lr}, batch {args.batch_size}")
-    torch = _torch_beside(jitgrad, device, args.no_torch)
-    os.makedirs(args.out, exist_ok=True)
+    batch_size, rank, world = args.batch_size, 0, 1
+    if distributed:
+        rank, world = jitgrad.distributed.get_rank(), jitgrad.distributed.get_world_size()
+        batch_size = args.batch_size // world
+        if batch_size < 1:
+            raise SystemExit(f"--batch-size {args.batch_size} is smaller than the {world} ranks")
+        print(f"distributed: {world} ranks (MPI), {_threads_per_rank(jitgrad, world)} thread(s) each, "
+              f"{batch_size} images a step on each rank")
+    print(f"digits: {len(data[0])} train / {len(data[2])} test images, Adam lr={args.lr}, "
+          f"batch {batch_size * world}")
+    # PyTorch beside a distributed run would be a single process timed while the other ranks
+    # wait, and MPI's waits spin on a core: its times would compare with nothing
+    torch = _torch_beside(jitgrad, device, args.no_torch or distributed)
+    if rank == 0:
+        os.makedirs(args.out, exist_ok=True)
+    progress = not args.no_progress and rank == 0
     accs = {}
     for kind in (["mlp", "cnn"] if args.model == "both" else [args.model]):
         if kind == "mlp":
@@ -313,37 +432,38 @@ def main(argv=None):
             weights, shape = cnn_weights(), (1, 8, 8)
             title = "CNN conv8-pool-conv16-pool-linear"
         print(f"\n{title}")
-        print(f"jitgrad  first step {first_step(jitgrad, weights, data, args.batch_size, args.lr, kind, device):.2f} s"
-              " (compiles kernels on a first run, loads them from the cache afterwards)")
-        model, losses, times, acc = train(jitgrad, weights, data, args.epochs, args.batch_size, args.lr,
-                                          not args.no_progress, "jitgrad", kind, device=device)
+        first = _first_steps_in_turn(jitgrad, distributed, weights, data, batch_size, args.lr, kind, device)
+        print(f"jitgrad  first step {first:.2f} s (compiles kernels on a first run, loads them from the cache "
+              "afterwards)")
+        model, losses, times, acc = train(jitgrad, weights, data, args.epochs, batch_size, args.lr,
+                                          progress, "jitgrad", kind, device=device, distributed=distributed)
         steady = times[1:] or times  # (the first epoch warms caches and allocators)
         print(f"jitgrad  test accuracy {acc:.2%}   epoch {np.median(steady) * 1e3:.1f} ms (median)"
               f"   first epoch {times[0]:.2f} s")
         if args.compile:
-            _, closses, ctimes, cacc = train(jitgrad, weights, data, args.epochs, args.batch_size, args.lr,
-                                             not args.no_progress, "jitgrad.compile", kind, compiled=True,
-                                             device=device)
+            _, closses, ctimes, cacc = train(jitgrad, weights, data, args.epochs, batch_size, args.lr,
+                                             progress, "jitgrad.compile", kind, compiled=True, device=device)
             csteady = ctimes[1:] or ctimes
             print(f"compiled test accuracy {cacc:.2%}   epoch {np.median(csteady) * 1e3:.1f} ms (median)"
                   f"   first epoch {ctimes[0]:.2f} s (records the step)"
                   f"   epoch time compiled/eager: {np.median(csteady) / np.median(steady):.2f}x")
-            print("         " + compile_status(jitgrad, weights, data, args.batch_size, args.lr, kind, device))
+            print("         " + compile_status(jitgrad, weights, data, batch_size, args.lr, kind, device))
             diff = np.max(np.abs(np.subtract(closses, losses)) / np.abs(losses))
             print(f"         losses compiled vs eager: max relative difference {diff:.1e}")
         torch_losses = None
         if torch is not None:
-            _, torch_losses, ttimes, tacc = train(torch, weights, data, args.epochs, args.batch_size, args.lr,
-                                                  not args.no_progress, "PyTorch", kind, device=device)
+            _, torch_losses, ttimes, tacc = train(torch, weights, data, args.epochs, batch_size, args.lr,
+                                                  progress, "PyTorch", kind, device=device)
             tsteady = ttimes[1:] or ttimes
             vs_compiled = (f"   compiled/PyTorch: {np.median(csteady) / np.median(tsteady):.2f}x"
                            if args.compile else "")
             print(f"PyTorch  test accuracy {tacc:.2%}   epoch {np.median(tsteady) * 1e3:.1f} ms (median)   "
                   f"epoch time jitgrad/PyTorch: {np.median(steady) / np.median(tsteady):.2f}x{vs_compiled}")
-        plot = save_plot(losses, os.path.join(args.out, f"{kind}_loss_curve.png"), torch_losses)
-        print(f"loss curve: {plot}" if plot else "loss curve: skipped (matplotlib not installed)")
-        graph = save_graph(jitgrad, model, os.path.join(args.out, f"{kind}_graph"), shape, device)
-        print(f"model graph: {graph}" if graph else "model graph: skipped (graphviz Python package not installed)")
+        if rank == 0:
+            plot = save_plot(losses, os.path.join(args.out, f"{kind}_loss_curve.png"), torch_losses)
+            print(f"loss curve: {plot}" if plot else "loss curve: skipped (matplotlib not installed)")
+            graph = save_graph(jitgrad, model, os.path.join(args.out, f"{kind}_graph"), shape, device)
+            print(f"model graph: {graph}" if graph else "model graph: skipped (graphviz Python package not installed)")
         accs[kind] = acc
     return accs
 

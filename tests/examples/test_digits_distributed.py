@@ -1,0 +1,61 @@
+"""The digits main job data-parallel: mpiexec -n 2 python -m jitgrad.examples.digits
+--distributed, in a short mode (bounded by a timeout: a hang fails the test)."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+pytest.importorskip("sklearn")
+pytest.importorskip("mpi4py")
+from jitgrad.examples import digits  # noqa: E402
+
+
+def mpiexec():
+    """The launcher of the MPI that mpi4py runs on: the one installed beside this Python
+    (the mpich wheel's), else the first on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    found = here if os.path.exists(here) else shutil.which("mpiexec")
+    assert found, "mpi4py is installed but no mpiexec was found (pip install mpich)"
+    return found
+
+
+def run_job(ranks, *args, timeout=600):
+    # -prepend-rank (MPICH's hydra) tags every line with its rank: rank 1 must say nothing
+    cmd = [mpiexec(), "-prepend-rank", "-n", str(ranks), sys.executable, "-m", "jitgrad.examples.digits",
+           "--distributed", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_two_ranks_train_both_models_and_rank_0_alone_reports(tmp_path):
+    proc = run_job(2, "--epochs", "3", "--no-progress", "--out", str(tmp_path))
+    report = f"rc={proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, report
+    lines = proc.stdout.splitlines()
+    assert lines and all(ln.startswith("[0] ") for ln in lines), report
+    assert "distributed: 2 ranks" in proc.stdout and "16 images a step on each rank" in proc.stdout, report
+    assert "batch 32" in proc.stdout, report        # the global batch is --batch-size's default
+    accs = [float(a) for a in re.findall(r"test accuracy ([\d.]+)%", proc.stdout)]
+    # as the single-process short run: ~95% (MLP) and ~90% (CNN) after 3 epochs; chance is 10%
+    assert len(accs) == 2 and accs[0] > 90 and accs[1] > 80, report
+    assert "PyTorch" not in proc.stdout, report
+    for kind in ("mlp", "cnn"):
+        written = [p for p in os.listdir(tmp_path) if p.startswith(kind)]
+        assert written, report
+
+
+def test_a_batch_smaller_than_the_ranks_fails_every_rank_without_hanging(tmp_path):
+    proc = run_job(2, "--epochs", "1", "--batch-size", "1", "--out", str(tmp_path), timeout=300)
+    assert proc.returncode != 0
+    assert "--batch-size 1 is smaller than the 2 ranks" in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("flags,message", [(["--compile"], "--compile and --distributed"),
+                                           (["--device", "cuda"], "--distributed trains on the CPU")])
+def test_options_that_cannot_run_distributed_are_refused_before_any_work(flags, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        digits.main(["--distributed", *flags])
+    assert e.value.code == 2 and message in capsys.readouterr().err
