@@ -1,5 +1,6 @@
 """The digits main job data-parallel: mpiexec -n 2 python -m jitgrad.examples.digits
---distributed, in a short mode (bounded by a timeout: a hang fails the test)."""
+--distributed, in a short mode, and the README's distributed training loop, under
+mpiexec -n 2 and as one plain process (each bounded by a timeout: a hang fails the test)."""
 import os
 import re
 import shutil
@@ -59,3 +60,23 @@ def test_options_that_cannot_run_distributed_are_refused_before_any_work(flags, 
     with pytest.raises(SystemExit) as e:
         digits.main(["--distributed", *flags])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def readme_loop():
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = text[text.index("## Distributed"):]
+    return section[section.index("```python") + len("```python"):section.index("```", section.index("```python") + 3)]
+
+
+@pytest.mark.parametrize("ranks", [2, 1])
+def test_the_readme_training_loop_runs(ranks, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(readme_loop())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    cmd = [sys.executable, str(script)]
+    if ranks > 1:
+        cmd = [mpiexec(), "-n", str(ranks)] + cmd
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    losses = [float(v) for v in re.findall(r"^epoch \d: loss ([\d.]+)$", proc.stdout, re.M)]
+    assert len(losses) == 3 and losses[-1] < losses[0] and 0 < losses[-1] < 1.5, proc.stdout  # rank 0 alone prints
