@@ -131,12 +131,15 @@ def allreduce(comm, nbytes_list):
 
 def ring_fit(comm, repeats):
     """(latency s, bandwidth B/s) of MPI's all-reduce here, from buffers of 8 B .. 4 MB
-    fitted by least squares to 2(N-1)/N * bytes / bandwidth + 2(N-1) * latency."""
+    fitted to 2(N-1)/N * bytes / bandwidth + 2(N-1) * latency by least squares on the
+    relative errors (so that the small buffers, which give the latency, count as much as
+    the large ones, which give the bandwidth)."""
     n = comm.Get_size()
     sizes = [8, 1024, 64 * 1024, 1024 ** 2, 4 * 1024 ** 2]
     times = list(timed(comm, {s: allreduce(comm, [s]) for s in sizes}, 10, repeats).values())
     a = np.array([[2 * (n - 1) / n * s, 2 * (n - 1)] for s in sizes])
-    (inv_bw, lat), *_ = np.linalg.lstsq(a, np.array(times), rcond=None)
+    t = np.array(times)
+    (inv_bw, lat), *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t), rcond=None)
     return max(lat, 0.0), 1.0 / inv_bw, list(zip(sizes, times))
 
 
@@ -193,7 +196,6 @@ def main(argv=None):
     for k, (_, m) in ddps.items():
         check_replicas_equal(comm, m, k)
     a, b_flat, b_small, c, d, e = (t[k] for k in ("a", "b", "b'", "c", "d", "e"))
-    base = a + b_flat
     sizes_mb = ", ".join(f"{sum(nbytes[i] for i in bk) / 2 ** 20:.2f}" for bk in small)
     table = [
         (f"(a)  step without DDP, {rows} rows", a),
@@ -207,12 +209,10 @@ def main(argv=None):
     for label, t in table:
         say(f"{label:<74} {t * 1e3:8.3f} ms")
     say("")
-    say(f"(c) / ((a)+(b)) = {c / base:.3f}   (d) / ((a)+(b)) = {d / base:.3f}   target <= 1.15: "
-        f"{'met' if min(c, d) <= 1.15 * base else 'NOT met'}")
-    say(f"(d) / (e) = {d / e:.3f}: bucketed overlap {'beats' if d < e else 'does NOT beat'} "
-        "one all-reduce after backward")
-    say(f"hidden under the backward: (a)+(b) - (d) = {(base - d) * 1e3:.3f} ms of the {b_flat * 1e3:.3f} ms "
-        "all-reduce")
+    if n == 1:
+        say(f"one rank, nothing to communicate: (c) / (a) = {c / a:.3f} is DDP's own cost (buckets, hooks)")
+    else:
+        ratios(say, a, b_flat, c, d, e)
 
     if n == 1 and (args.bandwidth is None or args.latency is None):
         say("\nscaling model: run with 2 or more ranks to measure the all-reduce (or give --bandwidth and --latency)")
@@ -220,10 +220,21 @@ def main(argv=None):
     lat, bw, points = ring_fit(comm, r) if n > 1 else (None, None, [])
     lat = args.latency * 1e-6 if args.latency is not None else lat
     bw = args.bandwidth * 1e9 if args.bandwidth is not None else bw
-    say("\nall-reduce here (" + ", ".join(f"{sz} B: {t * 1e6:.1f} us" for sz, t in points) + ")")
+    if points:
+        say("\nall-reduce here (" + ", ".join(f"{sz} B: {t * 1e6:.1f} us" for sz, t in points) + ")")
     say(f"ring model: latency {lat * 1e6:.2f} us per step, bandwidth {bw / 1e9:.2f} GB/s"
         + (" (given)" if args.bandwidth is not None or args.latency is not None else " (measured)"))
     scaling_table(comm, model, nbytes, small, lat, bw, s, r, say, measured={n: (c, d)})
+
+
+def ratios(say, a, b_flat, c, d, e):
+    base = a + b_flat
+    say(f"(c) / ((a)+(b)) = {c / base:.3f}   (d) / ((a)+(b)) = {d / base:.3f}   target <= 1.15: "
+        f"{'met' if min(c, d) <= 1.15 * base else 'NOT met'}")
+    say(f"(d) / (e) = {d / e:.3f}: bucketed overlap {'beats' if d < e else 'does NOT beat'} "
+        "one all-reduce after backward")
+    say(f"hidden under the backward: (a)+(b) - (d) = {(base - d) * 1e3:.3f} ms of the {b_flat * 1e3:.3f} ms "
+        "all-reduce")
 
 
 def scaling_table(comm, model, nbytes, small, lat, bw, steps, repeats, say, measured):

@@ -1,0 +1,44 @@
+"""benchmarks/distributed.py runs and reports every row, under mpiexec -n 2 and on one
+rank (a smoke run: one repeat of one step; the times themselves are the benchmark's to
+judge, never a test's)."""
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+pytest.importorskip("mpi4py")
+from test_digits_distributed import mpiexec  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "benchmarks", "distributed.py")
+ROWS = ["(a)  step without DDP, 32 rows", "(b)  all-reduce of the gradients, one flat buffer",
+        "(b') all-reduce bucket by bucket (2 buckets of 1.02, 1.53 MB)", "(c)  DDP step, default buckets",
+        "(d)  DDP step, bucket_cap_mb=0.05 (2 buckets)", "(e)  DDP step, one all-reduce after backward"]
+
+
+def run(cmd):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def table_rows(out):
+    """The scaling table's N column."""
+    return [int(ln.split()[0]) for ln in out.splitlines() if ln.split() and ln.split()[0].isdigit()]
+
+
+def test_two_ranks_report_the_rows_the_ratios_and_the_scaling_model():
+    out = run([mpiexec(), "-n", "2", sys.executable, SCRIPT, "--repeats", "1", "--steps", "1"])
+    for row in ROWS:
+        assert out.count(row) == 1, out          # rank 0 alone prints
+    assert "(c) / ((a)+(b)) = " in out and "target <= 1.15" in out and "(d) / (e) = " in out, out
+    assert "ring model: latency" in out and "(measured)" in out, out
+    assert table_rows(out) == [1, 2, 4, 8, 16, 32, 64], out
+
+
+def test_one_rank_plans_from_a_given_bandwidth():
+    out = run([sys.executable, SCRIPT, "--repeats", "1", "--steps", "1", "--bandwidth", "10", "--latency", "5"])
+    assert "(a)  step without DDP, 64 rows" in out and "is DDP's own cost" in out, out
+    assert "latency 5.00 us per step, bandwidth 10.00 GB/s (given)" in out, out
+    assert table_rows(out) == [1, 2, 4, 8, 16, 32, 64], out
