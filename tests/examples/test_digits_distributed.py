@@ -3,50 +3,39 @@
 mpiexec -n 2 and as one plain process (each bounded by a timeout: a hang fails the test)."""
 import os
 import re
-import shutil
-import subprocess
 import sys
 
 import pytest
 from conftest import ROOT
+from mpijob import MPIEXEC, needs_mpi, run
 
 pytest.importorskip("sklearn")
-pytest.importorskip("mpi4py")
 from jitgrad.examples import digits  # noqa: E402
-
-
-def mpiexec():
-    """The launcher of the MPI that mpi4py runs on: the one installed beside this Python
-    (the mpich wheel's), else the first on PATH."""
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    found = here if os.path.exists(here) else shutil.which("mpiexec")
-    assert found, "mpi4py is installed but no mpiexec was found (pip install mpich)"
-    return found
 
 
 def run_job(ranks, *args, timeout=600):
     # -prepend-rank (MPICH's hydra) tags every line with its rank: rank 1 must say nothing
-    cmd = [mpiexec(), "-prepend-rank", "-n", str(ranks), sys.executable, "-m", "jitgrad.examples.digits",
-           "--distributed", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return run([MPIEXEC, "-prepend-rank", "-n", ranks, sys.executable, "-m", "jitgrad.examples.digits",
+                "--distributed", *args], timeout=timeout)
 
 
+@needs_mpi
 def test_two_ranks_train_both_models_and_rank_0_alone_reports(tmp_path):
-    proc = run_job(2, "--epochs", "3", "--no-progress", "--out", str(tmp_path))
-    report = f"rc={proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
-    assert proc.returncode == 0, report
-    lines = proc.stdout.splitlines()
+    rc, out, err = run_job(2, "--epochs", "3", "--no-progress", "--out", tmp_path)
+    report = f"rc={rc}\nstdout:\n{out[-4000:]}\nstderr:\n{err[-4000:]}"
+    assert rc == 0, report
+    lines = out.splitlines()
     assert lines and all(ln.startswith("[0] ") for ln in lines), report
-    assert "distributed: 2 ranks" in proc.stdout and "16 images a step on each rank" in proc.stdout, report
-    assert "batch 32" in proc.stdout, report        # the global batch is --batch-size's default
-    accs = [float(a) for a in re.findall(r"test accuracy ([\d.]+)%", proc.stdout)]
+    assert "distributed: 2 ranks" in out and "16 images a step on each rank" in out, report
+    assert "batch 32" in out, report        # the global batch is --batch-size's default
+    accs = [float(a) for a in re.findall(r"test accuracy ([\d.]+)%", out)]
     # as the single-process short run: ~95% (MLP) and ~90% (CNN) after 3 epochs; chance is 10%
     assert len(accs) == 2 and accs[0] > 90 and accs[1] > 80, report
     # and exactly what one process learns on the same global batches (float32 rounding
     # may move a prediction at a tie: one test image of 359 is 0.28%)
     for kind, acc in zip(("mlp", "cnn"), accs):
         assert abs(acc - 100 * single_process_accuracy(kind, epochs=3)) < 0.3, (kind, report)
-    assert "PyTorch" not in proc.stdout, report
+    assert "PyTorch" not in out, report
     for kind in ("mlp", "cnn"):
         written = [p for p in os.listdir(tmp_path) if p.startswith(kind)]
         assert written, report
@@ -69,10 +58,10 @@ def single_process_accuracy(kind, epochs, batch=32):
         return float((model(jitgrad.tensor(xte)).argmax(1).numpy() == yte).mean())
 
 
+@needs_mpi
 def test_a_batch_smaller_than_the_ranks_fails_every_rank_without_hanging(tmp_path):
-    proc = run_job(2, "--epochs", "1", "--batch-size", "1", "--out", str(tmp_path), timeout=300)
-    assert proc.returncode != 0
-    assert "--batch-size 1 is smaller than the 2 ranks" in proc.stderr, proc.stderr[-3000:]
+    rc, _, err = run_job(2, "--epochs", "1", "--batch-size", "1", "--out", tmp_path, timeout=300)
+    assert rc != 0 and "--batch-size 1 is smaller than the 2 ranks" in err, err[-3000:]
 
 
 @pytest.mark.parametrize("flags,message", [(["--compile"], "--compile and --distributed"),
@@ -89,15 +78,13 @@ def readme_loop():
     return section[section.index("```python") + len("```python"):section.index("```", section.index("```python") + 3)]
 
 
-@pytest.mark.parametrize("ranks", [2, 1])
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, None])
 def test_the_readme_training_loop_runs(ranks, tmp_path):
+    """Under mpiexec -n 2, and as a plain `python train.py` (one rank)."""
     script = tmp_path / "train.py"
     script.write_text(readme_loop())
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    cmd = [sys.executable, str(script)]
-    if ranks > 1:
-        cmd = [mpiexec(), "-n", str(ranks)] + cmd
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
-    losses = [float(v) for v in re.findall(r"^epoch \d: loss ([\d.]+)$", proc.stdout, re.M)]
-    assert len(losses) == 3 and losses[-1] < losses[0] and 0 < losses[-1] < 1.5, proc.stdout  # rank 0 alone prints
+    rc, out, err = run([sys.executable, script], ranks, cwd=tmp_path)
+    assert rc == 0, f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+    losses = [float(v) for v in re.findall(r"^epoch \d: loss ([\d.]+)$", out, re.M)]
+    assert len(losses) == 3 and losses[-1] < losses[0] and 0 < losses[-1] < 1.5, out  # rank 0 alone prints

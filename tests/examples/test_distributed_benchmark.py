@@ -2,14 +2,10 @@
 rank (a smoke run: one repeat of one step; the times themselves are the benchmark's to
 judge, never a test's)."""
 import os
-import subprocess
 import sys
 
-import pytest
 from conftest import ROOT
-
-pytest.importorskip("mpi4py")
-from test_digits_distributed import mpiexec  # noqa: E402
+from mpijob import needs_mpi, run
 
 SCRIPT = os.path.join(ROOT, "benchmarks", "distributed.py")
 ROWS = ["(a)  step without DDP, 32 rows", "(b)  all-reduce of the gradients, one flat buffer",
@@ -17,10 +13,10 @@ ROWS = ["(a)  step without DDP, 32 rows", "(b)  all-reduce of the gradients, one
         "(d)  DDP step, bucket_cap_mb=0.05 (2 buckets)", "(e)  DDP step, one all-reduce after backward"]
 
 
-def run(cmd):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
-    return proc.stdout
+def report(args, ranks=None):
+    rc, out, err = run([sys.executable, SCRIPT, "--repeats", 1, "--steps", 1, *args], ranks)
+    assert rc == 0, f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+    return out
 
 
 def table_rows(out):
@@ -28,8 +24,9 @@ def table_rows(out):
     return [int(ln.split()[0]) for ln in out.splitlines() if ln.split() and ln.split()[0].isdigit()]
 
 
+@needs_mpi
 def test_two_ranks_report_the_rows_the_ratios_and_the_scaling_model():
-    out = run([mpiexec(), "-n", "2", sys.executable, SCRIPT, "--repeats", "1", "--steps", "1"])
+    out = report([], ranks=2)
     for row in ROWS:
         assert out.count(row) == 1, out          # rank 0 alone prints
     assert "(c) / ((a)+(b)) = " in out and "target <= 1.15" in out and "(d) / (e) = " in out, out
@@ -37,8 +34,9 @@ def test_two_ranks_report_the_rows_the_ratios_and_the_scaling_model():
     assert table_rows(out) == [1, 2, 4, 8, 16, 32, 64], out
 
 
+@needs_mpi
 def test_one_rank_plans_from_a_given_bandwidth():
-    out = run([sys.executable, SCRIPT, "--repeats", "1", "--steps", "1", "--bandwidth", "10", "--latency", "5"])
+    out = report(["--bandwidth", 10, "--latency", 5])
     assert "(a)  step without DDP, 64 rows" in out and "is DDP's own cost" in out, out
     assert "latency 5.00 us per step, bandwidth 10.00 GB/s (given)" in out, out
     assert table_rows(out) == [1, 2, 4, 8, 16, 32, 64], out
