@@ -20,12 +20,18 @@ class DistBackendError(DistError):
     """torch.distributed.DistBackendError: the transport failed (here: a collective timed out)."""
 
 
+_MPI = []  # the module, once imported (a function-level import costs a microsecond per call)
+
+
 def mpi():
     """mpi4py.MPI; importing it initializes MPI (with mpiexec's ranks, or a 1-rank singleton)."""
+    if _MPI:
+        return _MPI[0]
     try:
         from mpi4py import MPI
     except ImportError as e:
         raise RuntimeError(MISSING) from e
+    _MPI.append(MPI)
     return MPI
 
 
@@ -70,18 +76,24 @@ _NAMES = {RedOpType.SUM: "SUM", RedOpType.AVG: "SUM", RedOpType.PRODUCT: "PROD",
           RedOpType.MAX: "MAX", RedOpType.BAND: "BAND", RedOpType.BOR: "BOR", RedOpType.BXOR: "BXOR"}
 
 
+_REDUCTIONS = {}  # (op, dtype) -> reduction(op, dtype), for those allowed
+
+
 def reduction(op, dtype):
     """(MPI op, divide by the world size after?) for reducing arrays of `dtype` with `op`;
     PyTorch's errors for the combinations it refuses. Checked before any rank sends, so
     every rank raises the same error instead of leaving the others waiting."""
     if not isinstance(op, RedOpType):
         raise TypeError(f"all_reduce: op must be a torch.distributed.ReduceOp, got {op!r}")
+    found = _REDUCTIONS.get((op, dtype))
+    if found is not None:
+        return found
     dtype = np.dtype(dtype)
     if op == RedOpType.AVG and dtype.kind != "f":
         # PyTorch computes the mean in floating point and cannot write it back
         raise RuntimeError(f"result type Float can't be cast to the desired output type {scalar_name(dtype)}")
     if op in (RedOpType.BAND, RedOpType.BOR, RedOpType.BXOR) and dtype.kind == "f":
         raise RuntimeError(f"Cannot use ReduceOp.{op.name} with non-integral dtype")
-    MPI = mpi()
     name = _BOOL[op] if dtype.kind == "b" else _NAMES[op]
-    return getattr(MPI, name), op == RedOpType.AVG
+    found = _REDUCTIONS[op, dtype] = (getattr(mpi(), name), op == RedOpType.AVG)
+    return found
