@@ -9,7 +9,8 @@
 mpi4py is optional: this package imports without it, and the first call that needs MPI
 says how to install it. Modules: _backend (mpi4py, errors, ReduceOp), process_group (the
 default group: init, rank, size, destroy, the abort on unhandled errors), work (Work: a
-pending operation, its bounded wait), _wait (the poll that bounds it), collectives.
+pending operation, its bounded wait), _wait (the poll that bounds it), collectives (on
+Tensors), objects (on picklable objects).
 
 Internal, for DistributedDataParallel (jitgrad.nn.parallel): _comm(group) is the group's
 mpi4py communicator; Work.from_requests(requests, on_done=None, timeout=None) wraps the
@@ -25,10 +26,12 @@ from jitgrad.distributed.collectives import (
     irecv,
     isend,
     recv,
+    reduce,
     reduce_scatter,
     reduce_scatter_tensor,
     send,
 )
+from jitgrad.distributed.objects import all_gather_object, broadcast_object_list
 from jitgrad.distributed.process_group import (
     GroupMember,
     ProcessGroup,
@@ -44,9 +47,10 @@ from jitgrad.distributed.process_group import (
 from jitgrad.distributed.work import Work
 
 __all__ = ["DistBackendError", "DistError", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather",
-           "all_gather_into_tensor", "all_reduce", "barrier", "broadcast", "destroy_process_group", "get_backend",
-           "get_rank", "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_initialized",
-           "is_mpi_available", "isend", "recv", "reduce_scatter", "reduce_scatter_tensor", "send"]
+           "all_gather_into_tensor", "all_gather_object", "all_reduce", "barrier", "broadcast",
+           "broadcast_object_list", "destroy_process_group", "get_backend", "get_rank", "get_world_size", "group",
+           "init_process_group", "irecv", "is_available", "is_initialized", "is_mpi_available", "isend", "recv",
+           "reduce", "reduce_scatter", "reduce_scatter_tensor", "send"]
 
 
 def is_available():

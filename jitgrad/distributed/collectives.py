@@ -45,6 +45,23 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     return _start(Work([req], write_back, name="broadcast", keep=(buf,)), async_op)
 
 
+def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
+    """Reduce `tensor` over all ranks with `op` into `tensor` of rank `dst` (the others' are left as they are)."""
+    pg = _group(group, "reduce")
+    dst = _peer(dst, group_dst)
+    if not 0 <= dst < pg.size():
+        raise RuntimeError(f"ProcessGroupMPI::reduce: invalid root rank: {dst}")
+    mpi_op, average = reduction(op, _array(tensor).dtype)
+    if dst != pg.rank():
+        send = _source(tensor)
+        return _start(Work([pg.comm.Ireduce(send, None, op=mpi_op, root=dst)], name="reduce", keep=(send,)),
+                      async_op)
+    buf, write_back = _target(tensor)
+    req = pg.comm.Ireduce(mpi().IN_PLACE, buf, op=mpi_op, root=dst)
+    return _start(Work([req], _finisher(buf, write_back, pg.size() if average else 0), name="reduce",
+                       keep=(buf,)), async_op)
+
+
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """tensor_list[i] = `tensor` of rank i, on every rank."""
     pg = _group(group, "all_gather")

@@ -116,6 +116,23 @@ for seed, (dtype, op) in enumerate(itertools.product([np.float32, np.float64, np
     dist.reduce_scatter_tensor(out, torch.from_numpy(np.concatenate(parts)), op=op)
     same(out, reduced([data(r, (3,), dtype, 500 + 10 * seed + RANK) for r in range(N)], op))
 
+# reduce into each rank in turn: the others keep their tensor
+for dst, (dtype, op) in itertools.product(range(N), [(np.float64, ReduceOp.SUM), (np.float32, ReduceOp.AVG),
+                                                      (np.int64, ReduceOp.MAX), (np.int32, ReduceOp.PRODUCT)]):
+    t = torch.from_numpy(data(RANK, (2, 2), dtype, 800 + dst))
+    dist.reduce(t, dst, op=op, async_op=True).wait()
+    same(t, reduced([data(r, (2, 2), dtype, 800 + dst) for r in range(N)], op) if RANK == dst
+         else data(RANK, (2, 2), dtype, 800 + dst))
+
+# picklable objects, of a size that differs by rank
+objects = [None] * N
+dist.all_gather_object(objects, {"rank": RANK, "payload": list(range(RANK * 100))})
+assert objects == [{"rank": r, "payload": list(range(r * 100))} for r in range(N)]
+for src in range(N):
+    objects = [f"rank {RANK}", RANK, None] if RANK == src else [None, None, None]
+    dist.broadcast_object_list(objects, src=src)
+    assert objects == [f"rank {src}", src, None], objects
+
 # send/recv around the ring, blocking and not; recv(src=None) says who sent
 nxt, prv = (RANK + 1) % N, (RANK - 1) % N
 for dtype in DTYPES:

@@ -53,6 +53,9 @@ raises(RuntimeError, "unsupported operation: more than one element of the writte
 for src in (N, -1):
     raises(RuntimeError, f"ProcessGroupMPI::broadcast: invalid root rank: {src}", dist.broadcast, torch.ones(2), src)
 raises(ValueError, "Must specify global_rank or group_rank", dist.broadcast, torch.ones(2))
+raises(RuntimeError, f"ProcessGroupMPI::reduce: invalid root rank: {N}", dist.reduce, torch.ones(2), N)
+raises(RuntimeError, "result type Float can't be cast to the desired output type Long", dist.reduce,
+       torch.ones(2, dtype=torch.int64), 0, ReduceOp.AVG)
 raises(ValueError, "Invalid destination rank: destination rank should not be the same as the rank of the current "
        "process.", dist.send, torch.ones(2), RANK)
 raises(ValueError, "Invalid destination rank", dist.isend, torch.ones(2), N + 1)
