@@ -63,7 +63,9 @@ class Work:
         return True
 
     def source_rank(self):
-        """The sender of a completed receive."""
+        """The sender of a receive (after waiting for it)."""
+        if self._statuses is None:
+            raise RuntimeError(f"source_rank() is the sender of a receive; this Work is a {self._name}")
         self.wait()
         return self._statuses[0].Get_source()
 
