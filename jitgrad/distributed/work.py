@@ -7,6 +7,14 @@ copy back into a non-contiguous tensor, an all_gather's copy out). DistributedDa
 builds its own: Work.from_requests([comm.Iallreduce(MPI.IN_PLACE, bucket, op=MPI.SUM)],
 on_done=...) on the communicator jitgrad.distributed._comm() gives.
 
+MPI moves a nonblocking operation forward only inside MPI calls: between them, a started
+all-reduce waits. is_completed() is such a call (one Testall, about a microsecond), so
+calling it on pending Works now and then during other work overlaps the communication with
+it. Measured on 2 ranks here: a 4 MB all-reduce started before 30 ms of matrix products
+still had 0.8 ms (its whole time) to go at wait(); with is_completed() between the
+products, none. (MPICH's progress thread, MPIR_CVAR_ASYNC_PROGRESS=1, overlaps without
+the calls but takes a core: a lone all-reduce took 3 to 100 times longer.)
+
 A timeout raises DistBackendError and breaks the process group (see ProcessGroup): the
 Work, with the buffers MPI may still write, is kept alive by the group from then on.
 """
