@@ -32,6 +32,7 @@ from jitgrad.distributed.collectives import (
     send,
 )
 from jitgrad.distributed.objects import all_gather_object, broadcast_object_list
+from jitgrad.distributed.process_group import DEFAULT_TIMEOUT as default_pg_timeout
 from jitgrad.distributed.process_group import (
     GroupMember,
     ProcessGroup,
@@ -48,7 +49,7 @@ from jitgrad.distributed.work import Work
 
 __all__ = ["DistBackendError", "DistError", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather",
            "all_gather_into_tensor", "all_gather_object", "all_reduce", "barrier", "broadcast",
-           "broadcast_object_list", "destroy_process_group", "get_backend", "get_rank", "get_world_size", "group",
+           "broadcast_object_list", "default_pg_timeout", "destroy_process_group", "get_backend", "get_rank", "get_world_size", "group",
            "init_process_group", "irecv", "is_available", "is_initialized", "is_mpi_available", "isend", "recv",
            "reduce", "reduce_scatter", "reduce_scatter_tensor", "send"]
 

@@ -72,13 +72,13 @@ def default_group(pg=None):
     return world
 
 
-def seconds(timeout, what="timeout"):
+def seconds(timeout):
     """A timeout given as a timedelta (PyTorch's type) or a number of seconds, in seconds."""
     if isinstance(timeout, datetime.timedelta):
         return timeout.total_seconds()
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
         return float(timeout)
-    raise TypeError(f"Expected {what} argument to be of type datetime.timedelta, got {timeout}")
+    raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {timeout}")
 
 
 def is_initialized():

@@ -88,5 +88,6 @@ def test_before_init_as_pytorch():
     with pytest.raises(AssertionError, match="Process group cannot be None"):
         dist.destroy_process_group()
     assert issubclass(dist.DistBackendError, dist.DistError) and issubclass(dist.DistError, RuntimeError)
+    assert dist.default_pg_timeout.total_seconds() == 1800
     ops = dist.ReduceOp
     assert len({ops.SUM, ops.AVG, ops.PRODUCT, ops.MIN, ops.MAX}) == 5 and repr(ops.SUM) == "<RedOpType.SUM: 0>"
