@@ -7,6 +7,7 @@ rank 0 prints is "collectives ok"."""
 import itertools
 
 import numpy as np
+from mpi4py import MPI
 
 import jitgrad as torch
 import jitgrad.distributed as dist
@@ -82,11 +83,23 @@ for i, (t, _) in enumerate(outs):
 for work in works:
     work.wait()
 
-# broadcast from every rank, contiguous and not
+# what DistributedDataParallel does: its own requests on the group's communicator, in a Work
+# whose on_done runs once, after they completed
+buckets = [np.full(1000, RANK + 1.0), np.full(10, RANK + 2.0)]
+done = []
+work = dist.Work.from_requests([dist._comm().Iallreduce(MPI.IN_PLACE, b, op=MPI.SUM) for b in buckets],
+                               on_done=lambda: done.append([b.copy() for b in buckets]), timeout=30)
+while not work.is_completed():
+    pass
+assert work.wait() and work.wait(timeout=1) and len(done) == 1
+assert np.all(done[0][0] == sum(r + 1.0 for r in range(N))) and np.all(done[0][1] == sum(r + 2.0 for r in range(N)))
+
+# broadcast from every rank, contiguous and not; only the receivers' tensors count a write
 for src in range(N):
     t = torch.from_numpy(data(RANK, (3, 4), np.float32, 200 + src))
     assert dist.broadcast(t, src=src) is None
     same(t, data(src, (3, 4), np.float32, 200 + src))
+    assert t._version == (0 if RANK == src else 1)
     nc = torch.from_numpy(data(RANK, (4, 3), np.int64, 300 + src)).t()
     work = dist.broadcast(nc, src, async_op=True)
     work.wait()
