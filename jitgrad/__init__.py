@@ -95,6 +95,7 @@ _LAZY = {
     "compile": ("jitgrad.compiler", "compile"),  # torch.compile
     "compiler": ("jitgrad.compiler", None),
     "cuda": ("jitgrad.cuda", None),
+    "distributed": ("jitgrad.distributed", None),  # mpi4py itself is imported by its first use
     "func": ("jitgrad.func", None),
     "load": ("jitgrad.serialization", "load"),
     "save": ("jitgrad.serialization", "save"),

@@ -16,7 +16,7 @@ from jitgrad._core.layout import HAS, HW, S_KEEP, SW, SWEPT
 from jitgrad.compiler.plan import BACKWARD, CALL, FUSED, FWD, STEP
 from jitgrad.compiler.recorder import param_ids
 from jitgrad.engine.compiled import scheduler
-from jitgrad.engine.executor import accumulate_grad, leaf_has_hooks
+from jitgrad.engine.executor import accumulate_grad, active_group, leaf_has_hooks
 from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.node import AccumulateGrad
 from jitgrad.graph.tape import Tape, close_current_tape
@@ -42,7 +42,8 @@ def check(plan, tensors):
 def _hooked(t):
     x = t._x
     acc = t._acc() if t._acc is not None else None
-    return bool(x is not None and (x.hooks or x.post_hooks)) or (acc is not None and leaf_has_hooks(acc))
+    return (bool(x is not None and (x.hooks or x.post_hooks or active_group(x)))
+            or (acc is not None and leaf_has_hooks(acc)))
 
 
 def run(plan, tensors):

@@ -114,7 +114,12 @@ class _TapeRun:
         self.seeds = {}
         self.out = self.where = None
         self.accumulated = set()  # leaf rows already accumulated during the sweep
-        self.hooked = None  # uint8 per row: leaves with hooks (set when the sweep runs them)
+        # leaves with hooks, reported as they become ready: row -> the row where its count is
+        # kept (its own, or its LeafGroup's first row here), and that row -> (group, members)
+        self.hooked = {}
+        self.groups = {}
+        self.grp = None  # hooked as an array for count_pending (-1: no hooks)
+        self.fired = set()  # the rows of `hooked` counts that reached 0
         self.to_release = []      # custom Function nodes whose saved tensors go at commit
         # a thread other than the owner reads a snapshot (rows <= any seed are complete in it)
         self.snapshot = None
@@ -131,11 +136,25 @@ class _TapeRun:
         s = self.seeds.get(row)
         self.seeds[row] = arr if s is None else s + arr
 
-    def run(self, sinks, retain, hooked_leaves=()):
-        with verbosity.in_backward:  # what it compiles, the kernel table's line names
-            return self._run(sinks, retain, hooked_leaves)
+    def find_hooked_leaves(self):
+        """Fill `hooked` and `groups` with this tape's leaves that have hooks or an active
+        LeafGroup (the members of a group in one tape are reported together)."""
+        for row, acc in self.leaves.items():
+            x = acc.variable._x
+            group = x is not None and pyengine.active_group(x)
+            if group:
+                first = self.groups.setdefault(id(group), (group, row, []))
+                first[2].append(row)
+                self.hooked[row] = first[1]
+            elif pyengine.leaf_has_hooks(acc):
+                self.hooked[row] = row
+        self.groups = {row: (group, members) for group, row, members in self.groups.values()}
 
-    def _run(self, sinks, retain, hooked_leaves):
+    def run(self, sinks, retain):
+        with verbosity.in_backward:  # what it compiles, the kernel table's line names
+            return self._run(sinks, retain)
+
+    def _run(self, sinks, retain):
         tape = self.tape
         tape.grow_freed()
         rows = np.fromiter(self.seeds, np.int64, len(self.seeds))
@@ -159,7 +178,7 @@ class _TapeRun:
         freed = _copy(tape.freed, np.int8, 1)
         code = _DT[self.npd]
         kt = sched.KERNELS[code]
-        if not tape.needs_python() and not hooked_leaves:  # the whole tape in one compiled call
+        if not tape.needs_python() and not self.hooked:  # the whole tape in one compiled call
             while True:
                 args = (*self._columns(), self.st, freed, rows, offs, vals, sink_rows, hi, True, code, kt)
                 if code not in sched.KERNELS.primed:
@@ -184,10 +203,10 @@ class _TapeRun:
         g1, gaddr, gown, self.out, self.offs = _boxed(sched.start, cols[0], self.st, rows, offs, vals, sink_rows,
                                                       cols[5])
         self.pend = np.zeros(0, np.int64)
-        if hooked_leaves:  # leaves with hooks run when they become ready, as in PyTorch
-            self.hooked = hooked = np.zeros(self.st.size, np.uint8)
-            hooked[list(hooked_leaves)] = 1
-            self.pend = _boxed(sched.count_pending, cols[0], cols[1], self.st, hi, hooked)
+        if self.hooked:  # leaves with hooks run when they become ready, as in PyTorch
+            self.grp = np.full(self.st.size, -1, np.int64)
+            self.grp[list(self.hooked)] = list(self.hooked.values())
+            self.pend = _boxed(sched.count_pending, cols[0], cols[1], self.st, hi, self.grp)
         del cols
         try:
             status, row = self._sweeps(sched, code, kt, g1, gaddr, gown, freed, hi, retain)
@@ -317,27 +336,42 @@ class _TapeRun:
         self.st[row] &= 0xFF ^ PRE
 
     def _leaves_ready_after(self, row, g1, gaddr, gown, decrement):
-        """Accumulate (with their hooks) the leaves that `row` was the last to feed."""
+        """Accumulate (with their hooks) the leaves, or LeafGroups, that `row` was the last
+        to feed. decrement: row ran in Python, so its edges' counts are taken off here."""
         tape, pend = self.tape, self.pend
         e0 = tape.hdr[row * HW + H_E0]
         for j in range(tape.hdr[row * HW + H_NIN]):
             t = tape.edges[EW * (e0 + j) + E_TGT]
-            # pend is 0 for every row without leaf hooks too (an intermediate, a leaf with
-            # none): only the hooked leaves are this method's to accumulate
-            if t < 0 or not pend.size or not self.hooked[t] or (not decrement and pend[t] != 0) \
-                    or t in self.accumulated:
+            # grp is -1 for every row without leaf hooks (an intermediate, a leaf with none):
+            # only the hooked leaves are this method's to accumulate
+            if t < 0 or not pend.size or self.grp[t] < 0:
+                continue
+            c = self.grp[t]  # where t's count is kept
+            if c in self.fired:
                 continue
             if decrement:
-                if pend[t] <= 0:
+                if pend[c] <= 0:
                     continue
-                pend[t] -= 1
-                if pend[t]:
-                    continue
-            acc = tape.leaves[t]
+                pend[c] -= 1
+            if pend[c] == 0:
+                self._accumulate_ready(c, g1, gaddr, gown)
+
+    def _accumulate_ready(self, c, g1, gaddr, gown):
+        """Leaf row c, or the LeafGroup counted at c, is ready: accumulate with hooks."""
+        self.fired.add(c)
+        group, members = self.groups.get(c, (None, (c,)))
+        done = []
+        for t in members:
+            if t in self.accumulated or group is not None and not self.st[t] & HAS:
+                continue  # a group's member that this tape gave nothing
+            acc = self.leaves[t]
             g = pyengine.leaf_pre(acc, self._grad(t, g1, gaddr, gown))
             pyengine.accumulate_grad(acc.variable, g, False, owned=True)
-            pyengine.leaf_post(acc, g)
+            pyengine.leaf_post(acc, g, group=False)
             self.accumulated.add(t)
+            done.append(acc.variable)
+        if group is not None and done:
+            group.fn(done)
 
     def _run_python_node(self, row, g1, gaddr, gown, retain):
         """Run a node in Python: a custom Function's backward, or a node with post-hooks
@@ -458,9 +492,9 @@ def run(roots, grads, targets, retain, tapes=None):
         inputs_here = [tg.row for tg in inner if tg.tape is t]
         # each row once: a leaf can also be a requested input
         sinks = list(dict.fromkeys([*r.leaves, *r.ext, *r.retained, *inputs_here]))
-        hooked = ([row for row, acc in r.leaves.items() if pyengine.leaf_has_hooks(acc)]
-                  if want is None and leaf_hooks[0] else ())
-        status = r.run(sinks, retain, hooked)
+        if want is None and leaf_hooks[0]:
+            r.find_hooked_leaves()
+        status = r.run(sinks, retain)
         if status == FREED:
             raise pyengine.freed_or_modified(t, r.row)
         if status == ROW_FALLBACK:

@@ -225,8 +225,14 @@ def input_shape(node, j):
 
 def leaf_has_hooks(acc):
     x = acc.variable._x
-    return bool((x is not None and (x.hooks or x.post_hooks)) or getattr(acc, "_prehooks", None)
+    return bool((x is not None and (x.hooks or x.post_hooks or active_group(x))) or getattr(acc, "_prehooks", None)
                 or getattr(acc, "_posthooks", None))
+
+
+def active_group(x):
+    """The LeafGroup (graph/hooks.py) a leaf's rare state names, if it is active."""
+    g = x.group
+    return g if g is not None and g.active else None
 
 
 def leaf_tensor_hooks(acc, grad):
@@ -246,8 +252,9 @@ def leaf_pre(acc, grad):
     return grad
 
 
-def leaf_post(acc, grad):
-    """After accumulation: post-accumulate-grad hooks, then AccumulateGrad's post-hooks."""
+def leaf_post(acc, grad, group=True):
+    """After accumulation: post-accumulate-grad hooks, then AccumulateGrad's post-hooks,
+    then (unless the caller reports the leaf's group itself) its LeafGroup, for this leaf."""
     t = acc.variable
     x = t._x
     if x is not None and x.post_hooks:
@@ -257,6 +264,8 @@ def leaf_post(acc, grad):
     post = getattr(acc, "_posthooks", None)
     if post:
         run_node_posthooks(post[0], [], [grad])
+    if group and x is not None and active_group(x):
+        x.group.fn([t])
 
 
 def _check_in_place_add(out, other):

@@ -22,7 +22,7 @@ _core/layout.py): SWEPT, done; FREED, a row whose saved values are gone (a secon
 backward through a freed graph); FALLBACK, a row at another dtype: the Python engine
 takes the whole call; PYNODE, a node that runs in Python (a custom Function, or one with
 post-hooks): resume below it; PREHOOKS, hooks to run before the row: resume at it once
-PRE is cleared; LEAF_READY, the row made a leaf with hooks ready (see count_pending):
+PRE is cleared; LEAF_READY, the row made a leaf with hooks (or a LeafGroup) ready (see count_pending):
 resume below it; NEED_KERNEL, the row's kernel is not compiled yet: the driver compiles
 it and resumes at the row. A tape with nothing for Python runs in one call, `backward`
 (after NEED_KERNEL the driver runs it again from the start: nothing it did is kept).
@@ -103,11 +103,15 @@ def mark_need(hdr, edges, n, st):
                 break
 
 
-def count_pending(hdr, edges, st, hi, hooked):
-    """For leaf rows with hooks (hooked[row] = 1): how many edges into them come from rows
-    this backward will run; the sweep then reports when each becomes ready, so its hooks
-    run when PyTorch's would. Rows are reached as the sweep reaches them: from the seeded
-    rows down, through edges into rows that take gradient."""
+def count_pending(hdr, edges, st, hi, group):
+    """For leaf rows with hooks: how many edges into them come from rows this backward
+    will run; the sweep then reports when each becomes ready, so its hooks run when
+    PyTorch's would. Rows are reached as the sweep reaches them: from the seeded rows down,
+    through edges into rows that take gradient.
+    group[row] is -1 for a row without hooks, the row itself for a leaf reported on its
+    own, and for the members of a LeafGroup (graph/hooks.py) the same member row, where
+    the whole group's count is kept: there pend[member] = -(that row + 1), so the sweep
+    reports the group once, when its last member is ready."""
     n = st.size
     reach = np.zeros(n, np.uint8)
     pend = np.zeros(n, np.int64)
@@ -122,8 +126,11 @@ def count_pending(hdr, edges, st, hi, hooked):
             t = edges[e + j * EW + E_TGT]
             if t >= 0 and (st[t] & RECV):
                 reach[t] = 1
-                if hooked[t]:
-                    pend[t] += 1
+                if group[t] >= 0:
+                    pend[group[t]] += 1
+    for t in range(n):
+        if group[t] >= 0 and group[t] != t:
+            pend[t] = -group[t] - 1
     return pend
 
 
@@ -313,7 +320,11 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, gaddr, gown, freed, hi, retain, 
             e = hdr[b + H_E0] * EW
             for j in range(hdr[b + H_NIN]):
                 t = edges[e + j * EW + E_TGT]
-                if t >= 0 and pend[t] > 0:
+                if t < 0:
+                    continue
+                if pend[t] < 0:  # a LeafGroup member: the count is its group's (count_pending)
+                    t = -pend[t] - 1
+                if pend[t] > 0:
                     pend[t] -= 1
                     ready = ready or pend[t] == 0
             if ready:

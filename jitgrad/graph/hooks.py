@@ -7,6 +7,11 @@ and post-hooks by the node's row. The compiled sweep stops at such rows (PRE: st
 the hooks see and may replace the complete gradient, then the row runs; a node with
 post-hooks runs in Python, status 3, so its input gradients exist separately). Hooks on
 leaves run where the leaf's gradient is accumulated.
+
+A LeafGroup is a hook over several leaves, for code that acts once a set of gradients is
+complete (DistributedDataParallel's buckets): the compiled sweep counts the group's
+pending gradients as one and hands back to Python once, when the last member it reaches
+is accumulated, rather than once per leaf.
 """
 import itertools
 
@@ -48,3 +53,36 @@ def add_hook(registry, where, fn, on_leaf=False):
     if on_leaf:
         leaf_hooks[0] += 1
     return RemovableHandle(registry, (where, hid), on_leaf)
+
+
+class LeafGroup:
+    """Leaves whose accumulated gradients are reported together: `fn(tensors)` is called
+    after their .grad is updated, with the members that got a gradient. The compiled
+    engine calls it once per tape it sweeps (with every member that tape reaches, once the
+    last of them is accumulated); the Python engine once per leaf. So fn may see a member
+    more than once per backward only if the member is reached in several tapes, and fn
+    must count what it sees. `active` False makes backward ignore the group (as if it had
+    no hook), at no cost per leaf."""
+
+    def __init__(self, tensors, fn):
+        self.tensors = list(tensors)
+        self.fn = fn
+        self.active = True
+        for t in self.tensors:
+            if not t.requires_grad or t.grad_fn is not None:
+                raise RuntimeError("a leaf group takes leaf tensors that require grad")
+        # a tensor belongs to one group, the newest that takes it (a module wrapped in DDP
+        # again: the new wrapper reduces its gradients, the old one no longer hears of them)
+        for t in self.tensors:
+            t._leaf_group = self
+        leaf_hooks[0] += 1
+        self.removed = False
+
+    def remove(self):
+        if not self.removed:
+            for t in self.tensors:
+                if t._leaf_group is self:
+                    t._leaf_group = None
+            self.tensors = []
+            self.removed = True
+            leaf_hooks[0] -= 1

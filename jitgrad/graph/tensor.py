@@ -27,7 +27,7 @@ class _Rare:
     """Per-tensor state most tensors never use; allocated on first write so that creating
     the output of an op (the forward hot path) sets only four fields."""
     __slots__ = ("grad", "acc", "retain", "vc", "node", "hooks", "post_hooks", "view_of", "fw", "inference",
-                 "views", "origin")
+                 "views", "origin", "group")
 
     def __init__(self):
         self.grad = None
@@ -42,6 +42,7 @@ class _Rare:
         self.inference = False  # made in inference mode (an inference tensor)
         self.views = None       # weakrefs to this root's views that take part in autograd (graph/views.py)
         self.origin = None      # a one-element detach(): weakref to the tensor it was detached from
+        self.group = None       # a leaf's graph/hooks.LeafGroup (a DDP bucket's), if any
 
 
 def _rare_property(name):
@@ -69,6 +70,7 @@ class Tensor:
     _vc = _rare_property("vc")
     _fw = _rare_property("fw")
     _origin = _rare_property("origin")
+    _leaf_group = _rare_property("group")
     __array_priority__ = 1000  # so `ndarray op Tensor` defers to Tensor's reflected operator
 
     def __init__(self, data=None, *, dtype=None, requires_grad=False):

@@ -8,14 +8,15 @@ from conftest import ROOT
 
 PKG = os.path.join(ROOT, "jitgrad")
 # lowest first; a module may import modules of its own layer or of layers before it
-LAYERS = ["_core", "gpu", "kernels", "graph", "cuda", "backends", "ops", "engine", "autograd", "nn", "optim", "func", "compiler", "utils"]
+LAYERS = ["_core", "gpu", "kernels", "graph", "cuda", "backends", "ops", "engine", "autograd", "distributed", "nn", "optim", "func", "compiler", "utils"]
 # the one allowed cycle: a Tensor's grad_fn is a view of its row, and a node reads its
 # saved values back as Tensors
 PAIR = {"jitgrad.graph.tensor", "jitgrad.graph.node", "jitgrad.graph.rowinfo"}
 # function-level imports allowed: heavy or optional dependencies, and the top package
 # from entry points (python -m jitgrad.warmup / examples)
 LAZY_OK = {"scipy.special", "graphviz", "matplotlib", "matplotlib.pyplot", "numba.core", "threadpoolctl",
-           "scipy.linalg.cython_blas", "jitgrad", "sklearn.datasets", "tqdm", "torch", "numba_cuda", "numba.cuda"}
+           "scipy.linalg.cython_blas", "jitgrad", "sklearn.datasets", "tqdm", "torch", "numba_cuda", "numba.cuda",
+           "mpi4py", "mpi4py.MPI"}
 
 
 def _modules():

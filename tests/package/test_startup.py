@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(USING_TORCH_AS_JITGRAD, reason="about jitgrad's 
 # that is not used yet
 NOT_AT_IMPORT = [
     "jitgrad.compiler", "jitgrad.func", "jitgrad.utils", "jitgrad.viz", "jitgrad.serialization", "jitgrad.cuda",
-    "jitgrad.backends", "jitgrad.accelerator",
+    "jitgrad.backends", "jitgrad.accelerator", "jitgrad.distributed", "mpi4py",
     "jitgrad.gpu.sweep", "jitgrad.gpu.kernels",   # the CUDA backward: loaded with the first CUDA tensor's backward
     "numba.cuda", "graphviz", "torch", "scipy.special", "matplotlib", "tqdm",
     # (SciPy's BLAS: _core/threads.py loads it at import where numpy's own cannot be used;
