@@ -71,15 +71,18 @@ class LeafGroup:
         for t in self.tensors:
             if not t.requires_grad or t.grad_fn is not None:
                 raise RuntimeError("a leaf group takes leaf tensors that require grad")
-            if t._leaf_group is not None:
-                raise RuntimeError("a tensor can belong to one leaf group only")
+        # a tensor belongs to one group, the newest that takes it (a module wrapped in DDP
+        # again: the new wrapper reduces its gradients, the old one no longer hears of them)
         for t in self.tensors:
             t._leaf_group = self
         leaf_hooks[0] += 1
+        self.removed = False
 
     def remove(self):
-        if self.tensors:
+        if not self.removed:
             for t in self.tensors:
-                t._leaf_group = None
+                if t._leaf_group is self:
+                    t._leaf_group = None
             self.tensors = []
+            self.removed = True
             leaf_hooks[0] -= 1

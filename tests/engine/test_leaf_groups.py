@@ -128,15 +128,20 @@ def test_python_engine_reports_each_leaf(groups):
     assert a.grad.tolist() == [6.0, 12.0] and b.grad.tolist() == [5.0]
 
 
-def test_a_member_must_be_a_leaf_that_requires_grad_and_in_one_group(groups):
+def test_a_member_is_a_leaf_that_requires_grad_in_the_newest_group_that_took_it(groups):
     a = torch.tensor([1.0], requires_grad=True)
+    b = torch.tensor([2.0], requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf tensors that require grad"):
         LeafGroup([a * 2], print)
     with pytest.raises(RuntimeError, match="leaf tensors that require grad"):
         LeafGroup([torch.tensor([1.0])], print)
-    groups.append(LeafGroup([a], print))
-    with pytest.raises(RuntimeError, match="one leaf group"):
-        LeafGroup([a], print)
+    old, new = [], []
+    groups.append(LeafGroup([a, b], old.append))
+    groups.append(LeafGroup([a], new.append))
+    (a * b).sum().backward()
+    assert [[id(t) for t in ts] for ts in old] == [[id(b)]] and [[id(t) for t in ts] for ts in new] == [[id(a)]]
+    groups[0].remove()  # leaves a alone: it is the newer group's
+    assert a._leaf_group is groups[1] and b._leaf_group is None
 
 
 def test_an_error_in_the_group_function_reaches_the_caller(groups):
