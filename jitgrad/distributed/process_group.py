@@ -1,7 +1,8 @@
 """The default process group: MPI's world, joined by init_process_group.
 
 MPI assigns the ranks (mpiexec starts the processes and does the rendezvous), so, as with
-PyTorch's mpi backend, init_method and store are not needed. What a launcher put in the
+PyTorch's mpi backend, init_method and store are not needed (nor MASTER_ADDR and
+MASTER_PORT, where env:// finds its store: ignored). What a launcher put in the
 environment (env://: RANK, WORLD_SIZE) and explicit rank/world_size arguments must agree
 with MPI: a disagreement means the job was not launched the way the script assumes, and is
 an error rather than a warning. The group communicates on a duplicate of MPI.COMM_WORLD, so
@@ -103,6 +104,9 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         timeout = DEFAULT_TIMEOUT
     if not isinstance(timeout, datetime.timedelta):
         raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {timeout}")
+    if _init_timed_out:
+        raise DistBackendError("init_process_group timed out before: the ranks' calls to it no longer pair up "
+                               "(one of them may still complete a pending one); end the job")
     MPI = mpi()
     _install_abort_hook()
     world = MPI.COMM_WORLD
@@ -110,9 +114,13 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     _check_agrees("world_size", world_size, "WORLD_SIZE", world.Get_size())
     comm, request = world.Idup()
     if not wait_all(MPI, [request], None, timeout.total_seconds()):
+        _init_timed_out.append((comm, request))
         raise DistBackendError(f"[Rank {world.Get_rank()}] init_process_group timed out after "
                                f"{timeout.total_seconds():g} s: not all {world.Get_size()} ranks called it")
     GroupMember.WORLD = ProcessGroup(comm, timeout)
+
+
+_init_timed_out = []  # the communicator and request of an init_process_group that timed out
 
 
 def _check_agrees(arg, given, env, actual):
