@@ -22,6 +22,7 @@ import time
 
 from jitgrad.distributed._backend import DistBackendError, mpi
 from jitgrad.distributed._wait import wait_all
+from jitgrad.distributed.threads import share_cores
 
 NOT_INITIALIZED = "Default process group has not been initialized, please make sure to call init_process_group."
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # PyTorch's default_pg_timeout
@@ -118,6 +119,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         raise DistBackendError(f"[Rank {world.Get_rank()}] init_process_group timed out after "
                                f"{timeout.total_seconds():g} s: not all {world.Get_size()} ranks called it")
     GroupMember.WORLD = ProcessGroup(comm, timeout)
+    share_cores(MPI, comm)
 
 
 _init_timed_out = []  # the communicator and request of an init_process_group that timed out
