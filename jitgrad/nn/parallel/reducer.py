@@ -144,6 +144,10 @@ class Reducer:
         self._start_in_order()
 
     def _start_in_order(self):
+        # MPICH moves a non-blocking all-reduce on only inside MPI calls: test the ones
+        # started before, so that they progress at every hand-back, not all at the end
+        for b in self.buckets[:self.next]:
+            b.work.is_completed()
         while self.next < len(self.buckets) and self.buckets[self.next].pending == 0:
             self._start(self.buckets[self.next])
             self.next += 1
