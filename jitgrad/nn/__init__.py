@@ -1,4 +1,6 @@
 """jitgrad.nn: modules, layers, losses and initialisers, as torch.nn."""
+import importlib as _importlib
+
 from jitgrad.nn import (  # noqa: F401
     functional,
     init,
@@ -48,3 +50,10 @@ from jitgrad.nn.module import Module  # noqa: F401
 from jitgrad.nn.normalization import BatchNorm1d, BatchNorm2d, GroupNorm  # noqa: F401
 from jitgrad.nn.parameter import Parameter  # noqa: F401
 from jitgrad.nn.pooling import AdaptiveAvgPool2d, AvgPool2d  # noqa: F401
+
+
+def __getattr__(name):
+    # torch.nn.parallel, imported on first use: it brings in jitgrad.distributed
+    if name == "parallel":
+        return _importlib.import_module("jitgrad.nn.parallel")
+    raise AttributeError(f"module 'jitgrad.nn' has no attribute '{name}'")

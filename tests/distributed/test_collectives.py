@@ -33,10 +33,11 @@ def test_a_collective_a_rank_never_joins_times_out():
 
 
 @needs_mpi
-@pytest.mark.parametrize("n", [2, 3])
-def test_an_unhandled_error_on_one_rank_ends_the_job(n):
-    # the other ranks wait in an all_reduce whose timeout is 30 minutes: only the abort ends them
-    rc, out, err, seconds = mpirun("abort.py", n, timeout=120)
+@pytest.mark.parametrize("n,when", [(2, "in-collective"), (3, "in-collective"), (2, "before-init")])
+def test_an_unhandled_error_on_one_rank_ends_the_job(n, when):
+    # the other ranks wait in an all_reduce whose timeout is 30 minutes, or in MPI's own
+    # initialization, which has none: only the abort ends them
+    rc, out, err, seconds = mpirun("abort.py", n, when, timeout=120)
     assert rc != 0, out
     assert "ZeroDivisionError: this rank fails on purpose" in err and "aborting the MPI job" in err, err[-4000:]
     assert "the failing rank was waited for" not in out

@@ -43,5 +43,16 @@ if RANK == 0:
 else:
     time.sleep(1.5)
 dist.destroy_process_group()
+
+# an init_process_group that rank 1 never calls: rank 0 times out, then may not try again
 if RANK == 0:
+    times_out(lambda: dist.init_process_group(timeout=datetime.timedelta(seconds=1)), 1, "init_process_group")
+    try:
+        dist.init_process_group()
+    except dist.DistBackendError as e:
+        assert "init_process_group timed out before" in str(e), str(e)
+    else:
+        raise AssertionError("init_process_group paired with a call of another rank that timed out")
     print("timeout ok")
+else:
+    time.sleep(1.5)
