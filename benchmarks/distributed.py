@@ -12,11 +12,12 @@ repeats of --steps steps each, the slowest rank's):
   (a)  one SGD step on the rank's share of the batch, without DDP (all ranks at once, as
        under DDP, so that they compete for the cores and memory as they do there);
   (b)  the all-reduce of all the gradients alone: one flat buffer, and bucket by bucket
-       (the buckets DDP forms from bucket_cap_mb: parameters in reverse order, a bucket
-       closed once it holds bucket_cap_mb, as torch's DDP assigns them);
-  (c)  the DDP step with the default buckets (25 MB: one bucket for this model);
-  (d)  the DDP step with small buckets (--small-cap MB: several, which can overlap the
-       backward);
+       (the buckets of (c) and (d), read from their DDP: parameters in reverse order, a
+       bucket closed once it holds its cap);
+  (c)  the DDP step with the default buckets (bucket_cap_mb 25, the first bucket 1 MB as
+       in PyTorch: 2 buckets for this model, the last two layers' and the first's);
+  (d)  the DDP step with small buckets (--small-cap MB, 0.01 by default: a bucket per
+       layer, 3, so that two of the all-reduces can overlap the backward);
   (e)  the DDP step with one all-reduce after the backward (one bucket of everything);
 
 and the ratios (c)/((a)+(b)) and (d)/((a)+(b)) that issue 15 bounds by 1.15, and (d)/(e):
@@ -105,19 +106,6 @@ def _mpi():
     return MPI
 
 
-def buckets(nbytes, cap_mb):
-    """Parameter indices per bucket, as DDP forms them: reverse parameter order, a bucket
-    closed once it holds cap_mb (so a bucket passes the cap by its last parameter)."""
-    cap, out, cur, held = cap_mb * 2 ** 20, [], [], 0
-    for i in reversed(range(len(nbytes))):
-        cur.append(i)
-        held += nbytes[i]
-        if held >= cap:
-            out.append(cur)
-            cur, held = [], 0
-    return out + ([cur] if cur else [])
-
-
 def allreduce(comm, nbytes_list):
     """A call that all-reduces (sum, blocking, in place) a float32 buffer of each size in turn."""
     bufs = [np.ones(max(1, n // 4), np.float32) for n in nbytes_list]
@@ -148,10 +136,13 @@ def ring(nbytes, n, lat, bw):
 
 
 def ddp_step(rows, rank, cap_mb):
-    """(a DDP training step with these buckets, its module)."""
+    """(a DDP training step with these buckets (None: DDP's default), its module, the
+    bytes of each of its buckets, in the order they are reduced)."""
     model = make_model()
     x, y = batch(rows, rank)
-    return stepper(DDP(model, bucket_cap_mb=cap_mb), list(model.parameters()), x, y), model
+    ddp = DDP(model) if cap_mb is None else DDP(model, bucket_cap_mb=cap_mb)
+    sizes = [b.buffer.nbytes for b in ddp.reducer.buckets]
+    return stepper(ddp, list(model.parameters()), x, y), model, sizes
 
 
 def check_replicas_equal(comm, model, what):
@@ -168,7 +159,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--steps", type=int, default=10, help="steps per timed run")
-    p.add_argument("--small-cap", type=float, default=0.05, help="bucket_cap_mb of row (d)")
+    p.add_argument("--small-cap", type=float, default=0.01, help="bucket_cap_mb of row (d)")
     p.add_argument("--bandwidth", type=float, default=None, help="all-reduce bandwidth for the model, GB/s")
     p.add_argument("--latency", type=float, default=None, help="all-reduce latency per ring step for the model, us")
     args = p.parse_args(argv)
@@ -180,29 +171,32 @@ def main(argv=None):
     rows = GLOBAL_BATCH // n
     model = make_model()
     params = list(model.parameters())
-    nbytes = [p.numel() * 4 for p in params]
-    total = sum(nbytes)
+    total = sum(p.numel() * 4 for p in params)
     say(f"MNIST MLP {'-'.join(map(str, SIZES))} float32, {sum(p.numel() for p in params):,} parameters "
         f"({total / 2 ** 20:.2f} MB of gradients); {n} rank(s), global batch {GLOBAL_BATCH} = {n} x {rows}, "
         f"1 thread per rank; median of {args.repeats} runs of {args.steps} steps, slowest rank")
 
     s, r = args.steps, args.repeats
     x, y = batch(rows, rank)
-    small = buckets(nbytes, args.small_cap)
-    ddps = {"c": ddp_step(rows, rank, 25), "d": ddp_step(rows, rank, args.small_cap), "e": ddp_step(rows, rank, 1e6)}
+    ddps = {"c": ddp_step(rows, rank, None), "d": ddp_step(rows, rank, args.small_cap),
+            "e": ddp_step(rows, rank, 1e6)}
+    default, small = ddps["c"][2], ddps["d"][2]
     t = timed(comm, {"a": stepper(model, params, x, y), "b": allreduce(comm, [total]),
-                     "b'": allreduce(comm, [sum(nbytes[i] for i in bk) for bk in small]),
-                     **{k: step for k, (step, _) in ddps.items()}}, s, r)
-    for k, (_, m) in ddps.items():
+                     "b'": allreduce(comm, default), "b''": allreduce(comm, small),
+                     **{k: step for k, (step, _, _) in ddps.items()}}, s, r)
+    for k, (_, m, _) in ddps.items():
         check_replicas_equal(comm, m, k)
-    a, b_flat, b_small, c, d, e = (t[k] for k in ("a", "b", "b'", "c", "d", "e"))
-    sizes_mb = ", ".join(f"{sum(nbytes[i] for i in bk) / 2 ** 20:.2f}" for bk in small)
+    a, b_flat, b_default, b_small, c, d, e = (t[k] for k in ("a", "b", "b'", "b''", "c", "d", "e"))
+    def mb(sizes):
+        return f"{len(sizes)} bucket{'s' if len(sizes) > 1 else ''} of " + \
+            ", ".join(f"{n / 2 ** 20:.2f}" for n in sizes) + " MB"
     table = [
         (f"(a)  step without DDP, {rows} rows", a),
         ("(b)  all-reduce of the gradients, one flat buffer", b_flat),
-        (f"(b') all-reduce bucket by bucket ({len(small)} buckets of {sizes_mb} MB)", b_small),
-        ("(c)  DDP step, default buckets (25 MB)", c),
-        (f"(d)  DDP step, bucket_cap_mb={args.small_cap:g} ({len(small)} buckets)", d),
+        (f"(b') all-reduce bucket by bucket, (c)'s {mb(default)}", b_default),
+        (f"(b'') all-reduce bucket by bucket, (d)'s {mb(small)}", b_small),
+        ("(c)  DDP step, default buckets", c),
+        (f"(d)  DDP step, bucket_cap_mb={args.small_cap:g}", d),
         ("(e)  DDP step, one all-reduce after backward", e),
     ]
     say("")
@@ -224,7 +218,7 @@ def main(argv=None):
         say("\nall-reduce here (" + ", ".join(f"{sz} B: {t * 1e6:.1f} us" for sz, t in points) + ")")
     say(f"ring model: latency {lat * 1e6:.2f} us per step, bandwidth {bw / 1e9:.2f} GB/s"
         + (" (given)" if args.bandwidth is not None or args.latency is not None else " (measured)"))
-    scaling_table(comm, model, nbytes, small, lat, bw, s, r, say, measured={n: (c, d)})
+    scaling_table(comm, model, small, lat, bw, s, r, say, measured={n: (c, d)})
 
 
 def ratios(say, a, b_flat, c, d, e):
@@ -237,11 +231,11 @@ def ratios(say, a, b_flat, c, d, e):
         "all-reduce")
 
 
-def scaling_table(comm, model, nbytes, small, lat, bw, steps, repeats, say, measured):
-    """Predicted step time on N ranks for the default and the small buckets, from the
-    compute measured here at each B/N (one rank's forward+backward+update)."""
-    total, last = sum(nbytes), sum(nbytes[i] for i in small[-1])
-    first_bucket = sum(nbytes[i] for i in small[0])
+def scaling_table(comm, model, small, lat, bw, steps, repeats, say, measured):
+    """Predicted step time on N ranks with one bucket and with (d)'s buckets (bytes, in
+    the order they are reduced), from the compute measured here at each B/N (one rank's
+    forward+backward+update)."""
+    total, last, first_bucket = sum(small), small[-1], small[0]
     say(f"\n{'N':>4} {'rows':>5} {'compute':>10} {'allreduce':>10} {'step, 1 bucket':>15} "
         f"{'step, small':>12} {'measured':>20}")
     rank, loss_fn = comm.Get_rank(), jitgrad.nn.CrossEntropyLoss()

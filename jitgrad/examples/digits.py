@@ -329,17 +329,6 @@ def _first_steps_in_turn(T, distributed, *args):
     return seconds
 
 
-def _threads_per_rank(T, world):
-    """The ranks on this machine share its cores: each gets its part of jitgrad's default
-    thread count (JITGRAD_NUM_THREADS or OMP_NUM_THREADS, where set, are taken as they are)."""
-    if "JITGRAD_NUM_THREADS" in os.environ or "OMP_NUM_THREADS" in os.environ:
-        return T.get_num_threads()
-    # the launcher says how many ranks share this node (MPICH, Open MPI); else all of them do
-    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or world
-    T.set_num_threads(max(1, T.get_num_threads() // int(local)))
-    return T.get_num_threads()
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=20)
@@ -402,7 +391,8 @@ def run(jitgrad, args):
         batch_size = args.batch_size // world
         if batch_size < 1:
             raise SystemExit(f"--batch-size {args.batch_size} is smaller than the {world} ranks")
-        print(f"distributed: {world} ranks (MPI), {_threads_per_rank(jitgrad, world)} thread(s) each, "
+        # (init_process_group gave each rank its share of the machine's cores)
+        print(f"distributed: {world} ranks (MPI), {jitgrad.get_num_threads()} thread(s) each, "
               f"{batch_size} images a step on each rank")
     print(f"digits: {len(data[0])} train / {len(data[2])} test images, Adam lr={args.lr}, "
           f"batch {batch_size * world}")

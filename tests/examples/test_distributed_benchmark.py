@@ -9,8 +9,10 @@ from mpijob import needs_mpi, run
 
 SCRIPT = os.path.join(ROOT, "benchmarks", "distributed.py")
 ROWS = ["(a)  step without DDP, 32 rows", "(b)  all-reduce of the gradients, one flat buffer",
-        "(b') all-reduce bucket by bucket (2 buckets of 1.02, 1.53 MB)", "(c)  DDP step, default buckets",
-        "(d)  DDP step, bucket_cap_mb=0.05 (2 buckets)", "(e)  DDP step, one all-reduce after backward"]
+        "(b') all-reduce bucket by bucket, (c)'s 2 buckets of 1.02, 1.53 MB",
+        "(b'') all-reduce bucket by bucket, (d)'s 3 buckets of 0.02, 1.00, 1.53 MB",
+        "(c)  DDP step, default buckets", "(d)  DDP step, bucket_cap_mb=0.01",
+        "(e)  DDP step, one all-reduce after backward"]
 
 
 def report(args, ranks=None):
