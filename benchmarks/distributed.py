@@ -11,6 +11,9 @@ repeats of --steps steps each, the slowest rank's):
 
   (a)  one SGD step on the rank's share of the batch, without DDP (all ranks at once, as
        under DDP, so that they compete for the cores and memory as they do there);
+  (a') the same step followed by an 8-byte all-reduce: the ranks in lockstep, as a DDP
+       step keeps them, so that each step waits for the slower rank (on a busy machine
+       the ranks' step times scatter, and a step in lockstep costs their maximum);
   (b)  the all-reduce of all the gradients alone: one flat buffer, and bucket by bucket
        (the buckets of (c) and (d), read from their DDP: parameters in reverse order, a
        bucket closed once it holds its cap);
@@ -19,6 +22,8 @@ repeats of --steps steps each, the slowest rank's):
   (d)  the DDP step with small buckets (--small-cap MB, 0.01 by default: a bucket per
        layer, 3, so that two of the all-reduces can overlap the backward);
   (e)  the DDP step with one all-reduce after the backward (one bucket of everything);
+  (f)  a DDP step as (c)'s under no_sync() (another replica: its ranks drift apart): DDP's
+       own cost without communication, so that (c) - (f) is the communication not hidden;
 
 and the ratios (c)/((a)+(b)) and (d)/((a)+(b)) that issue 15 bounds by 1.15, and (d)/(e):
 below 1 when bucketed overlap beats the single all-reduce after backward.
@@ -142,7 +147,24 @@ def ddp_step(rows, rank, cap_mb):
     x, y = batch(rows, rank)
     ddp = DDP(model) if cap_mb is None else DDP(model, bucket_cap_mb=cap_mb)
     sizes = [b.buffer.nbytes for b in ddp.reducer.buckets]
-    return stepper(ddp, list(model.parameters()), x, y), model, sizes
+    return stepper(ddp, list(model.parameters()), x, y), ddp, sizes
+
+
+def lockstep(step_fn, comm):
+    token = np.zeros(1, np.float64)
+    MPI = _mpi()
+
+    def step():
+        step_fn()
+        comm.Allreduce(MPI.IN_PLACE, token, op=MPI.SUM)
+    return step
+
+
+def unsynced(ddp_step_fn, ddp):
+    def step():
+        with ddp.no_sync():
+            ddp_step_fn()
+    return step
 
 
 def check_replicas_equal(comm, model, what):
@@ -181,23 +203,27 @@ def main(argv=None):
     ddps = {"c": ddp_step(rows, rank, None), "d": ddp_step(rows, rank, args.small_cap),
             "e": ddp_step(rows, rank, 1e6)}
     default, small = ddps["c"][2], ddps["d"][2]
-    t = timed(comm, {"a": stepper(model, params, x, y), "b": allreduce(comm, [total]),
+    t = timed(comm, {"a": stepper(model, params, x, y), "a'": lockstep(stepper(model, params, x, y), comm),
+                     "b": allreduce(comm, [total]),
                      "b'": allreduce(comm, default), "b''": allreduce(comm, small),
-                     **{k: step for k, (step, _, _) in ddps.items()}}, s, r)
-    for k, (_, m, _) in ddps.items():
-        check_replicas_equal(comm, m, k)
-    a, b_flat, b_default, b_small, c, d, e = (t[k] for k in ("a", "b", "b'", "b''", "c", "d", "e"))
+                     **{k: step for k, (step, _, _) in ddps.items()}, "f": unsynced(*ddp_step(rows, rank, None)[:2])}, s, r)
+    for k, (_, ddp, _) in ddps.items():
+        check_replicas_equal(comm, ddp.module, k)
+    a, a_lock, b_flat, b_default, b_small, c, d, e, f = (
+        t[k] for k in ("a", "a'", "b", "b'", "b''", "c", "d", "e", "f"))
     def mb(sizes):
         return f"{len(sizes)} bucket{'s' if len(sizes) > 1 else ''} of " + \
             ", ".join(f"{n / 2 ** 20:.2f}" for n in sizes) + " MB"
     table = [
         (f"(a)  step without DDP, {rows} rows", a),
+        ("(a') the same, the ranks in lockstep", a_lock),
         ("(b)  all-reduce of the gradients, one flat buffer", b_flat),
         (f"(b') all-reduce bucket by bucket, (c)'s {mb(default)}", b_default),
         (f"(b'') all-reduce bucket by bucket, (d)'s {mb(small)}", b_small),
         ("(c)  DDP step, default buckets", c),
         (f"(d)  DDP step, bucket_cap_mb={args.small_cap:g}", d),
         ("(e)  DDP step, one all-reduce after backward", e),
+        ("(f)  DDP step as (c) under no_sync (no communication)", f),
     ]
     say("")
     for label, t in table:
@@ -207,6 +233,10 @@ def main(argv=None):
         say(f"one rank, nothing to communicate: (c) / (a) = {c / a:.3f} is DDP's own cost (buckets, hooks)")
     else:
         ratios(say, a, b_flat, c, d, e)
+        say(f"not hidden: (c) - (f) = {(c - f) * 1e3:.3f} ms, (d) - (f) = {(d - f) * 1e3:.3f} ms; "
+            f"DDP's own cost (f) - (a) = {(f - a) * 1e3:.3f} ms; lockstep (a') - (a) = {(a_lock - a) * 1e3:.3f} ms")
+        say(f"against the step in lockstep: (c) / ((a')+(b)) = {c / (a_lock + b_flat):.3f}   "
+            f"(d) / ((a')+(b)) = {d / (a_lock + b_flat):.3f}")
 
     if n == 1 and (args.bandwidth is None or args.latency is None):
         say("\nscaling model: run with 2 or more ranks to measure the all-reduce (or give --bandwidth and --latency)")

@@ -8,11 +8,11 @@ from conftest import ROOT
 from mpijob import needs_mpi, run
 
 SCRIPT = os.path.join(ROOT, "benchmarks", "distributed.py")
-ROWS = ["(a)  step without DDP, 32 rows", "(b)  all-reduce of the gradients, one flat buffer",
+ROWS = ["(a)  step without DDP, 32 rows", "(a') the same, the ranks in lockstep", "(b)  all-reduce of the gradients, one flat buffer",
         "(b') all-reduce bucket by bucket, (c)'s 2 buckets of 1.02, 1.53 MB",
         "(b'') all-reduce bucket by bucket, (d)'s 3 buckets of 0.02, 1.00, 1.53 MB",
         "(c)  DDP step, default buckets", "(d)  DDP step, bucket_cap_mb=0.01",
-        "(e)  DDP step, one all-reduce after backward"]
+        "(e)  DDP step, one all-reduce after backward", "(f)  DDP step as (c) under no_sync (no communication)"]
 
 
 def report(args, ranks=None):
@@ -32,6 +32,7 @@ def test_two_ranks_report_the_rows_the_ratios_and_the_scaling_model():
     for row in ROWS:
         assert out.count(row) == 1, out          # rank 0 alone prints
     assert "(c) / ((a)+(b)) = " in out and "target <= 1.15" in out and "(d) / (e) = " in out, out
+    assert "not hidden: (c) - (f) = " in out and "(c) / ((a')+(b)) = " in out, out
     assert "ring model: latency" in out and "(measured)" in out, out
     assert table_rows(out) == [1, 2, 4, 8, 16, 32, 64], out
 
