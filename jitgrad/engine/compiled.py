@@ -291,6 +291,15 @@ class _TapeRun:
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
         return self.out[self.offs[i]:self.offs[i + 1]].reshape(shape)
 
+    def _sink_grad(self, row, g1, gaddr, gown):
+        """_grad, for a sink: a larger one's gradient is complete in its slice of `out`
+        already (start), so it is handed out from there without a compiled call and a
+        copy (a one-element sink's is still in g1 until finish)."""
+        i = self.where.get(row)
+        if i is None or self.offs[i + 1] - self.offs[i] == 1 or not self.st[row] & HAS:
+            return self._grad(row, g1, gaddr, gown)
+        return F._wrap(self.value(row))
+
     def _grad(self, row, g1, gaddr, gown):
         """Row's gradient as a Tensor at its shape, or None if it got none."""
         if not self.st[row] & HAS:
@@ -365,7 +374,7 @@ class _TapeRun:
             if t in self.accumulated or group is not None and not self.st[t] & HAS:
                 continue  # a group's member that this tape gave nothing
             acc = self.leaves[t]
-            g = pyengine.leaf_pre(acc, self._grad(t, g1, gaddr, gown))
+            g = pyengine.leaf_pre(acc, self._sink_grad(t, g1, gaddr, gown))
             pyengine.accumulate_grad(acc.variable, g, False, owned=True)
             pyengine.leaf_post(acc, g, group=False)
             self.accumulated.add(t)
