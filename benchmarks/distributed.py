@@ -146,7 +146,7 @@ def ddp_step(rows, rank, cap_mb):
     model = make_model()
     x, y = batch(rows, rank)
     ddp = DDP(model) if cap_mb is None else DDP(model, bucket_cap_mb=cap_mb)
-    sizes = [b.buffer.nbytes for b in ddp.reducer.buckets]
+    sizes = [b.nbytes for b in ddp.reducer.buckets]
     return stepper(ddp, list(model.parameters()), x, y), ddp, sizes
 
 

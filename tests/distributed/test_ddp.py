@@ -20,8 +20,9 @@ def test_ddp_training_equals_one_process_on_the_whole_batch(n, opt, accum):
 
 
 @pytest.mark.parametrize("extra", [["--dtype", "float32", "--opt", "adam"], ["--as-view", "--accum", "3"],
-                                   ["--bucket-mb", "25"]])
-def test_ddp_float32_bucket_views_and_one_bucket(extra):
+                                   ["--bucket-mb", "25"], ["--hidden", "96", "--accum", "2"],
+                                   ["--hidden", "96", "--as-view", "--opt", "adam"]])
+def test_ddp_float32_bucket_views_one_bucket_and_gradients_reduced_in_place(extra):
     assert_ok(2, "ddp_train.py", *extra)
 
 

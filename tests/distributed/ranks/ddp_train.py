@@ -21,6 +21,7 @@ p.add_argument("--batch", type=int, default=13)
 p.add_argument("--accum", type=int, default=1, help="micro-batches per step (all but the last under no_sync)")
 p.add_argument("--bucket-mb", type=float, default=0.0005, help="small: several buckets")
 p.add_argument("--as-view", action="store_true", help="gradient_as_bucket_view=True")
+p.add_argument("--hidden", type=int, default=16, help="96 in float64: weights all-reduced in their own .grad")
 args = p.parse_args()
 
 dist.init_process_group("mpi")
@@ -31,8 +32,9 @@ tol = 1e-10 if args.dtype == "float64" else 1e-5
 
 def model(seed):
     torch.manual_seed(seed)
-    m = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.Tanh(),
-                            torch.nn.Linear(16, 3)).to(dtype)
+    h = args.hidden
+    m = torch.nn.Sequential(torch.nn.Linear(6, h), torch.nn.Tanh(), torch.nn.Linear(h, h), torch.nn.Tanh(),
+                            torch.nn.Linear(h, 3)).to(dtype)
     m.register_buffer("scale", torch.full((1,), 1.0 + seed, dtype=dtype))
     return m
 
