@@ -4,8 +4,10 @@ kernel in the engine and on the device); as custom Functions their grad_fn is `A
 where PyTorch's is `Atan2Backward0`."""
 import numpy as np
 
+from jitgrad._core import dtype as _dtype
+
 from jitgrad.autograd.function import Function
-from jitgrad.graph.tensor import Tensor, tensor
+from jitgrad.graph.tensor import Tensor
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.ops import elementwise as ew
 
@@ -68,12 +70,12 @@ class Acos(Function):
 
 
 def atan2(input, other):
-    if not isinstance(other, Tensor):
-        other = tensor(other, dtype=input.dtype)
-    a, b = _float(input), _float(other)
-    if a.dtype != b.dtype:  # PyTorch's promotion: float64 wins
-        a, b = (ew.to_dtype(t, a.dtype if a._data.dtype.itemsize > b._data.dtype.itemsize else b.dtype)
-                for t in (a, b))
+    for pos, name, v in ((1, "input", input), (2, "other", other)):
+        if not isinstance(v, Tensor):
+            raise TypeError(f"atan2(): argument '{name}' (position {pos}) must be Tensor, not {type(v).__name__}")
+    dt = _dtype.result_type(input, other)  # torch's promotion (a 0-d float64 does not widen float32)
+    dt = _dtype.from_numpy_dtype(dt) if dt.kind == "f" else _dtype.get_default_dtype()
+    a, b = (t if t._data.dtype == dt.np else ew.to_dtype(t, dt) for t in (input, other))
     try:
         np.broadcast_shapes(a._data.shape, b._data.shape)
     except ValueError:

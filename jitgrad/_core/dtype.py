@@ -1,5 +1,9 @@
 """dtype objects: thin named wrappers over numpy dtypes, printed as PyTorch prints them."""
+import builtins
+
 import numpy as np
+
+from jitgrad._core.messages import scalar_name
 
 
 class dtype:
@@ -64,32 +68,74 @@ def set_default_dtype(d):
 
 
 # -- type promotion, as torch.result_type ---------------------------------------------
-# numpy's rules differ from torch's in two ways that matter to users: an int array with a
-# float32 one gives float64 (torch: float32), and a 0-d float64 array beside a float32 one
-# gives float64 (torch: float32, since a 0-d operand only decides the result's category).
+# The one implementation of torch's rule; every op that combines operands of different
+# dtypes asks it. numpy's rules differ from torch's in ways that matter to users: an int
+# array with a float32 one gives float64 (torch: float32), and a 0-d float64 array beside a
+# float32 one gives float64 (torch: float32). Torch ranks operands in three tiers, each
+# promoted within itself: tensors with dimensions, 0-d tensors, Python numbers. A lower tier
+# only decides the result's category (bool < int < float) when it is higher than the upper
+# tier's, never its width: int32 tensor + 0-d int64 -> int32, int tensor + 0.5 -> the default
+# float dtype, float32 tensor + 0-d float64 -> float32.
 _CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2}
+_BOOL = np.dtype(np.bool_)
+_INT64 = np.dtype(np.int64)
 
 
 def promote_types(a, b):
     """torch.promote_types on numpy dtypes: the higher category wins; within one, the wider."""
     ca, cb = _CATEGORY[a.kind], _CATEGORY[b.kind]
     if ca == cb:
-        return np.promote_types(a, b)
+        return a if a == b else np.promote_types(a, b)
     return a if ca > cb else b
 
 
-def result_type(a, b):
-    """torch's result dtype of an op on arrays a and b (0-d arrays and numpy scalars count as
-    zero-dim tensors, which rank below dimensioned ones)."""
-    da, db = a.dtype, b.dtype
-    if da == db:
-        return da
-    if (a.ndim == 0) == (b.ndim == 0):
-        return promote_types(da, db)
-    dim, zero = (db, da) if a.ndim == 0 else (da, db)
-    # c10's combine_categories(dim result, zero-dim result)
-    if dim.kind == "f":
-        return dim
-    if dim.kind == "b" or zero.kind == "f":
-        return promote_types(dim, zero)
-    return dim
+def _combine(higher, lower):
+    """c10's combine_categories: a higher tier's dtype, lifted to the lower tier's category
+    when that is higher (at the lower tier's dtype, or the default float for a number)."""
+    if higher is None:
+        return lower
+    if lower is None or higher.kind == "f":
+        return higher
+    if higher.kind == "b" or lower.kind == "f":
+        return promote_types(higher, lower)
+    return higher
+
+
+def number_dtype(x):
+    """The dtype of a Python number as an operand: bool, int64, or the default float."""
+    if type(x) is bool:
+        return _BOOL
+    return _INT64 if isinstance(x, builtins.int) else _default_dtype[0].np
+
+
+def result_type(*operands):
+    """torch.result_type over operands that are arrays (0-d arrays and numpy scalars count
+    as 0-d tensors), Tensors, or Python numbers (bool, int, float)."""
+    dim = zero = number = None
+    for x in operands:
+        d = getattr(x, "_data", x)  # a Tensor: its array
+        dt = getattr(d, "dtype", None)
+        if dt is None:
+            dt = number_dtype(d)
+            number = dt if number is None else promote_types(number, dt)
+        elif d.ndim:
+            dim = dt if dim is None else promote_types(dim, dt)
+        else:
+            zero = dt if zero is None else promote_types(zero, dt)
+    return _combine(dim, _combine(zero, number))
+
+
+def can_cast(src, dst):
+    """torch.can_cast: no cast to a lower category (float -> int, int -> bool); any width."""
+    return _CATEGORY[src.kind] <= _CATEGORY[dst.kind]
+
+
+def cast_error(src, dst):
+    """An in-place op or out= whose result dtype the destination cannot hold."""
+    return RuntimeError(f"result type {scalar_name(src)} can't be cast to the desired output type "
+                        f"{scalar_name(dst)}")
+
+
+def not_implemented(kernel, d):
+    """torch's refusal of a dtype an op has no kernel for: '"softmax" not implemented for 'Long''."""
+    return NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(d)}'")

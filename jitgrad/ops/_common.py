@@ -120,12 +120,7 @@ def _broadcast_error(sa, sb):
 def _scalar_dtype(t, s):
     """The result dtype of tensor t with Python number s, as torch: a number only decides the
     category (float beside an int tensor gives the default dtype, int beside bool int64)."""
-    d = t._data.dtype
-    if isinstance(s, float) and d.kind != "f":
-        return _dtype.get_default_dtype().np
-    if d.kind == "b" and type(s) is int:
-        return _I64
-    return d
+    return _dtype.result_type(t._data, s)
 
 
 def _operand(x, like):

@@ -36,6 +36,7 @@ from jitgrad.ops._common import (
     _operand_error,
     _scalar_dtype,
     asarray,
+    copy_array,
     publish,
     traced,
 )
@@ -135,16 +136,24 @@ def _binary(spec, npfn, a, b):
 
 
 
-def _unary(spec, npfn, int_ok=False):
-    """The function of a unary elementwise op: an int or bool tensor is computed in the
-    default float dtype unless int_ok (neg, abs keep their dtype)."""
+def _unary(spec, npfn, ints="float", bools=None):
+    """The function of a unary elementwise op. `ints` says what an int or bool tensor gives, as
+    torch: "float" computed in the default float dtype (exp, sin), "keep" its own dtype (neg,
+    clone), "refuse" torch's NotImplementedError (no int kernel). `bools`: a function making
+    the error a bool tensor raises where torch refuses bool alone (neg, abs, relu)."""
     def op(x):
         if not isinstance(x, Tensor):
             if not isinstance(x, _NUMBER + _ARRAYLIKE):
                 raise _operand_error(spec.name, x, 1)
             return npfn(x)  # a number, e.g. inside a gradient formula such as log(p0)
-        if not int_ok and x._data.dtype.kind != "f":
-            x = _as_float(x)
+        d = x._data.dtype
+        if d.kind != "f":
+            if bools is not None and d.kind == "b":
+                raise bools()
+            if ints == "float":
+                x = _as_float(x)
+            elif ints == "refuse":
+                raise _dtype.not_implemented(spec.name, d)
         out = npfn(x._data)
         return _ew(spec, out, x)
 
@@ -152,16 +161,16 @@ def _unary(spec, npfn, int_ok=False):
     return op
 
 
-def defop(name, node_name, forward, *grads, saves=(), fparams=(), method=True, int_ok=False, **later):
+def defop(name, node_name, forward, *grads, saves=(), fparams=(), method=True, ints="float", bools=None, **later):
     """Declare an elementwise primitive and make its function: one entry.
 
     forward: numpy function (one argument per input); grads: the gradient formula of each
     input (see graph/spec.py); saves: the names the formulas read (PyTorch's: self, other,
-    result). The function is returned and published: jitgrad.<name> (the table binds it)
+    result); ints, bools: what a unary op does with int and bool tensors (_unary). The function is returned and published: jitgrad.<name> (the table binds it)
     and, with method=True, Tensor.<name>. The compiled kernel comes from the formulas."""
     spec = elementwise(name, node_name, *grads, saves=saves, fparams=fparams, forward=forward, **later)
     if len(grads) == 1:
-        fn = _unary(spec, forward, int_ok)
+        fn = _unary(spec, forward, ints, bools)
     else:
         def fn(a, b):
             return _binary(spec, forward, a, b)
@@ -322,7 +331,10 @@ def _sigmoid(x):
 
 
 # --- unary: one entry each, function and Tensor method included ------------------------------
-neg = defop("neg", "NegBackward0", np.negative, "-grad", int_ok=True, fwd="-self")
+_BOOL_NEG = ("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, "
+             "use the `~` or `logical_not()` operator instead.")
+neg = defop("neg", "NegBackward0", np.negative, "-grad", ints="keep", bools=lambda: RuntimeError(_BOOL_NEG),
+            fwd="-self")
 exp = defop("exp", "ExpBackward0", np.exp, "grad * result", saves=("result",), fwd="exp(self)")
 log = defop("log", "LogBackward0", np.log, "grad / self", saves=("self",), fwd="log(self)")
 log1p = defop("log1p", "Log1PBackward0", np.log1p, "grad / (self + 1.0)", saves=("self",), fwd="log1p(self)")
@@ -337,16 +349,19 @@ erf = defop("erf", "ErfBackward0", _erf_array,
 sigmoid = defop("sigmoid", "SigmoidBackward0", lambda x: _sigmoid(x).astype(x.dtype, copy=False),
                 "grad * (1.0 - result) * result", saves=("result",), fwd="1.0 / (1.0 + exp(-self))")
 # threshold_backward: a NaN result passes the gradient; sign() is torch's (0 at NaN)
-relu = defop("relu", "ReluBackward0", _relu,
-             "where(result <= 0.0, 0.0, grad)", saves=("result",), fwd="relu(self)")
-abs = defop("abs", "AbsBackward0", np.abs, "grad * sign(self)", saves=("self",), int_ok=True, fwd="abs(self)")  # noqa: A001
-clone = defop("clone", "CloneBackward0", np.copy, "grad", fwd="self")
+relu = defop("relu", "ReluBackward0", _relu, "where(result <= 0.0, 0.0, grad)", saves=("result",), ints="keep",
+             bools=lambda: RuntimeError("Boolean inputs not supported for relu"), fwd="relu(self)")
+abs = defop("abs", "AbsBackward0", np.abs, "grad * sign(self)", saves=("self",), ints="keep",  # noqa: A001
+            bools=lambda: _dtype.not_implemented("abs_cpu", np.bool_), fwd="abs(self)")
+clone = defop("clone", "CloneBackward0", np.copy, "grad", ints="keep", fwd="self")
 SIGN = elementwise("sign", "SignBackward0", "zeros_like(grad)", fwd="sign(self)")            # zeros, even for a NaN grad
 
 
 def sign(x):
     """torch's sign: 0 at NaN, where np.sign gives NaN (AbsBackward0 is grad * sign(self))."""
     d = x._data if isinstance(x, Tensor) else np.asarray(x)
+    if d.dtype.kind == "b":  # a bool's sign is itself (numpy has no sign for bool)
+        return _ew(SIGN, copy_array(d), x) if isinstance(x, Tensor) else d.copy()
     out = np.sign(d)
     if d.dtype.kind == "f":
         out = np.where(np.isnan(d), out.dtype.type(0), out)
@@ -367,10 +382,34 @@ CLAMP = elementwise("clamp", "ClampBackward1", "where((self >= p0) & (self <= p1
 def clamp(x, min=None, max=None):  # noqa: A002
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        return _clamp_tensor(x, min, max)
+    # the bounds take part in the promotion: an int tensor clamped at 1.5 gives floats, as torch
+    dt = _dtype.result_type(x, *[v for v in (min, max) if v is not None])
+    if dt != x._data.dtype:
+        x = to_dtype(x, _dtype.from_numpy_dtype(dt))
     lo = -math.inf if min is None else float(min)
     hi = math.inf if max is None else float(max)
     out = np.clip(x._data, lo, hi).astype(x._data.dtype, copy=False)
     return _ew(CLAMP, asarray(out), x, p0=lo, p1=hi)
+
+
+def _clamp_tensor(x, lo, hi):
+    """clamp with tensor bounds (torch's clamp.Tensor), elementwise and broadcast: a where()
+    per bound, so each bound gets the gradient where it is the result."""
+    for v in (lo, hi):
+        if v is not None and not isinstance(v, Tensor):
+            raise TypeError("clamp() received an invalid combination of arguments - got (Tensor, "
+                            f"{type(lo).__name__}, {type(hi).__name__})")
+    dt = _dtype.from_numpy_dtype(_dtype.result_type(*[v for v in (x, lo, hi) if v is not None]))
+    out = x if x._data.dtype == dt.np else to_dtype(x, dt)
+    if lo is not None:
+        lo = lo if lo._data.dtype == dt.np else to_dtype(lo, dt)
+        out = where(lt(out, lo), lo, out)
+    if hi is not None:
+        hi = hi if hi._data.dtype == dt.np else to_dtype(hi, dt)
+        out = where(gt(out, hi), hi, out)
+    return out
 
 
 clip = clamp

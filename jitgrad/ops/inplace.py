@@ -13,6 +13,7 @@ import weakref
 import numpy as np
 
 import jitgrad.graph.views as _views
+from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.forward import state as _fw
@@ -144,6 +145,7 @@ def _apply(t, compute, *others, fills=False):
     else:
         with _grad_mode.no_grad():
             new = compute(t)
+    _check_cast(new, t)
     _write(storage(t), new._data)
     t._bump()
     if new.requires_grad:  # rebase: the tensor's history is now the op's node
@@ -152,6 +154,14 @@ def _apply(t, compute, *others, fills=False):
     if dual:
         _update_tangent(t, new)
     return t
+
+
+def _check_cast(new, t):
+    """The op's result must fit t's dtype as torch.can_cast says (no float into an int tensor,
+    no int into a bool one); a narrower width of the same category is cast, as torch does."""
+    nd, td = new._data.dtype, t._data.dtype
+    if nd != td and not _dtype.can_cast(nd, td):
+        raise _dtype.cast_error(nd, td)
 
 
 def _before(t, dual):
@@ -262,6 +272,7 @@ def _apply_to_view(t, view, compute, others, dual):
     else:
         old = F.index_flat(base, flat, t._data.shape, F.SLICE)  # a copy of the old values
     new = compute(old)
+    _check_cast(new, t)
     _assign(base, flat, new if new._data.shape == t._data.shape else F.expand(new, t._data.shape))
     # the view's new history: its elements, read from the updated base
     again = F.index_flat(base, flat, t._data.shape, F.SLICE, data=t._data)

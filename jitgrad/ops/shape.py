@@ -11,6 +11,7 @@ import operator
 
 import numpy as np
 
+from jitgrad._core import dtype as _dtype
 from jitgrad._core.modes import _state as _mode
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph import views as _views
@@ -563,8 +564,16 @@ INDEX_PUT = structural("index_put", "IndexPutBackward0", rule=gather_rule, kerne
 
 
 # --- joining ---------------------------------------------------------------------------------
-def cat(tensors, dim=0):
+def _tensor_list(tensors):
     tensors = list(tensors)
+    for k, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"expected Tensor as element {k} in argument 0, but got {type(t).__name__}")
+    return tensors
+
+
+def cat(tensors, dim=0):
+    tensors = _tensor_list(tensors)
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
     nd = tensors[0]._data.ndim
@@ -584,7 +593,7 @@ def cat(tensors, dim=0):
 
 
 def stack(tensors, dim=0):
-    tensors = list(tensors)
+    tensors = _tensor_list(tensors)
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
     ref = tensors[0]._data.shape
@@ -597,7 +606,7 @@ def stack(tensors, dim=0):
 
 
 def _join(spec, tensors, dim, out, stacked):
-    dt = np.result_type(*[t._data.dtype for t in tensors])
+    dt = _dtype.result_type(*[t._data for t in tensors])  # torch's: int64 with float32 gives float32
     res = _wrap(out.astype(dt, copy=False))
     needs = _needs(*tensors)
     tracing = _cap.on and _cap.mine()
