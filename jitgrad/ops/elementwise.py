@@ -199,7 +199,7 @@ _BOOL_SUB = ("Subtraction, the `-` operator, with a bool tensor is not supported
 
 def _no_bool_sub(*operands):
     for x in operands:
-        if isinstance(x, Tensor) and x._data.dtype.kind == "b":
+        if type(x) is bool or isinstance(x, Tensor) and x._data.dtype.kind == "b":
             raise RuntimeError(_BOOL_SUB)
 
 def sub(a, b, alpha=1):
@@ -277,21 +277,25 @@ RPOW = elementwise("rpow", "PowBackward2",                                  # p0
 
 
 _POW_OPERAND = (Tensor,) + _NUMBER + _ARRAYLIKE
+_POW_DTYPED = (Tensor,) + _NUMBER  # the operands whose torch dtype is known
 
 
 def pow(a, b):  # noqa: A001
     for pos, x in ((1, a), (2, b)):
         if not isinstance(x, _POW_OPERAND):
             raise _operand_error("pow", x, pos)
+    dt = _dtype.result_type(a, b) if isinstance(a, _POW_DTYPED) and isinstance(b, _POW_DTYPED) else None
+    if dt is not None and dt.kind == "b" and isinstance(b, Tensor):  # no bool pow in torch (numpy: int8)
+        raise _dtype.not_implemented("pow", dt)
     if not isinstance(a, Tensor):
-        out = np.power(np.asarray(a, dtype=_scalar_dtype(b, a) if isinstance(a, float) else b._data.dtype), b._data)
-        return _ew(RPOW, asarray(out, dtype=b._data.dtype), b, p0=float(a))
+        dt = dt if dt is not None else b._data.dtype
+        out = np.power(np.asarray(a, dtype=dt), b._data)
+        return _ew(RPOW, asarray(out, dtype=dt), b, p0=float(a))
     if isinstance(b, Tensor):
         return _binary(POW_TT, np.power, a, b)
+    if dt is not None and dt != a._data.dtype:  # an int or bool tensor to a float power; a bool one to an int
+        a = to_dtype(a, _dtype.from_numpy_dtype(dt))
     ad = a._data
-    if ad.dtype.kind != "f" and isinstance(b, float):
-        a = _as_float(a)
-        ad = a._data
     out = _pow_scalar(ad, b)
     if out.dtype != ad.dtype:
         out = out.astype(ad.dtype)
@@ -496,17 +500,33 @@ def masked_fill(x, mask, value):
 # --- comparisons and logic (never differentiable) -------------------------------------
 # jitgrad.compile replays them as Python instructions (bool results; numpy is exact and
 # cheap at that), operands that are not tensors being constants of the plan
-def _cmp(npfn):
+def _cmp(npfn, name, numbers=True, bitwise=False):
+    """A comparison or logical op: a tensor first (torch refuses a number there: the operators
+    reflect instead), a number second only where torch takes one (numbers=False: logical_and).
+    bitwise: the result has torch's promoted dtype, and float operands are refused as torch."""
     def op(a, b):
-        ad = a._data if isinstance(a, Tensor) else a
+        if not isinstance(a, Tensor):
+            raise TypeError(f"{name}() received an invalid combination of arguments - got "
+                            f"({type(a).__name__}, {type(b).__name__})")
+        if not numbers and not isinstance(b, Tensor):
+            raise _operand_error(name, b)
+        ad = a._data
         bd = b._data if isinstance(b, Tensor) else b
+        if bitwise:
+            dt = _dtype.result_type(ad, bd)
+            if dt.kind == "f":
+                raise _dtype.not_implemented(name + "_cpu", dt)
         try:
-            res = _wrap(asarray(npfn(ad, bd)))
+            out = asarray(npfn(ad, bd))
         except ValueError:
             raise _broadcast_error(np.shape(ad), np.shape(bd)) from None
+        if bitwise and out.dtype != dt:
+            out = out.astype(dt)
+        res = _wrap(out)
         if _cap.on and _cap.mine():
             _trace_numpy(npfn, (a, b), res)
         return res
+    op.__name__ = op.__qualname__ = name
     return op
 
 
@@ -531,17 +551,17 @@ def _trace_numpy(npfn, operands, res):
     _cap.rec.python(again, tensors, (res,), npfn.__name__)
 
 
-eq = _cmp(np.equal)
-ne = _cmp(np.not_equal)
-lt = _cmp(np.less)
-le = _cmp(np.less_equal)
-gt = _cmp(np.greater)
-ge = _cmp(np.greater_equal)
-logical_and = _cmp(np.logical_and)
-logical_or = _cmp(np.logical_or)
-bitwise_and = _cmp(np.bitwise_and)
-bitwise_or = _cmp(np.bitwise_or)
-bitwise_xor = _cmp(np.bitwise_xor)
+eq = _cmp(np.equal, "eq")
+ne = _cmp(np.not_equal, "ne")
+lt = _cmp(np.less, "lt")
+le = _cmp(np.less_equal, "le")
+gt = _cmp(np.greater, "gt")
+ge = _cmp(np.greater_equal, "ge")
+logical_and = _cmp(np.logical_and, "logical_and", numbers=False)
+logical_or = _cmp(np.logical_or, "logical_or", numbers=False)
+bitwise_and = _cmp(np.bitwise_and, "bitwise_and", bitwise=True)
+bitwise_or = _cmp(np.bitwise_or, "bitwise_or", bitwise=True)
+bitwise_xor = _cmp(np.bitwise_xor, "bitwise_xor", bitwise=True)
 
 
 logical_not = _unary_logic(np.logical_not, "logical_not")

@@ -145,7 +145,7 @@ def _apply(t, compute, *others, fills=False):
     else:
         with _grad_mode.no_grad():
             new = compute(t)
-    _check_cast(new, t)
+    _check_result(new, t)
     _write(storage(t), new._data)
     t._bump()
     if new.requires_grad:  # rebase: the tensor's history is now the op's node
@@ -156,9 +156,13 @@ def _apply(t, compute, *others, fills=False):
     return t
 
 
-def _check_cast(new, t):
-    """The op's result must fit t's dtype as torch.can_cast says (no float into an int tensor,
-    no int into a bool one); a narrower width of the same category is cast, as torch does."""
+def _check_result(new, t):
+    """The op's result must fit t: its shape (an operand may not broadcast t itself), and its
+    dtype as torch.can_cast says (no float into an int tensor, no int into a bool one; a
+    narrower width of the same category is cast, as torch does)."""
+    if new._data.shape != t._data.shape and np.broadcast_shapes(new._data.shape, t._data.shape) != t._data.shape:
+        raise RuntimeError(f"output with shape {list(t._data.shape)} doesn't match the broadcast shape "
+                           f"{list(np.broadcast_shapes(new._data.shape, t._data.shape))}")
     nd, td = new._data.dtype, t._data.dtype
     if nd != td and not _dtype.can_cast(nd, td):
         raise _dtype.cast_error(nd, td)
@@ -272,7 +276,7 @@ def _apply_to_view(t, view, compute, others, dual):
     else:
         old = F.index_flat(base, flat, t._data.shape, F.SLICE)  # a copy of the old values
     new = compute(old)
-    _check_cast(new, t)
+    _check_result(new, t)
     _assign(base, flat, new if new._data.shape == t._data.shape else F.expand(new, t._data.shape))
     # the view's new history: its elements, read from the updated base
     again = F.index_flat(base, flat, t._data.shape, F.SLICE, data=t._data)

@@ -203,7 +203,7 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
 isinf = ew._unary_logic(np.isinf, "isinf")
 isposinf = ew._unary_logic(np.isposinf, "isposinf")
 isneginf = ew._unary_logic(np.isneginf, "isneginf")
-logical_xor = ew._cmp(np.logical_xor)
+logical_xor = ew._cmp(np.logical_xor, "logical_xor", numbers=False)
 
 
 # --- pointwise -----------------------------------------------------------------------------

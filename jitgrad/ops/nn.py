@@ -9,6 +9,7 @@ gradient rules are Tensor ops, so they run wherever their inputs are; the index 
 make are made where the data is (numpy's like=)."""
 import numpy as np
 
+from jitgrad._core import dtype as _dtype
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.messages import scalar_name, size_str, tensor_type, torch_size
 from jitgrad.gpu.array import KERNELS as _KERNELS
@@ -91,9 +92,11 @@ def _normalise(spec, x, dim, dtype, log):
     (kernels/norm.py: bitwise the same, and one compiled call instead of five numpy ones)."""
     if dtype is not None:
         x = to_dtype(x, dtype)
-    x = _as_float(x)
     d = x._data
     dim = _wrap_dim(dim, d.ndim)
+    if d.dtype.kind != "f":  # torch has no int kernel (dtype= casts first)
+        kernel = ("log_softmax" if log else "softmax") + ("_lastdim" if dim == max(d.ndim - 1, 0) else "")
+        raise _dtype.not_implemented(kernel + "_kernel_impl", d.dtype)
     groups = _groups(d.shape or (1,), dim)
     out = _softmax_data(d, groups, log)
     res = _wrap(out)
@@ -501,6 +504,11 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     """-weight[t] * input[n, t] with t = target[n]; ignored targets contribute nothing and,
     for the mean, the sum is divided by the total weight of the targets that count."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    if input._data.dtype.kind != "f":
+        raise _dtype.not_implemented("nll_loss_out_frame", input._data.dtype)
+    if isinstance(weight, Tensor) and weight._data.dtype != input._data.dtype:  # torch casts nothing here
+        raise RuntimeError(f"expected scalar type {scalar_name(input._data.dtype)} but found "
+                           f"{scalar_name(weight._data.dtype)}")
     t = _targets(target)
     if input.ndim == 1:                               # one sample: (C,) input, () target
         t1 = _index_tensor(target, t).reshape(1) if _cap.on else t.reshape(1)
