@@ -133,6 +133,22 @@ def _operand(x, like):
 
 
 
+def refuse(kernel, *operands, ints=False):
+    """torch has no kernel for bool (ints=True: nor int) tensors in this op: its
+    NotImplementedError, '"kernel" not implemented for 'Bool''. One dtype check per operand."""
+    for t in operands:
+        if isinstance(t, Tensor):
+            k = t._data.dtype.kind
+            if k == "b" or ints and k in "iu":
+                raise _dtype.not_implemented(kernel, t._data.dtype)
+
+
+def need_tensor(fn, x, pos=2):
+    """torch's signature takes only a Tensor here (maximum, atan2...): a number is a TypeError."""
+    if not isinstance(x, Tensor):
+        raise _operand_error(fn, x, pos)
+
+
 class OperandTypeError(TypeError):
     """An operand that is neither a Tensor nor a number. Tensor's operators turn it into
     NotImplemented, so Python raises its own "unsupported operand type(s)" TypeError, as torch does."""

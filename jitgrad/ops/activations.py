@@ -3,8 +3,12 @@
 Each is written so that its gradient equals PyTorch's at the kinks too (x == 0, the clamp
 bounds) and stays finite where a naive formula overflows (softplus of a large input).
 """
+import functools
+import inspect
+
 from jitgrad.ops import elementwise as ew
 from jitgrad.ops import reduce, shape
+from jitgrad.ops._common import refuse
 from jitgrad.ops.inplace import _apply
 from jitgrad.ops.mathops import vector_norm
 
@@ -12,7 +16,7 @@ from jitgrad.ops.mathops import vector_norm
 def _inplace(fn):
     """fn(input, ..., inplace=True) writes its result into input, as PyTorch's, through the in-place
     mechanism every in-place op uses (leaf and view rules, version counter, rebasing)."""
-    own = fn.__code__.co_argcount - 1  # inplace is the positional after fn's own arguments
+    own = inspect.unwrap(fn).__code__.co_argcount - 1  # inplace is the positional after fn's own arguments
 
     def op(input, *args, **kwargs):
         inplace = args[own] if len(args) > own else kwargs.pop("inplace", False)
@@ -25,11 +29,23 @@ def _inplace(fn):
     return op
 
 
+def _floats(kernel):
+    """torch computes this activation in floats only: an int or bool input is its
+    NotImplementedError ('"elu_cpu" not implemented for 'Long''), not a float result."""
+    def wrap(fn):
+        def op(input, *args, **kwargs):
+            refuse(kernel, input, ints=True)
+            return fn(input, *args, **kwargs)
+        return functools.wraps(fn)(op)
+    return wrap
+
+
 def _smooth_softplus(x):
     # max(x, 0) + log1p(exp(-|x|)): never overflows; maximum splits the gradient at 0 to give 1/2
     return ew.add(ew.maximum(x, ew.zeros_like(x)), ew.log1p(ew.exp(ew.neg(ew.abs(x)))))
 
 
+@_floats("softplus_cpu")
 def softplus(input, beta=1.0, threshold=20.0):
     bx = ew.mul(input, beta) if beta != 1 else input
     smooth = _smooth_softplus(bx)
@@ -39,6 +55,7 @@ def softplus(input, beta=1.0, threshold=20.0):
 
 
 @_inplace
+@_floats("elu_cpu")
 def elu(input, alpha=1.0):
     pos = ew.gt(input, 0)
     neg = ew.where(pos, 0.0, input)  # expm1 only sees x <= 0: no overflow in the unused branch
@@ -46,26 +63,33 @@ def elu(input, alpha=1.0):
 
 
 @_inplace
+@_floats("leaky_relu_cpu")
 def leaky_relu(input, negative_slope=0.01):
     return ew.where(ew.gt(input, 0), input, ew.mul(input, negative_slope))
 
 
 @_inplace
+@_floats("silu_cpu")
 def silu(input):
     return ew.mul(input, ew.sigmoid(input))
 
 
 @_inplace
+@_floats("mish_cpu")
 def mish(input):
     return ew.mul(input, ew.tanh(softplus(input)))
 
 
 @_inplace
 def hardtanh(input, min_val=-1.0, max_val=1.0):
+    if input._data.dtype.kind == "b":
+        raise RuntimeError("Bool inputs not supported for hardtanh")
     if min_val > max_val:
         raise ValueError("min_val cannot be greater than max_val")
     # PyTorch's gradient is 0 at the bounds (clamp's is 1): the clamped values are constants
     inside = ew.logical_and(ew.gt(input, min_val), ew.lt(input, max_val))
+    if input._data.dtype.kind != "f":  # torch keeps an int tensor's dtype: the bounds are cast to it
+        min_val, max_val = int(min_val), int(max_val)
     return ew.where(inside, input, ew.clamp(input.detach(), min_val, max_val))
 
 
@@ -75,11 +99,13 @@ def relu6(input):
 
 
 @_inplace
+@_floats("hardsigmoid_cpu")
 def hardsigmoid(input):
     return ew.div(hardtanh(ew.add(input, 3.0), 0.0, 6.0), 6.0)
 
 
 @_inplace
+@_floats("hardswish_cpu")
 def hardswish(input):
     # PyTorch's pieces: 0 below -3, x (x + 3) / 6 up to 3 (both ends included), x above
     mid = ew.div(ew.mul(input, ew.add(input, 3.0)), 6.0)
@@ -91,11 +117,13 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 @_inplace
+@_floats("elu_cpu")
 def selu(input):
     return ew.mul(elu(input, _SELU_ALPHA), _SELU_SCALE)
 
 
 @_inplace
+@_floats("elu_cpu")
 def celu(input, alpha=1.0):
     if alpha == 0:
         raise RuntimeError("ZeroDivisionError")
@@ -108,6 +136,7 @@ def softsign(input):
     return ew.div(input, ew.add(ew.abs(input), 1.0))
 
 
+@_floats("log_sigmoid_forward_cpu")
 def logsigmoid(input):
     # -softplus(-x) without softplus's threshold: PyTorch's log_sigmoid is smooth everywhere
     return ew.neg(_smooth_softplus(ew.neg(input)))

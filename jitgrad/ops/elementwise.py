@@ -161,18 +161,26 @@ def _unary(spec, npfn, ints="float", bools=None):
     return op
 
 
-def defop(name, node_name, forward, *grads, saves=(), fparams=(), method=True, ints="float", bools=None, **later):
+def defop(name, node_name, forward, *grads, saves=(), fparams=(), method=True, ints="float", bools=None,
+          numbers=True, **later):
     """Declare an elementwise primitive and make its function: one entry.
 
     forward: numpy function (one argument per input); grads: the gradient formula of each
     input (see graph/spec.py); saves: the names the formulas read (PyTorch's: self, other,
-    result); ints, bools: what a unary op does with int and bool tensors (_unary). The function is returned and published: jitgrad.<name> (the table binds it)
+    result); ints, bools: what a unary op does with int and bool tensors (_unary); numbers=False:
+    a binary op whose torch signature takes tensors only (maximum): a number is a TypeError. The function is returned and published: jitgrad.<name> (the table binds it)
     and, with method=True, Tensor.<name>. The compiled kernel comes from the formulas."""
     spec = elementwise(name, node_name, *grads, saves=saves, fparams=fparams, forward=forward, **later)
     if len(grads) == 1:
         fn = _unary(spec, forward, ints, bools)
+    elif numbers:
+        def fn(a, b):
+            return _binary(spec, forward, a, b)
     else:
         def fn(a, b):
+            for pos, v in ((1, a), (2, b)):
+                if not isinstance(v, Tensor):
+                    raise _operand_error(name, v, pos)
             return _binary(spec, forward, a, b)
         fn.__name__ = fn.__qualname__ = name
     fn.spec = spec
@@ -390,6 +398,8 @@ def clamp(x, min=None, max=None):  # noqa: A002
         return _clamp_tensor(x, min, max)
     # the bounds take part in the promotion: an int tensor clamped at 1.5 gives floats, as torch
     dt = _dtype.result_type(x, *[v for v in (min, max) if v is not None])
+    if dt.kind == "b":
+        raise _dtype.not_implemented("clamp_scalar_cpu", dt)
     if dt != x._data.dtype:
         x = to_dtype(x, _dtype.from_numpy_dtype(dt))
     lo = -math.inf if min is None else float(min)
@@ -423,11 +433,11 @@ clip = clamp
 maximum = defop("maximum", "MaximumBackward0", np.maximum,
                 "where(self == other, grad / 2.0, where(self < other, 0.0, grad))",
                 "where(self == other, grad / 2.0, where(self > other, 0.0, grad))", saves=("self", "other"),
-                fwd="fmax(self, other)")
+                numbers=False, fwd="fmax(self, other)")
 minimum = defop("minimum", "MinimumBackward0", np.minimum,
                 "where(self == other, grad / 2.0, where(self > other, 0.0, grad))",
                 "where(self == other, grad / 2.0, where(self < other, 0.0, grad))", saves=("self", "other"),
-                fwd="fmin(self, other)")
+                numbers=False, fwd="fmin(self, other)")
 
 
 def _condition(ri, k):

@@ -22,7 +22,7 @@ from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import Tensor, _wrap_dim
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.ops import inplace as _inplace
-from jitgrad.ops._common import _needs
+from jitgrad.ops._common import _needs, refuse
 from jitgrad.ops.elementwise import add, mul, where
 from jitgrad.ops.elementwise import where as _where3
 from jitgrad.ops.shape import INDEX, expand, index_flat, index_put_flat, reshape
@@ -393,6 +393,8 @@ def argsort(input, dim=-1, descending=False, stable=False):  # noqa: A002
 def topk(input, k, dim=-1, largest=True, sorted=True):  # noqa: A002
     dim = _wrap_dim(dim, input._data.ndim)
     a = _data1(input, "topk")
+    if a.dtype.kind == "b":
+        raise RuntimeError("topk does not support bool dtypes on CPU")
     if not 0 <= k <= a.shape[dim]:
         raise RuntimeError("selected index k out of range")
     order = np.take(_order(a, dim, largest), np.arange(k), axis=dim)
@@ -410,6 +412,7 @@ def kthvalue(input, k, dim=-1, keepdim=False):  # noqa: A002
     ndim = input._data.ndim
     dim = _wrap_dim(dim, ndim)
     a = _data1(input, "kthvalue")
+    refuse("kthvalue_cpu", input)
     _reduced_nonempty("kthvalue", a, dim)
     if not 1 <= k <= a.shape[dim]:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim}")
@@ -430,6 +433,7 @@ def _median_order(a, dim):
 
 def median(input, dim=None, keepdim=False):  # noqa: A002
     a = _host(input, "median")
+    refuse("median_out" if dim is None else "median_cpu", input)
     if dim is None:
         if a.size == 0:
             return _wrap(np.asarray(np.nan, a.dtype)) if a.dtype.kind == "f" else _wrap(np.zeros((), a.dtype))
@@ -516,7 +520,7 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
 
 def bincount(input, weights=None, minlength=0):  # noqa: A002
     a = _host(input, "bincount")
-    if a.dtype.kind not in "iub":
+    if a.dtype.kind not in "iu":  # nor bool
         raise NotImplementedError(f"\"bincount_cpu\" not implemented for '{_dtype.from_numpy_dtype(a.dtype).name.capitalize()}'")
     if a.ndim != 1 or (a.size and a.min() < 0):
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
@@ -532,6 +536,8 @@ def bincount(input, weights=None, minlength=0):  # noqa: A002
 
 
 def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None):  # noqa: A002
+    if isinstance(input, Tensor) and _dtype.result_type(sorted_sequence, input).kind == "b":
+        raise _dtype.not_implemented("searchsorted_out_cpu", np.bool_)
     b = _host(sorted_sequence, "searchsorted")
     scalar = not isinstance(input, Tensor)
     v = np.asarray(input) if scalar else _host(input, "searchsorted")

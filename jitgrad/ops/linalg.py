@@ -2,6 +2,7 @@
 addmm / mm over the weight's t()), trace. Each entry sits below its forward."""
 import numpy as np
 
+from jitgrad._core import dtype as _dtype
 from jitgrad._core.messages import scalar_name
 from jitgrad._core.modes import _packing, _saved_hooks
 from jitgrad.gpu.array import KERNELS as _KERNELS
@@ -49,9 +50,13 @@ def matmul(a, b):
         if ka != kb:
             raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
                                f"[{int(np.prod(ad.shape[:-2]))}, {ka}] but got: [{int(np.prod(bd.shape[:-2]))}, {kb}].")
+    if spec is BMM and ad.dtype.kind == "b":  # torch's bmm checks its kernel's dtype before the operands agree
+        raise _dtype.not_implemented("bmm", ad.dtype)
     if ad.dtype != bd.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}"
                            .replace("float64", "double").replace("float32", "float"))
+    if ad.dtype.kind == "b":  # torch has no bool matrix product
+        raise _dtype.not_implemented(_BOOL_KERNEL.get(spec, "addmm_impl_cpu_"), ad.dtype)
     try:
         # host matrix @ matrix: ndarray.dot (blas.mm) runs the same gemm (bit for bit) with less dispatch
         out = (np.matmul(ad, bd) if device else _mm(ad, bd) if spec is MATMUL and ad.ndim == 2
@@ -136,6 +141,8 @@ MATMUL = structural("matmul", "MmBackward0", saves=("self", "mat2"), args=("self
 DOT = alias("dot", MATMUL, "DotBackward0", saves=("self", "tensor"), args=("self", "tensor"))
 MV = alias("mv", MATMUL, "MvBackward0", saves=("self", "vec"), args=("self", "vec"))
 BMM = alias("bmm", MATMUL, "UnsafeViewBackward0", saves=("_self", "_mat2"), args=("_self", "_mat2"))
+# the kernel torch names when it refuses bool operands
+_BOOL_KERNEL = {DOT: "dot", MV: "addmv_impl_cpu", BMM: "bmm"}
 
 
 
@@ -172,6 +179,8 @@ def _mm_into(spec, input, a, b, beta=1.0, alpha=1.0, weight=None):
             if x.dtype != bd.dtype:
                 got = " and ".join(scalar_name(d) for d in (x.dtype, bd.dtype))
                 raise RuntimeError(f"{name} and mat2 must have the same dtype, but got {got}")
+    if ad.dtype.kind == "b":  # torch has no bool matrix product
+        raise _dtype.not_implemented("addmm_impl_cpu_", ad.dtype)
     res = _wrap(_addmm_data(None if input is None else input._data, ad, bd, beta, alpha))
     inputs = (a, b) if input is None else (input, a, b)
     if not _needs(*inputs):
@@ -355,6 +364,8 @@ def trace(x):
     d = x._data
     if d.ndim != 2:
         raise RuntimeError("trace: expected a matrix, but got tensor with dim " + str(d.ndim))
+    if d.dtype.kind == "b":
+        raise _dtype.not_implemented("trace", d.dtype)
     kind = d.dtype if d.dtype.kind == "f" else np.dtype(np.int64)
     res = _wrap(np.trace(d, dtype=kind) if _on_device(d) else np.asarray(np.trace(d), dtype=kind))
     if not _needs(x):

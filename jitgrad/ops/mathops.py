@@ -8,12 +8,12 @@ import warnings
 import numpy as np
 
 from jitgrad._core import dtype as _dt
-from jitgrad._core.messages import scalar_name
+from jitgrad._core.messages import c_name, scalar_name
 from jitgrad.graph.tensor import Tensor, tensor, zeros
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.ops import elementwise as ew
 from jitgrad.ops import linalg, reduce, shape
-from jitgrad.ops._common import copy_array
+from jitgrad.ops._common import copy_array, need_tensor, refuse
 from jitgrad.ops.shape import _dims, _wrap_dim
 
 _LN2 = math.log(2.0)
@@ -230,6 +230,9 @@ def exp2(input):
 
 
 def hypot(input, other):
+    need_tensor("hypot", input, 1)
+    need_tensor("hypot", other)
+    input, other = _float_result("hypot_cpu", input, other)
     return ew.sqrt(ew.add(ew.mul(input, input), ew.mul(other, other)))
 
 
@@ -252,6 +255,12 @@ def addcdiv(input, tensor1, tensor2, *, value=1):
 
 
 def lerp(input, end, weight):
+    # torch: end and a tensor weight of input's dtype, which must be a float
+    for name, v in (("end", end), ("weight", weight)):
+        if isinstance(v, Tensor) and v._data.dtype != input._data.dtype:
+            raise RuntimeError(f"expected dtype {c_name(input._data.dtype)} for `{name}` but got dtype "
+                               f"{c_name(v._data.dtype)}")
+    refuse("lerp_kernel_scalar" if not isinstance(weight, Tensor) else "lerp_kernel_tensor", input, ints=True)
     return ew.add(input, ew.mul(weight, ew.sub(end, input)))
 
 
@@ -432,8 +441,18 @@ def _constant_of(x, values):
     return ew.where(tensor(True), _wrap(values), x)
 
 
+def _float_result(kernel, a, b):
+    """ops torch computes in floats only, at the promoted dtype (hypot, logaddexp): the
+    operands cast to it."""
+    dt = _dt.result_type(a, b)
+    if dt.kind != "f":
+        raise _dt.not_implemented(kernel, dt)
+    return tuple(x if x._data.dtype == dt else ew.to_dtype(x, _dt.from_numpy_dtype(dt)) for x in (a, b))
+
+
 def _rounding(npfn, name):
     def op(input, **kwargs):
+        refuse(name + "_vml_cpu", input)  # ints are kept as they are; bool has no kernel
         if not input.is_floating_point():
             return _wrap(copy_array(input._data))
         return _constant_of(input, npfn(input._data, **kwargs))
@@ -451,6 +470,7 @@ def round(input, *, decimals=0):  # noqa: A001
 
 
 def frac(input):
+    refuse("frac_cpu", input, ints=True)
     return ew.sub(input, trunc(input))
 
 
@@ -478,6 +498,9 @@ def tan(input):
 
 
 def logaddexp(input, other):
+    need_tensor("logaddexp", input, 1)
+    need_tensor("logaddexp", other)
+    input, other = _float_result("logaddexp_cpu", input, other)
     # max + log1p(exp(-|a - b|)): no overflow; maximum splits the gradient evenly at a == b, where
     # the difference is taken as 0 (equal infinities would give inf - inf = nan)
     hi = ew.maximum(input, other)

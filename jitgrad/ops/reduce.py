@@ -242,12 +242,16 @@ def min(x, dim=None, keepdim=False):  # noqa: A001
 
 
 def argmax(x, dim=None, keepdim=False):
+    if x._data.dtype.kind == "b":
+        raise RuntimeError("argmax(): does not support bool input")
     if dim is None:
         return _arg_all(np.argmax, x)
     return max(x, dim, keepdim).indices
 
 
 def argmin(x, dim=None, keepdim=False):
+    if x._data.dtype.kind == "b":
+        raise RuntimeError("argmin(): does not support bool input")
     if dim is None:
         return _arg_all(np.argmin, x)
     return min(x, dim, keepdim).indices
