@@ -5,7 +5,6 @@ where PyTorch's is `Atan2Backward0`."""
 import numpy as np
 
 from jitgrad._core import dtype as _dtype
-
 from jitgrad.autograd.function import Function
 from jitgrad.graph.tensor import Tensor
 from jitgrad.graph.tensor import wrap as _wrap

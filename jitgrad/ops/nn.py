@@ -43,7 +43,7 @@ from jitgrad.kernels.norm import (
 from jitgrad.kernels.pool import avg_pool_into, k_avg_pool
 from jitgrad.kernels.shape import k_embedding
 from jitgrad.ops._common import _cap, _needs, traced
-from jitgrad.ops.elementwise import _as_float, _erf_array, _ew, exp, reciprocal, sqrt, to_dtype
+from jitgrad.ops.elementwise import _erf_array, _ew, exp, reciprocal, sqrt, to_dtype
 from jitgrad.ops.linalg import _as_array, _like, _on_device, _same_device, matmul, transpose
 from jitgrad.ops.reduce import mean, sum
 from jitgrad.ops.shape import INDEX, cat, expand, getitem, index_flat, index_put_flat, permute, reshape
