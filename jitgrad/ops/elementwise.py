@@ -19,7 +19,7 @@ from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
-from jitgrad._core.messages import c_name
+from jitgrad._core.messages import c_name, scalar_name
 from jitgrad.graph.record import record, record_ew
 from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import _ARRAYLIKE, Tensor, in_inference_mode
@@ -223,7 +223,7 @@ def rsub(t, s):
     """s - t for a Python number s (PyTorch's RsubBackward1)."""
     if not isinstance(s, _NUMBER + _ARRAYLIKE):
         raise _operand_error("sub", s, 1)
-    _no_bool_sub(t)
+    _no_bool_sub(t, s)
     out = asarray(np.subtract(s, t._data))
     out = out.astype(_scalar_dtype(t, s), copy=False)
     return _ew(RSUB, out, t, p0=float(s))
@@ -391,7 +391,15 @@ CLAMP = elementwise("clamp", "ClampBackward1", "where((self >= p0) & (self <= p1
                     saves=("self",), fparams=("min", "max"), args=("self",), fwd="clamp(self, p0, p1)")
 
 
+def _operand_check(fn, *operands):
+    """torch's signature takes Tensors only here: a number is its TypeError."""
+    for pos, v in enumerate(operands, 1):
+        if not isinstance(v, Tensor):
+            raise _operand_error(fn, v, pos)
+
+
 def clamp(x, min=None, max=None):  # noqa: A002
+    _operand_check("clamp", x)
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
@@ -488,6 +496,7 @@ MASKED_FILL_TENSOR = alias("masked_fill_tensor", WHERE, "MaskedFillBackward1")
 
 
 def masked_fill(x, mask, value):
+    _operand_check("masked_fill", x)
     if not isinstance(mask, Tensor):
         raise TypeError(f"masked_fill(): argument 'mask' (position 1) must be Tensor, not {type(mask).__name__}")
     if mask._data.dtype.kind != "b":
@@ -581,12 +590,16 @@ isfinite = _unary_logic(np.isfinite, "isfinite")
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    _operand_check("allclose", a, b)
+    if a._data.dtype != b._data.dtype:  # torch compares like dtypes only
+        raise RuntimeError(f"{scalar_name(a._data.dtype)} did not match {scalar_name(b._data.dtype)}")
     if _cap.on and _cap.mine():
         _cap.rec.stop("allclose() (a Python bool computed from tensor data)")
     return bool(np.allclose(a._data, b._data, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def equal(a, b):
+    _operand_check("equal", a, b)
     if _cap.on and _cap.mine():
         _cap.rec.stop("equal() (a Python bool computed from tensor data)")
     return a._data.shape == b._data.shape and bool((a._data == b._data).all())

@@ -237,11 +237,17 @@ def hypot(input, other):
 
 
 def addcmul(input, tensor1, tensor2, *, value=1):
+    need_tensor("addcmul", tensor1, 2)
+    need_tensor("addcmul", tensor2, 3)
+    if _dt.result_type(input, tensor1, tensor2).kind == "b":
+        raise _dt.not_implemented("addcmul_cpu_out", np.bool_)
     prod = ew.mul(tensor1, tensor2)
     return ew.add(input, prod if value == 1 else ew.mul(prod, value))
 
 
 def addcdiv(input, tensor1, tensor2, *, value=1):
+    need_tensor("addcdiv", tensor1, 2)
+    need_tensor("addcdiv", tensor2, 3)
     for t in (tensor1, tensor2):
         if isinstance(t, Tensor) and not t.is_floating_point():
             raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future release "
@@ -277,6 +283,7 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
 
 
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    need_tensor("isclose", other)
     if input.dtype != _t(other, input).dtype:
         raise RuntimeError(f"{scalar_name(input._data.dtype)} did not match "
                            f"{scalar_name(_t(other, input)._data.dtype)}")
@@ -320,16 +327,28 @@ def _beta_input(input, beta):
 
 
 def addmv(input, mat, vec, *, beta=1, alpha=1):
+    if not input._data.dtype == mat._data.dtype == vec._data.dtype:  # torch promotes none of them
+        raise RuntimeError("addmv input tensors must have the same dtype, but got " +
+                           ", ".join(scalar_name(t._data.dtype) for t in (input, mat)) +
+                           f", and {scalar_name(vec._data.dtype)}")
     out = _scaled(linalg.mv(mat, vec), alpha)
     return ew.add(_beta_input(input, beta), out)
 
 
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    if not input._data.dtype == batch1._data.dtype == batch2._data.dtype:
+        raise RuntimeError(f"Input dtypes must be the same, got: input {c_name(input._data.dtype)}, batch1: "
+                           f"{c_name(batch1._data.dtype)}, batch2: {c_name(batch2._data.dtype)}")
     out = _scaled(linalg.bmm(batch1, batch2), alpha)
     return ew.add(_beta_input(input, beta), out)
 
 
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    for name, x in (("self", input), ("mat1", batch1)):  # torch's addmm checks, against mat2
+        if x._data.dtype != batch2._data.dtype:
+            raise RuntimeError(f"{name} and mat2 must have the same dtype, but got {scalar_name(x._data.dtype)} and "
+                               f"{scalar_name(batch2._data.dtype)}")
+    refuse("addbmm_impl_cpu_", input)
     out = _scaled(reduce.sum(linalg.bmm(batch1, batch2), 0), alpha)
     return ew.add(_beta_input(input, beta), out)
 
@@ -344,6 +363,10 @@ def cross(input, other, dim=None):
 
 
 def linalg_cross(input, other, *, dim=-1):
+    refuse("cross", input)
+    if input._data.dtype != other._data.dtype:  # torch promotes neither
+        raise RuntimeError(f"expected scalar type {scalar_name(input._data.dtype)} but found "
+                           f"{scalar_name(other._data.dtype)}")
     if input.ndim != other.ndim:
         raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
     d = _wrap_dim(dim, input.ndim)
@@ -410,6 +433,8 @@ def meshgrid(*tensors, indexing=None):
     if indexing not in ("ij", "xy"):
         raise RuntimeError(f'torch.meshgrid: indexing must be one of "xy" or "ij", but received: {indexing}')
     ts = list(tensors)
+    if len({t._data.dtype for t in ts}) > 1:
+        raise RuntimeError("meshgrid expects all tensors to have the same dtype")
     swap = indexing == "xy" and len(ts) >= 2
     if swap:
         ts[0], ts[1] = ts[1], ts[0]

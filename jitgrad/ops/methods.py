@@ -53,8 +53,13 @@ for _name, _fn in _METHODS.items():
 
 Tensor.T = property(F._T)
 Tensor.mT = property(lambda self: F.transpose(self, -2, -1))
-Tensor.view_as = lambda self, other: F.reshape(self, other._data.shape)
-Tensor.reshape_as = Tensor.view_as
+def _view_as(self, other):
+    if not isinstance(other, Tensor):
+        raise TypeError(f"view_as(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
+    return F.reshape(self, other._data.shape)
+
+
+Tensor.view_as = Tensor.reshape_as = _view_as
 
 
 

@@ -12,6 +12,7 @@ PyTorch gives these samplers a zero gradient (UniformBackward0, NormalBackward*.
 results here carry the same zero gradient, recorded as a copy or a where(False, ...)."""
 import numpy as np
 
+from jitgrad._core import dtype as _dt
 from jitgrad.graph import random as _random
 from jitgrad.graph import tensor as _t
 from jitgrad.graph.random import Generator, weighted_draws
@@ -127,6 +128,9 @@ def random_(t, from_=None, to=None, *, generator=None, **kw):
 
 
 def fill_diagonal_(t, fill_value, wrap=False):
+    if not isinstance(fill_value, (int, float, bool)):
+        raise TypeError(f"fill_diagonal_(): argument 'fill_value' (position 1) must be Number, not "
+                        f"{type(fill_value).__name__}")
     shape = t._data.shape
     if len(shape) < 2:
         raise RuntimeError("dimensions must larger than 1")
@@ -177,6 +181,8 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
     """normal(mean, std) with either a Tensor, or normal(mean: float, std: float, size)."""
     _check_gen(generator, "normal")
     tensors = [x for x in (mean, std) if isinstance(x, Tensor)]
+    if isinstance(mean, Tensor) and mean._data.dtype.kind != "f":  # torch draws floats only
+        raise _dt.not_implemented("normal_kernel_cpu", mean._data.dtype)
     if not tensors:
         if size is None:
             raise TypeError("normal() received an invalid combination of arguments - got (float, float), "
@@ -224,6 +230,8 @@ randn = _random_factory(_t.randn, _standard_normal, "randn", "normal_kernel_cpu"
 def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False):
     if high is None:
         low, high = 0, low
+    if (dtype or input.dtype) is _dt.bool_ and high > 2:
+        raise RuntimeError("to - 1 is out of bounds for bool")
     return _random.randint(low, high, tuple(input._data.shape), dtype=dtype or input.dtype,
                            device=device or input.device, requires_grad=requires_grad)
 

@@ -269,6 +269,8 @@ def expand(x, *sizes):
 
 
 def expand_as(x, other):
+    if not isinstance(other, Tensor):
+        raise TypeError(f"expand_as(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
     return expand(x, other._data.shape)
 
 

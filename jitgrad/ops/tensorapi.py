@@ -42,6 +42,8 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
 
 
 def type_as(self, other):
+    if not isinstance(other, Tensor):
+        raise TypeError(f"type_as(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
     return self.to(other.dtype)
 
 

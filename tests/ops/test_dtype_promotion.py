@@ -62,6 +62,17 @@ def ab(call):
     return ("ab", call)
 
 
+def rb(call):
+    """A reflected operator (__rsub__...): Python calls it with a number only, the tensor case
+    being the other operand's forward operator."""
+    return ("rb", call)
+
+
+def pp(call):
+    """Two Python numbers (a factory's data)."""
+    return ("pp", call)
+
+
 UNARY = u(lambda m, f, A, B: f(A()))
 BINARY = b(lambda m, f, A, B: f(A(), B()))
 
@@ -78,12 +89,12 @@ nan_to_num_ t_ tril_ triu_"""
 _BINARY_NAMES = """add sub subtract mul multiply div divide true_divide pow atan2 arctan2 eq ne lt le gt ge
 logical_and logical_or logical_xor maximum minimum hypot logaddexp clamp_min clamp_max clamp clip isclose allclose
 equal add_ sub_ mul_ div_ pow_ hypot_ clamp_ clamp_min_ clamp_max_ copy_ type_as expand_as view_as reshape_as
-__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __pow__ __rpow__ __and__ __or__
-__xor__ __eq__ __ne__ __lt__ __le__ __gt__ __ge__ __iadd__ __isub__ __imul__ __itruediv__ __ipow__"""
+__add__ __sub__ __mul__ __truediv__ __pow__ __and__ __or__ __xor__ __eq__ __ne__ __lt__ __le__ __gt__ __ge__ __iadd__ __isub__ __imul__ __itruediv__ __ipow__"""
 
 FORMS = {name: UNARY for name in _UNARY_NAMES.split()}
 FORMS.update({name: UNARY for name in _UNARY_INPLACE.split()})
 FORMS.update({name: BINARY for name in _BINARY_NAMES.split()})
+FORMS.update({name: rb(lambda m, f, A, B: f(A(), B())) for name in "__radd__ __rsub__ __rmul__ __rtruediv__ __rpow__".split()})
 FORMS.update({
     # linear algebra
     "matmul": ab(lambda m, f, A, B: f(A((2, 3)), B((3, 2)))),
@@ -121,7 +132,7 @@ FORMS.update({
     "index_fill": b(lambda m, f, A, B: f(A(), 1, _idx(m, 0, 2), B())),
     "index_fill_": b(lambda m, f, A, B: f(A(), 1, _idx(m, 0, 2), B())),
     "new_full": b(lambda m, f, A, B: f(A(), (2,), B())),
-    "new_tensor": b(lambda m, f, A, B: f(A(), [B()])),
+    "new_tensor": rb(lambda m, f, A, B: f(A(), [B()])),
     # shapes and views
     "cat": b(lambda m, f, A, B: f([A(), B()])),
     "concat": b(lambda m, f, A, B: f([A(), B()])),
@@ -148,7 +159,7 @@ FORMS.update({
     "repeat": u(lambda m, f, A, B: f(A(), 2, 1)),
     "sum_to_size": u(lambda m, f, A, B: f(A(), 1, 3)),
     "__getitem__": u(lambda m, f, A, B: f(A(), (0, slice(None)))),
-    "__setitem__": b(lambda m, f, A, B: (lambda x: (f(x, (0, slice(None)), B()), x)[1])(A())),
+    "__setitem__": b(lambda m, f, A, B: (lambda x: (f(x, (0, slice(None)), B((3,))), x)[1])(A())),
     "meshgrid": ab(lambda m, f, A, B: f(A((2,)), B((3,)), indexing="ij")),
     # reductions and scans with a dim
     "cumsum": u(lambda m, f, A, B: f(A(), 1)),
@@ -178,8 +189,8 @@ FORMS.update({
     "index_copy_": ab(lambda m, f, A, B: f(A(), 1, _idx(m, 0, 2), B((2, 2)))),
     "searchsorted": ab(lambda m, f, A, B: f(A((4,)), B((2,)))),
     # factories: the dtype inferred from the numbers given
-    "tensor": b(lambda m, f, A, B: f([A(), B()]) if not isinstance(A(), m.Tensor) else f(B())),
-    "as_tensor": b(lambda m, f, A, B: f([A(), B()]) if not isinstance(A(), m.Tensor) else f(B())),
+    "tensor": pp(lambda m, f, A, B: f([A(), B()])),
+    "as_tensor": pp(lambda m, f, A, B: f([A(), B()])),
     "full": b(lambda m, f, A, B: f((2,), B())),
     "full_like": b(lambda m, f, A, B: f(A(), B())),
     "arange": b(lambda m, f, A, B: f(B()) if isinstance(A(), m.Tensor) else f(A(), B() + 3)),
@@ -329,6 +340,10 @@ def _pairs(kind):
         return [("dim", d, "dim", "float32") for d in DTYPES]
     if kind == "ab":
         return [("dim", da, "dim", db) for da in DTYPES for db in DTYPES]
+    if kind == "rb":
+        return [(ka, da, "py", db) for ka in ("dim", "0d") for da in DTYPES for db in PY]
+    if kind == "pp":
+        return [("py", da, "py", db) for da in PY for db in PY]
     out = []
     for ka, kb in itertools.product(KINDS, KINDS):
         if ka == kb == "py":
