@@ -857,7 +857,13 @@ def _arange_error(start, end, step):
     return None
 
 
+def _scalar_arg(v):
+    """A 0-d tensor given for a number (torch takes it as its Scalar; the dtype follows its value)."""
+    return v.item() if isinstance(v, Tensor) and v._data.ndim == 0 else v
+
+
 def arange(start, end=None, step=1, dtype=None, requires_grad=False, device=None):
+    start, end, step = _scalar_arg(start), _scalar_arg(end), _scalar_arg(step)
     if end is None:
         start, end = 0, start
         if not _number(end):  # torch.arange(x) names x 'end'
@@ -897,7 +903,16 @@ def _spaced(fn, start, end, steps, npd, calc, fused):
         return np.where(i < steps // 2, wide(lo) + step * i, wide(hi) - step * (steps - 1 - i)).astype(calc)
 
 
+def _space_ends(fn, start, end):
+    if isinstance(start, Tensor) and start._data.ndim or isinstance(end, Tensor) and end._data.ndim:
+        nd = [v._data.ndim if isinstance(v, Tensor) else 0 for v in (start, end)]
+        raise RuntimeError(f"{fn} only supports 0-dimensional start and end tensors, but got start with {nd[0]} "
+                           f"dimension(s) and end with {nd[1]} dimension(s).")
+    return _scalar_arg(start), _scalar_arg(end)
+
+
 def linspace(start, end, steps, dtype=None, requires_grad=False, device=None):
+    start, end = _space_ends("linspace", start, end)
     npd = _dtype_arg(dtype, "linspace") or _dtype.get_default_dtype().np
     dev = _device.check(device, "linspace")
     calc = npd if npd.kind == "f" else np.dtype(np.float64)  # integer results: a float64 step, truncated
@@ -905,6 +920,7 @@ def linspace(start, end, steps, dtype=None, requires_grad=False, device=None):
 
 
 def logspace(start, end, steps, base=10.0, dtype=None, requires_grad=False, device=None):
+    start, end = _space_ends("logspace", start, end)
     npd = _dtype_arg(dtype, "logspace") or _dtype.get_default_dtype().np
     dev = _device.check(device, "logspace")
     # torch computes the powers in double whatever the dtype, then casts

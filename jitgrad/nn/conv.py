@@ -71,6 +71,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if not isinstance(input, Tensor) or not isinstance(weight, Tensor):
         raise TypeError("conv2d(): argument 'input' and 'weight' must be Tensor")
     x, w = input._data, weight._data
+    if x.dtype.kind == "b":
+        raise _dtype.not_implemented("slow_conv2d_cpu", x.dtype)
     if x.ndim not in (3, 4):
         raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: "
                            f"{size_str(x.shape)}")
@@ -196,6 +198,8 @@ def _pool_out(size, k, s, p, d, ceil_mode):
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """Max over kh x kw windows of input (N, C, H, W) or (C, H, W)."""
     x = input._data
+    if x.dtype.kind == "b":
+        raise _dtype.not_implemented("max_pool2d", x.dtype)
     if x.ndim not in (3, 4) or x.size == 0 and x.ndim == 3:
         raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
     kernel = _pair(kernel_size, "kernel_size")

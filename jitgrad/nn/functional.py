@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 
+from jitgrad._core import dtype as _dtype
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.messages import torch_size
 from jitgrad.graph.tensor import Tensor, _rng, place
@@ -84,6 +85,7 @@ def dropout(input, p=0.5, training=True, inplace=False):
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    input, target = _F.promote_float("mse_cpu", input, target)
     return _reduce((input - target) ** 2, _legacy_reduction(size_average, reduce, reduction))
 
 
@@ -118,6 +120,18 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     return _reduce(loss, reduction)
 
 
+def _bce_logits_dtypes(input, target):
+    """torch: float logits only, and a target whose dtype can take the float result."""
+    if input._data.dtype.kind != "f":
+        raise _dtype.not_implemented("log_sigmoid_cpu", input._data.dtype)
+    k = target._data.dtype.kind
+    if k == "b":
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+                           "`logical_xor()` operator instead.")
+    if k != "f":
+        raise _dtype.cast_error(input._data.dtype, target._data.dtype)
+
+
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction="mean", pos_weight=None):
     """(1 - t) x + (1 + (pw - 1) t) softplus(-x). softplus(-x) is written with where() on
@@ -125,6 +139,9 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     sigmoid(0) - t (relu's and abs's subgradient 0 there would be off by 0.5); both
     branches stay finite for any x, so the unselected one cannot leak nan."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    _bce_logits_dtypes(input, target)
+    if input._data.dtype != target._data.dtype:  # torch computes into a copy of the target: its dtype
+        input = _F.to_dtype(input, target.dtype)
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Target size ({torch_size(target.shape)}) must be the same as input size "
                          f"({torch_size(input.shape)})")

@@ -6,7 +6,8 @@ import warnings
 
 import numpy as np
 
-from jitgrad._core.messages import torch_size
+from jitgrad._core import dtype as _dtype
+from jitgrad._core.messages import scalar_name, torch_size
 from jitgrad.autograd.function import Function
 from jitgrad.ops import functional as _F
 from jitgrad.ops.nn import _legacy_reduction, _reduce
@@ -51,6 +52,11 @@ class _BinaryCrossEntropy(Function):
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    if input._data.dtype.kind != "f":
+        raise _dtype.not_implemented("binary_cross_entropy", input._data.dtype)
+    if target._data.dtype != input._data.dtype:  # torch casts neither
+        raise RuntimeError(f"Found dtype {scalar_name(target._data.dtype)} but expected "
+                           f"{scalar_name(input._data.dtype)}")
     _same_size(input, target)
     x = input._array()
     if np.any(~((x >= 0) & (x <= 1))):
@@ -73,6 +79,7 @@ def _piecewise(d, threshold, inner, outer):
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     if beta < 0:
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    input, target = _F.promote_float("smooth_l1_cpu", input, target)
     d = input - target
     if beta == 0:
         loss = _F.abs(d)
@@ -84,6 +91,13 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    dt = _dtype.result_type(input, target)
+    if dt.kind == "f" and input._data.dtype.kind != "f":  # torch writes the loss at the input's dtype
+        raise _dtype.cast_error(dt, input._data.dtype)
+    if dt.kind != "f":
+        raise _dtype.not_implemented("huber_cpu", dt)
+    if target._data.dtype != input._data.dtype:  # even a wider target: the loss stays at the input's dtype
+        target = _F.to_dtype(target, input.dtype)
     loss = _piecewise(input - target, delta, lambda d: 0.5 * d * d, lambda a: delta * (a - 0.5 * delta))
     if weight is not None:
         loss = loss * weight
@@ -92,6 +106,9 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
 
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    if input._data.dtype.kind != "f" or target._data.dtype.kind != "f":
+        raise RuntimeError("kl_div: Integral inputs not supported.")
+    input, target = _F.promote_float("kl_div", input, target)
     if log_target:
         loss = _F.exp(target) * (target - input)
     else:

@@ -6,6 +6,8 @@ bounds) and stays finite where a naive formula overflows (softplus of a large in
 import functools
 import inspect
 
+from jitgrad._core import dtype as _dtype
+from jitgrad._core.messages import scalar_name
 from jitgrad.ops import elementwise as ew
 from jitgrad.ops import reduce, shape
 from jitgrad.ops._common import refuse
@@ -148,6 +150,10 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    if _dtype.result_type(x1, x2).kind != "f":
+        raise RuntimeError("expected common dtype to be floating point, yet common dtype is "
+                           f"{scalar_name(_dtype.result_type(x1, x2))}")
+    x1, x2 = ew.promote_float("cosine_similarity", x1, x2)
     n1 = ew.clamp(vector_norm(x1, 2, dim, keepdim=True), min=eps)
     n2 = ew.clamp(vector_norm(x2, 2, dim, keepdim=True), min=eps)
     return reduce.sum(ew.mul(ew.div(x1, n1), ew.div(x2, n2)), dim)

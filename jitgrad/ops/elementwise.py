@@ -255,6 +255,16 @@ def div(a, b, rounding_mode=None):
     return _binary(DIV, np.true_divide, a, b)
 
 
+def promote_float(kernel, *operands):
+    """The operands of an op torch computes in floats only (hypot, mse_loss...), cast to their
+    torch.result_type; an int or bool result type is torch's NotImplementedError."""
+    dt = _dtype.result_type(*operands)
+    if dt.kind != "f":
+        raise _dtype.not_implemented(kernel, dt)
+    d = _dtype.from_numpy_dtype(dt)
+    return tuple(x if not isinstance(x, Tensor) or x._data.dtype == dt else to_dtype(x, d) for x in operands)
+
+
 def _as_float(t):
     if isinstance(t, Tensor) and t._data.dtype.kind != "f":
         return to_dtype(t, _dtype.get_default_dtype())

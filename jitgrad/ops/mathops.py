@@ -232,11 +232,12 @@ def exp2(input):
 def hypot(input, other):
     need_tensor("hypot", input, 1)
     need_tensor("hypot", other)
-    input, other = _float_result("hypot_cpu", input, other)
+    input, other = ew.promote_float("hypot_cpu", input, other)
     return ew.sqrt(ew.add(ew.mul(input, input), ew.mul(other, other)))
 
 
 def addcmul(input, tensor1, tensor2, *, value=1):
+    need_tensor("addcmul", input, 1)
     need_tensor("addcmul", tensor1, 2)
     need_tensor("addcmul", tensor2, 3)
     if _dt.result_type(input, tensor1, tensor2).kind == "b":
@@ -246,6 +247,7 @@ def addcmul(input, tensor1, tensor2, *, value=1):
 
 
 def addcdiv(input, tensor1, tensor2, *, value=1):
+    need_tensor("addcdiv", input, 1)
     need_tensor("addcdiv", tensor1, 2)
     need_tensor("addcdiv", tensor2, 3)
     for t in (tensor1, tensor2):
@@ -283,6 +285,7 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
 
 
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    need_tensor("isclose", input, 1)
     need_tensor("isclose", other)
     if input.dtype != _t(other, input).dtype:
         raise RuntimeError(f"{scalar_name(input._data.dtype)} did not match "
@@ -349,7 +352,8 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
             raise RuntimeError(f"{name} and mat2 must have the same dtype, but got {scalar_name(x._data.dtype)} and "
                                f"{scalar_name(batch2._data.dtype)}")
     refuse("addbmm_impl_cpu_", input)
-    out = _scaled(reduce.sum(linalg.bmm(batch1, batch2), 0), alpha)
+    # summed at the batches' dtype (a plain sum would give int64 for int32)
+    out = _scaled(reduce.sum(linalg.bmm(batch1, batch2), 0, dtype=_dt.from_numpy_dtype(batch1._data.dtype)), alpha)
     return ew.add(_beta_input(input, beta), out)
 
 
@@ -455,6 +459,12 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
                            f"cdist only supports at least 2D tensors, X2 got: {x2.ndim}D")
     if x1.shape[-1] != x2.shape[-1]:
         raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}")
+    for name, x in (("X1", x1), ("X2", x2)):
+        if x._data.dtype.kind != "f":
+            raise RuntimeError(f"cdist only supports floating-point dtypes, {name} got: {scalar_name(x._data.dtype)}")
+    if x1._data.dtype != x2._data.dtype:
+        raise RuntimeError(f"expected scalar type {scalar_name(x1._data.dtype)} but found "
+                           f"{scalar_name(x2._data.dtype)}")
     diffs = ew.sub(shape.unsqueeze(x1, -2), shape.unsqueeze(x2, -3))
     return vector_norm(diffs, p, -1)
 
@@ -464,15 +474,6 @@ def _constant_of(x, values):
     """values (computed from x) as a result of x whose gradient is zeros: PyTorch's rule for
     floor, round..., which still require grad."""
     return ew.where(tensor(True), _wrap(values), x)
-
-
-def _float_result(kernel, a, b):
-    """ops torch computes in floats only, at the promoted dtype (hypot, logaddexp): the
-    operands cast to it."""
-    dt = _dt.result_type(a, b)
-    if dt.kind != "f":
-        raise _dt.not_implemented(kernel, dt)
-    return tuple(x if x._data.dtype == dt else ew.to_dtype(x, _dt.from_numpy_dtype(dt)) for x in (a, b))
 
 
 def _rounding(npfn, name):
@@ -525,7 +526,7 @@ def tan(input):
 def logaddexp(input, other):
     need_tensor("logaddexp", input, 1)
     need_tensor("logaddexp", other)
-    input, other = _float_result("logaddexp_cpu", input, other)
+    input, other = ew.promote_float("logaddexp_cpu", input, other)
     # max + log1p(exp(-|a - b|)): no overflow; maximum splits the gradient evenly at a == b, where
     # the difference is taken as 0 (equal infinities would give inf - inf = nan)
     hi = ew.maximum(input, other)

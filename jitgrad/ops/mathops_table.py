@@ -1,4 +1,5 @@
 """The math, statistics, einsum and activation ops' names: jitgrad.<name> and Tensor.<name>."""
+from jitgrad._core import dtype as _dt
 from jitgrad.ops import activations, einsum, mathops
 from jitgrad.ops.inplace import _apply
 
@@ -21,6 +22,8 @@ FUNCTIONS["sgn"] = mathops.ew.sign
 
 def _inplace(fn):
     def method(self, *args, **kwargs):
+        if fn.__name__ in ("cumsum", "cumprod") and self._data.dtype.kind == "b":  # the int64 sum can't go back
+            raise _dt.not_implemented(fn.__name__ + "_out_cpu", self._data.dtype)
         return _apply(self, lambda old: fn(old, *args, **kwargs), *[a for a in args if hasattr(a, "_data")])
     method.__name__ = method.__qualname__ = fn.__name__ + "_"
     return method

@@ -966,10 +966,21 @@ BATCH_NORM = structural("batch_norm", "NativeBatchNormBackward0", args=("input",
 GROUP_NORM = alias("group_norm", BATCH_NORM, "NativeGroupNormBackward0")
 
 
+def _mixed_dtype(input, *params):
+    """torch's CPU norms take parameters of the input's dtype only (no promotion)."""
+    d = input._data.dtype
+    for p in params:
+        if isinstance(p, Tensor) and p._data.dtype != d:
+            raise RuntimeError(f"mixed dtype (CPU): expect parameter to have scalar type of {scalar_name(d)}")
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """torch.nn.functional.batch_norm over dim 1 of (N, C, *): in training the batch's
     statistics normalise, and update the running ones in place (the unbiased variance, as
     torch; their version counters do not move, as torch's); otherwise the running ones do."""
+    if input._data.dtype.kind != "f":
+        raise _dtype.not_implemented("batch_norm", input._data.dtype)
+    _mixed_dtype(input, running_mean, running_var, weight, bias)
     shape = tuple(input.shape)
     if len(shape) < 2:
         if training and (not shape or shape[0] == 1):
@@ -1006,6 +1017,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """torch.nn.functional.group_norm: per sample, over each group of channels and the spatial dims."""
+    _mixed_dtype(input, weight, bias)
     shape = tuple(input.shape)
     if len(shape) < 2:
         raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {len(shape)}")

@@ -128,6 +128,8 @@ def random_(t, from_=None, to=None, *, generator=None, **kw):
 
 
 def fill_diagonal_(t, fill_value, wrap=False):
+    if isinstance(fill_value, Tensor) and fill_value._data.ndim == 0:
+        fill_value = fill_value.item()  # torch takes a 0-d tensor as the number
     if not isinstance(fill_value, (int, float, bool)):
         raise TypeError(f"fill_diagonal_(): argument 'fill_value' (position 1) must be Number, not "
                         f"{type(fill_value).__name__}")
@@ -181,8 +183,9 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
     """normal(mean, std) with either a Tensor, or normal(mean: float, std: float, size)."""
     _check_gen(generator, "normal")
     tensors = [x for x in (mean, std) if isinstance(x, Tensor)]
-    if isinstance(mean, Tensor) and mean._data.dtype.kind != "f":  # torch draws floats only
-        raise _dt.not_implemented("normal_kernel_cpu", mean._data.dtype)
+    decides = mean if isinstance(mean, Tensor) else std  # the tensor whose dtype the draws take
+    if isinstance(decides, Tensor) and decides._data.dtype.kind != "f":  # torch draws floats only
+        raise _dt.not_implemented("normal_kernel_cpu", decides._data.dtype)
     if not tensors:
         if size is None:
             raise TypeError("normal() received an invalid combination of arguments - got (float, float), "
