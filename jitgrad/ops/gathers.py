@@ -22,7 +22,7 @@ from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import Tensor, _wrap_dim
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.ops import inplace as _inplace
-from jitgrad.ops._common import _needs, refuse
+from jitgrad.ops._common import _needs, need_tensor, refuse
 from jitgrad.ops.elementwise import add, mul, where
 from jitgrad.ops.elementwise import where as _where3
 from jitgrad.ops.shape import INDEX, expand, index_flat, index_put_flat, reshape
@@ -317,6 +317,10 @@ def index_add(input, dim, index, source, *, alpha=1):  # noqa: A002
 
 
 def index_fill(input, dim, index, value):  # noqa: A002
+    need_tensor("index_fill", input, 1)
+    if isinstance(value, Tensor) and value._data.ndim:
+        raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                           f"{value._data.ndim} dimension(s).")
     idx = _index_vector("index_fill", index, False, IndexError, "index_fill_(): Expected dtype int64 for index.")
     pos, _ = _index_positions(input, dim, idx)
     return _filled(input, pos.reshape(-1), _as_value(value, input), "index_fill")

@@ -263,12 +263,17 @@ def addcdiv(input, tensor1, tensor2, *, value=1):
 
 
 def lerp(input, end, weight):
-    # torch: end and a tensor weight of input's dtype, which must be a float
-    for name, v in (("end", end), ("weight", weight)):
-        if isinstance(v, Tensor) and v._data.dtype != input._data.dtype:
+    # torch: end of input's dtype; a dimensioned weight too; a 0-d weight promotes like a number
+    need_tensor("lerp", end)
+    tensor_weight = isinstance(weight, Tensor)
+    for name, v in (("end", end), ("weight", weight if tensor_weight and weight._data.ndim else end)):
+        if v._data.dtype != input._data.dtype:
             raise RuntimeError(f"expected dtype {c_name(input._data.dtype)} for `{name}` but got dtype "
                                f"{c_name(v._data.dtype)}")
-    refuse("lerp_kernel_scalar" if not isinstance(weight, Tensor) else "lerp_kernel_tensor", input, ints=True)
+    kernel = "lerp_kernel_tensor" if tensor_weight else "lerp_kernel_scalar"
+    if tensor_weight and not weight._data.ndim:
+        input, end, weight = ew.promote_float(kernel, input, end, weight)
+    refuse(kernel, input, ints=True)
     return ew.add(input, ew.mul(weight, ew.sub(end, input)))
 
 

@@ -30,6 +30,7 @@ def with_out(name, fn, factory=False):
         return _into(name, fn, out, args, kwargs, warn=not factory)
     op.__name__ = op.__qualname__ = getattr(fn, "__name__", name)
     op.__doc__ = fn.__doc__
+    op.__wrapped__ = fn  # inspect.unwrap: the op itself (its Tensor method is fn)
     return op
 
 

@@ -58,8 +58,8 @@ def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001
     dims = _dims(x, dim)
     d = x._data
     out = d.sum(axis=dims, keepdims=keepdim)
-    if d.dtype.kind in "bi":
-        out = out.astype(np.int64)
+    if d.dtype.kind in "bi":  # torch sums ints and bools in int64, unless dtype= says otherwise
+        out = out.astype(np.int64 if dtype is None else d.dtype)
     return _reduce(SUM_ALL, SUM, x, dim, keepdim, out, 1.0)
 
 
