@@ -115,6 +115,8 @@ def result_type(*operands):
     for x in operands:
         d = getattr(x, "_data", x)  # a Tensor: its array
         dt = getattr(d, "dtype", None)
+        if isinstance(dt, dtype):  # a tensor-like without an array (vmap's BatchedTensor): its own ndim
+            dt = dt.np
         if dt is None:
             dt = number_dtype(d)
             number = dt if number is None else promote_types(number, dt)

@@ -262,7 +262,14 @@ def promote_float(kernel, *operands):
     if dt.kind != "f":
         raise _dtype.not_implemented(kernel, dt)
     d = _dtype.from_numpy_dtype(dt)
-    return tuple(x if not isinstance(x, Tensor) or x._data.dtype == dt else to_dtype(x, d) for x in operands)
+    out = []
+    for x in operands:
+        if isinstance(x, Tensor):
+            x = x if x._data.dtype == dt else to_dtype(x, d)
+        elif getattr(x, "dtype", None) is not None and x.dtype is not d:  # vmap's BatchedTensor
+            x = x.to(d)
+        out.append(x)
+    return tuple(out)
 
 
 def _as_float(t):
@@ -414,12 +421,13 @@ def clamp(x, min=None, max=None):  # noqa: A002
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
         return _clamp_tensor(x, min, max)
-    # the bounds take part in the promotion: an int tensor clamped at 1.5 gives floats, as torch
-    dt = _dtype.result_type(x, *[v for v in (min, max) if v is not None])
-    if dt.kind == "b":
-        raise _dtype.not_implemented("clamp_scalar_cpu", dt)
-    if dt != x._data.dtype:
-        x = to_dtype(x, _dtype.from_numpy_dtype(dt))
+    if x._data.dtype.kind != "f":  # (a float tensor keeps its dtype whatever the numbers)
+        # the bounds take part in the promotion: an int tensor clamped at 1.5 gives floats, as torch
+        dt = _dtype.result_type(x, *[v for v in (min, max) if v is not None])
+        if dt.kind == "b":
+            raise _dtype.not_implemented("clamp_scalar_cpu", dt)
+        if dt != x._data.dtype:
+            x = to_dtype(x, _dtype.from_numpy_dtype(dt))
     lo = -math.inf if min is None else float(min)
     hi = math.inf if max is None else float(max)
     out = np.clip(x._data, lo, hi).astype(x._data.dtype, copy=False)

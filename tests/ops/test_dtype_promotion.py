@@ -401,3 +401,69 @@ def test_result_dtype_is_torchs(label, form, jfn, tfn):
 
 def _name(o):
     return o.__name__ if isinstance(o, type) else o
+
+
+# --- the promotion rule itself, and the values of the cases the issue named --------------------
+def _operand(m, kind, dt):
+    return _maker(m, kind, dt)()
+
+
+@pytest.mark.parametrize("ka,kb", [(a, b) for a in KINDS for b in KINDS if not a == b == "py"])
+def test_result_type_is_torchs(ka, kb):
+    """jitgrad._core.dtype.result_type, the one rule every op asks, against torch.result_type;
+    can_cast and promote_types against torch's too."""
+    from jitgrad._core import dtype as D
+    for da in KINDS[ka]:
+        for db in KINDS[kb]:
+            a, b = _operand(jitgrad, ka, da), _operand(jitgrad, kb, db)
+            want = torch.result_type(_operand(torch, ka, da), _operand(torch, kb, db))
+            assert str(D.from_numpy_dtype(D.result_type(a, b))) == str(want), (ka, da, kb, db)
+            if ka != "py" and kb != "py":
+                ta, tb = getattr(torch, da), getattr(torch, db)
+                assert D.can_cast(a._data.dtype, b._data.dtype) == torch.can_cast(ta, tb), (da, db)
+                assert str(D.from_numpy_dtype(D.promote_types(a._data.dtype, b._data.dtype))) == \
+                    str(torch.promote_types(ta, tb)), (da, db)
+
+
+def _same(j, t):
+    assert str(j.dtype) == str(t.dtype)
+    assert j.flatten().tolist() == pytest.approx(t.flatten().tolist(), rel=1e-6)
+
+
+def test_issue_cases_values():
+    """The cases issue 25 found, by value as well as dtype."""
+    for dt in ("int64", "int32", "bool"):
+        y = [1, 0, 1]
+        _same(jitgrad.tensor(y, dtype=getattr(jitgrad, dt)).clone(), torch.tensor(y, dtype=getattr(torch, dt)).clone())
+    _same(jitgrad.tensor([-2, 3]).relu(), torch.tensor([-2, 3]).relu())
+    # cat / stack of int64 with float32: float32 (numpy would say float64)
+    ji, jf = jitgrad.tensor([2**24 + 1, 3]), jitgrad.tensor([0.5, 1.5])
+    ti, tf = torch.tensor([2**24 + 1, 3]), torch.tensor([0.5, 1.5])
+    _same(jitgrad.cat([ji, jf]), torch.cat([ti, tf]))
+    _same(jitgrad.stack([jf, ji]), torch.stack([tf, ti]))
+    _same(jitgrad.atan2(jf, jitgrad.tensor(2.0, dtype=jitgrad.float64)),
+          torch.atan2(tf, torch.tensor(2.0, dtype=torch.float64)))
+    _same(jitgrad.clamp(jitgrad.tensor([1, 2, 3]), 1.5), torch.clamp(torch.tensor([1, 2, 3]), 1.5))
+    _same(jitgrad.clamp(jitgrad.tensor([1, 2, 3]), max=2.5), torch.clamp(torch.tensor([1, 2, 3]), max=2.5))
+    lo, hi = [0.5, 2.5, 1.0], [1.0, 3.0, 2.0]
+    _same(jitgrad.clamp(jitgrad.tensor([1, 2, 3]), jitgrad.tensor(lo), jitgrad.tensor(hi)),
+          torch.clamp(torch.tensor([1, 2, 3]), torch.tensor(lo), torch.tensor(hi)))
+    logits, target = [[0.2, 0.5, 0.3]], [1]
+    with pytest.raises(RuntimeError, match="^expected scalar type Double but found Float"):
+        JF.cross_entropy(jitgrad.tensor(logits, dtype=jitgrad.float64), jitgrad.tensor(target),
+                         weight=jitgrad.ones(3))
+    with pytest.raises(RuntimeError, match="^expected scalar type Double but found Float"):
+        TF.cross_entropy(torch.tensor(logits, dtype=torch.float64), torch.tensor(target), weight=torch.ones(3))
+    with pytest.raises(RuntimeError, match="^result type Float can't be cast to the desired output type Long"):
+        jitgrad.tensor([1, 2]).add_(0.5)
+
+
+def test_clamp_tensor_bounds_gradient():
+    """clamp with tensor bounds: each operand gets the gradient where it is the result, as torch."""
+    vals, lo, hi = [0.1, 0.5, 0.9, 0.3], [0.2, 0.2, 0.2, 0.4], [0.8, 0.8, 0.8, 0.35]
+    grads = []
+    for m in (jitgrad, torch):
+        ts = [m.tensor(v, dtype=m.float64, requires_grad=True) for v in (vals, lo, hi)]
+        m.clamp(*ts).sum().backward()
+        grads.append([t.grad.tolist() for t in ts])
+    assert grads[0] == grads[1]
