@@ -759,10 +759,10 @@ def _size_arg(size, fn):
     return size
 
 
-def _finish(arr, requires_grad, draw=None):
+def _finish(arr, requires_grad, draw=None, inputs=()):
     """The factories' tensor. In a jitgrad.compile recording it is a constant of the plan,
-    or, when `draw` (() -> (a new array,)) is given, a Python instruction that draws it
-    afresh at every replay."""
+    or, when `draw` (input arrays -> (a new array,)) is given, a Python instruction that
+    draws it afresh at every replay from the tensors `inputs`' values then."""
     _check_requires_grad(arr, requires_grad)
     t = Tensor._make(arr)
     t._requires_grad = bool(requires_grad)
@@ -772,10 +772,22 @@ def _finish(arr, requires_grad, draw=None):
         if requires_grad:
             _stop("a tensor requiring grad created in the step (a new leaf at every call)")
         elif draw is not None:
-            _cap.rec.python(draw, (), (t,), "a random draw")
+            _cap.rec.python(draw, inputs, (t,), "a random draw")
         else:
             _cap.rec.constant_tensor(t)
     return t
+
+
+def drawn(draw, inputs=(), requires_grad=False):
+    """The tensor of a random op: draw(*the inputs' arrays) -> (its array,), drawing from
+    the generator it names at the time it is called. Every random op of jitgrad makes its
+    result here (or breaks the recording, as the in-place fills do): a jitgrad.compile
+    replay calls `draw` again at the same point of the step, on that call's input values,
+    so it gets the numbers eager would get from the generator's state then and leaves
+    the generator where eager would. A result made any other way would be a constant of
+    the plan: the first call's draw, replayed forever."""
+    (arr,) = draw(*(t._data for t in inputs))
+    return _finish(arr, requires_grad, draw, inputs)
 
 
 def _factory(fill, fn, float_only=None, random=False, const=None):
@@ -791,10 +803,11 @@ def _factory(fill, fn, float_only=None, random=False, const=None):
             raise NotImplementedError(f"\"{float_only}\" not implemented for '{scalar_name(npd)}'")
         # CUDA tensors are filled on the host and copied over: the random ones draw from
         # the same generator as the CPU's, so a seed gives the same numbers on both
-        draw = (lambda: (place(fill(shape, npd), dev),)) if random else None
+        if random:
+            return drawn(lambda: (place(fill(shape, npd), dev),), (), requires_grad)
         if const is not None and dev.type == "cuda":
             return _finish(filled(shape, npd, const, dev), requires_grad)
-        return _finish(place(fill(shape, npd), dev), requires_grad, draw)
+        return _finish(place(fill(shape, npd), dev), requires_grad)
     make.__name__ = fn
     return make
 
