@@ -155,10 +155,13 @@ def _give_graph(plan, made, tensors):
     if gp.vdst.size:
         scheduler().copy_saved(gp.vdst, gp.vsrc, plan.vals, v)
     tape.keep = [plan.arena]
-    for slot, arr, row in gp.ext:  # a parameter changed in place before backward is caught, as in eager
+    # what eager's graph would have saved, checked at backward as eager's (plan._version_checks):
+    # a parameter, an argument or a returned tensor changed in place before backward() raises
+    for slot, row, arr, arg, out in gp.checks:
+        src = arr if arr is not None else tensors[arg]._data if arg is not None else made[out]._data
         slots[slot * SW + S_KEEP] = len(tape.keep)
-        tape.keep.append(arr)
-        tape.kept.append((slot, row, versions.stamp(arr)))
+        tape.keep.append(src)
+        tape.kept.append((slot, row, versions.version(src)))
     for col, arr in ((tape.hdr, gp.hdr), (tape.edges, gp.edges), (tape.fp, gp.fp), (tape.slots, slots),
                      (tape.v64 if v.dtype == np.float64 else tape.v32, v)):
         col.frombytes(arr.tobytes())
@@ -170,6 +173,8 @@ def _give_graph(plan, made, tensors):
     # ...and so must the ops on the current tape: a backward sweeps tapes newest first, so
     # edges may only go from a newer tape into an older one (engine/compiled._tapes_from)
     close_current_tape()
+    for row, arr, arg in gp.consts:  # one-element values copied into the tape: as in eager (ops/inplace.py)
+        tape.note_inline_const(arr if arr is not None else tensors[arg]._data, row)
     for row, acc, arg in gp.leaves:
         if acc is None:
             acc = _accumulator(tensors[arg])

@@ -57,7 +57,7 @@ def test_two_forwards_before_one_backward_and_an_argument_that_requires_grad():
 
 def test_a_parameter_changed_in_place_before_backward_is_caught_as_in_eager():
     m = jitgrad.compile(Net(jitgrad.float64))
-    x = jitgrad.tensor(np.ones((2, 6)))
+    x = jitgrad.tensor(np.ones((2, 6)), requires_grad=True)  # (so w * x saves w)
     m(x)  # recorded
     a, _ = m(x)  # replayed: a graph over this call's values
     with jitgrad.no_grad():
@@ -79,3 +79,82 @@ def test_each_call_keeps_its_own_values():
         first.sum().backward()
         outs[name] = [p.grad for p in m.parameters()]
     close(outs["compiled"], outs["eager"])
+
+
+# --- in-place writes between a compiled forward and backward(), against PyTorch ------------------
+class Saver:
+    """Modules whose graphs save a parameter, a buffer, the arguments or their own output (or
+    not: x * w saves no w when x needs no gradient), built alike for jitgrad and torch."""
+
+    def __init__(self, lib, kind):
+        dt = lib.float64
+        m = lib.nn.Module()
+        m.w = lib.nn.Parameter(lib.tensor(np.linspace(-1.0, 1.0, 6), dtype=dt))
+        m.s = lib.nn.Parameter(lib.tensor(0.7, dtype=dt))
+        m.register_buffer("scale", lib.tensor(np.linspace(0.5, 1.5, 6), dtype=dt))
+        forward = {"tanh": lambda x, c: (m.w * x).tanh(),          # saves x (w's gradient) and its result
+                   "w*x": lambda x, c: (m.w * x + c).sum(0),      # saves x only
+                   "s*x": lambda x, c: (x * m.s).exp(),            # one-element s, not saved
+                   "s*w*x": lambda x, c: (m.s * m.w * x).sum(),    # one-element s, saved
+                   "w*c": lambda x, c: (m.w * c).sum(0),           # a one-element argument, saved
+                   "buffer": lambda x, c: (m.w * m.scale * x).sum(),
+                   "x*c*w": lambda x, c: (x * c * m.w).sum()}[kind]
+        m.forward = forward
+        self.m, self.lib = m, lib
+
+
+WRITES = {  # what is written in place (under no_grad) between the forward and backward()
+    "w.mul_": lambda m, x, c, out: m.w.mul_(2.0),
+    "w.zero_": lambda m, x, c, out: m.w.zero_(),
+    "w[0] = 5": lambda m, x, c, out: m.w.__setitem__(0, 5.0),
+    "w.copy_": lambda m, x, c, out: m.w.copy_(m.w * 0 + 1),
+    "w.data.mul_ (not seen)": lambda m, x, c, out: m.w.data.mul_(2.0),
+    "s.mul_": lambda m, x, c, out: m.s.mul_(2.0),
+    "scale.mul_": lambda m, x, c, out: m.scale.mul_(2.0),
+    "x.mul_": lambda m, x, c, out: x.mul_(2.0),
+    "c.add_": lambda m, x, c, out: c.add_(1.0),
+    "out.mul_": lambda m, x, c, out: out.mul_(2.0),
+    "SGD step": lambda m, x, c, out: m.w.sub_(0.1 * m.w),
+    "nothing": lambda m, x, c, out: None,
+}
+
+
+def _inplace_then_backward(lib, kind, write, compiled, which):
+    """The error message, or the parameters' gradients, of backward() through call `which`
+    of three after `write`."""
+    m = Saver(lib, kind).m
+    f = jitgrad.compile(m) if compiled else m
+    calls = []
+    for k in range(3):
+        x = lib.tensor(np.linspace(0.1, 0.9, 12).reshape(2, 6) * (k + 1), dtype=lib.float64)
+        c = lib.tensor(0.5 + k, dtype=lib.float64)
+        calls.append((f(x, c), x, c))
+    out, x, c = calls[which]
+    with lib.no_grad():
+        WRITES[write](m, x, c, out)
+    try:
+        out.sum().backward()
+    except RuntimeError as e:
+        return str(e)
+    return [None if p.grad is None else p.grad.numpy().copy() for p in (m.w, m.s)]
+
+
+@pytest.mark.parametrize("kind", ["tanh", "w*x", "s*x", "s*w*x", "w*c", "buffer", "x*c*w"])
+def test_an_in_place_write_before_backward_raises_where_eager_raises(kind):
+    """torch's eager result for every write, on the last call's graph and on an earlier
+    one's: its "modified by an inplace operation" error, or its gradients (a write to a
+    value no gradient reads is no error)."""
+    torch = pytest.importorskip("torch")
+    for which in (2, 0):
+        for write in WRITES:
+            want = _inplace_then_backward(torch, kind, write, False, which)
+            got = _inplace_then_backward(jitgrad, kind, write, True, which)
+            msg = f"{kind}, {write}, call {which}"
+            if isinstance(want, str):
+                assert isinstance(got, str), f"{msg}: torch raised {want[:80]!r}, compiled gave {got}"
+                assert got.startswith("one of the variables needed for gradient computation has been modified "
+                                      "by an inplace operation"), f"{msg}: {got}"
+                assert want.startswith(got[:90]), msg
+            else:
+                assert not isinstance(got, str), f"{msg}: compiled raised {got[:80]!r}, torch did not"
+                close(got, [None if g is None else g for g in want], msg=msg)
