@@ -276,10 +276,10 @@ class Plan:
         gp.leaves = [(row, acc, None) if t is not None else (row, None, arg)
                      for row, acc in tape.leaves.items() for t, arg in [_target(rec, acc.variable)]]
         gp.outputs = {k: (rec.values[k].tensor._row, rec.values[k].tensor._output_nr) for k in live}
-        self._version_checks(rec, tape, gp)
+        self._version_checks(rec, tape, gp, set(outputs))
         return gp
 
-    def _version_checks(self, rec, tape, gp):
+    def _version_checks(self, rec, tape, gp, outputs):
         """What each call's graph checks at backward, as eager's does (graph/tape.check_versions):
         the values the recorded tape checks (not one that no gradient reads: x * w saves no w
         when x needs no gradient), each as the tensor eager would have saved: a parameter
@@ -299,7 +299,7 @@ class Plan:
                 gp.checks.append((slot, row, self.array(vid), None, None))
             elif v.kind == ARG:
                 gp.checks.append((slot, row, None, v.src, None))
-            elif vid in gp.outputs:
+            elif vid in outputs:
                 gp.checks.append((slot, row, None, None, vid))
         outside = {id(v.tensor._data): v for v in rec.values if v.kind in (ARG, EXT) and v.tensor is not None}
         gp.consts = []

@@ -158,3 +158,35 @@ def test_an_in_place_write_before_backward_raises_where_eager_raises(kind):
             else:
                 assert not isinstance(got, str), f"{msg}: compiled raised {got[:80]!r}, torch did not"
                 close(got, [None if g is None else g for g in want], msg=msg)
+
+
+def test_a_returned_tensor_without_grad_that_the_graph_saved_is_checked():
+    """The step returns a mask it multiplied by (saved for the gradient): writing into the
+    returned mask before backward() raises, as in eager, where the mask is the saved tensor."""
+    torch = pytest.importorskip("torch")
+
+    def run(lib, compiled, write):
+        m = lib.nn.Module()
+        m.w = lib.nn.Parameter(lib.tensor(np.linspace(-1.0, 1.0, 6), dtype=lib.float64))
+
+        def forward(x):
+            mask = (x > 0.3).to(x.dtype)
+            return (m.w * x * mask).sum(), mask
+        m.forward = forward
+        f = jitgrad.compile(m) if compiled else m
+        for k in range(3):
+            out, mask = f(lib.tensor(np.linspace(0.0, 1.0, 6) * (k + 1) / 2, dtype=lib.float64))
+        if write:
+            mask.mul_(2.0)
+        try:
+            out.backward()
+        except RuntimeError as e:
+            return str(e)[:90]
+        return m.w.grad.numpy().copy()
+    for write in (False, True):
+        want, got = run(torch, False, write), run(jitgrad, True, write)
+        if write:
+            assert got == want == ("one of the variables needed for gradient computation has been modified by an "
+                                   "inplace opera"), got
+        else:
+            close(got, want)
