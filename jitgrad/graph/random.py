@@ -13,7 +13,7 @@ import numpy as np
 
 from jitgrad._core import device as _device
 from jitgrad._core.capture import state as _cap
-from jitgrad.graph.tensor import Tensor, _dtype_arg, _is_int, _rng, _size_arg, _tname, drawn, place
+from jitgrad.graph.tensor import Tensor, _dtype_arg, _is_int, _rng, _size_arg, _tname, drawn, place, replayed
 
 DEFAULT_SEED = 67280421310721  # what torch seeds a new Generator with
 _UINT64 = 1 << 64
@@ -39,7 +39,7 @@ class Generator:
         self._seed = seed % _UINT64  # torch keeps a negative seed as its unsigned 64-bit value
         self._mt = np.random.MT19937(0)
         self._mt._legacy_seeding(self._seed & 0xFFFFFFFF)  # init_genrand: torch's engine, seeded alike
-        _again(lambda: self.manual_seed(seed), "Generator.manual_seed")
+        replayed(lambda: self.manual_seed(seed), "Generator.manual_seed")
         return self
 
     def initial_seed(self):
@@ -53,7 +53,7 @@ class Generator:
             self.manual_seed(s)
         finally:
             _cap.on = on
-        _again(self.seed, "Generator.seed")
+        replayed(self.seed, "Generator.seed")
         return s
 
     def get_state(self):
@@ -94,14 +94,6 @@ class Generator:
 
     def __repr__(self):
         return f"<jitgrad.Generator object at {id(self):#x}>"
-
-
-def _again(change, name):
-    """A change of a generator's state made while jitgrad.compile records a step is made
-    again at the same point of every replay (as the global manual_seed is): the step's
-    draws then get the numbers eager's get. (`change` runs while no recording is on.)"""
-    if _cap.on and _cap.mine():
-        _cap.rec.python(lambda: (change(), ())[1], (), (), name)
 
 
 def _check_generator(generator, fn):

@@ -815,10 +815,37 @@ def _factory(fill, fn, float_only=None, random=False, const=None):
 _rng = [np.random.default_rng()]
 
 
+def replayed(change, name):
+    """change() (a change of a generator's state, or a read of it, that draws nothing) made
+    while jitgrad.compile records a step is made again at the same point of every replay, as
+    the draws are (drawn): the draws after it then get the numbers eager's get."""
+    if _cap.on and _cap.mine():
+        _cap.rec.python(lambda: (change(), ())[1], (), (), name)
+
+
 def manual_seed(seed):
     _rng[0] = np.random.default_rng(seed)
-    if _cap.on and _cap.mine():  # jitgrad.compile: seeded again at the same point of every replay
-        _cap.rec.python(lambda: manual_seed(seed) or (), (), (), "manual_seed")
+    replayed(lambda: manual_seed(seed), "manual_seed")
+
+
+def rng_state():
+    """The global generator's state, for a caller that draws the same numbers again later
+    (set_rng_state): vmap(randomness="same") in chunks, checkpoint's rerun. A list holding
+    it, whose content a compiled step's replay reads again from that call's generator."""
+    box = [None]
+
+    def read():
+        box[0] = _rng[0].bit_generator.state
+    read()
+    replayed(read, "the generator's state read")
+    return box
+
+
+def set_rng_state(box):
+    def write():
+        _rng[0].bit_generator.state = box[0]
+    write()
+    replayed(write, "the generator's state set")
 
 
 zeros = _factory(lambda s, d: np.zeros(s, d), "zeros", const=0)

@@ -17,6 +17,8 @@ from compile_helpers import assert_plan, breaks, close, entries
 import jitgrad
 import jitgrad.nn.functional as F
 from jitgrad.compiler.api import _Eager, _Entry
+from jitgrad.func import vmap
+from jitgrad.utils.checkpoint import checkpoint
 
 f64 = jitgrad.float64
 
@@ -65,6 +67,13 @@ CASES = {
     "a Generator made in the step": (lambda x, g: x + jitgrad.rand(3, 4, dtype=x.dtype,
                                                                    generator=jitgrad.Generator()), True),
     "Generator get_state / set_state": (lambda x, g: _draw_twice(x, g), True),
+    # the global generator's state saved and restored: vmap's "same" randomness over chunks
+    "vmap same, in chunks": (lambda x, g: vmap(lambda r: r + jitgrad.rand(4, dtype=r.dtype), randomness="same",
+                                               chunk_size=1)(x), True),
+    "vmap different": (lambda x, g: vmap(lambda r: r * jitgrad.randn(4, dtype=r.dtype),
+                                         randomness="different")(x), True),
+    "checkpoint(dropout)": (lambda x, g: checkpoint(lambda y: F.dropout(y, 0.5) * 2.0, x, use_reentrant=False),
+                            True),
     # in place: not replayed; the step runs eagerly (and so draws what eager draws)
     "uniform_": (lambda x, g: x + jitgrad.zeros_like(x).uniform_(-1, 1, generator=g), False),
     "normal_": (lambda x, g: x + jitgrad.zeros_like(x).normal_(generator=g), False),
