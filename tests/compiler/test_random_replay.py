@@ -12,7 +12,7 @@ import inspect
 
 import numpy as np
 import pytest
-from compile_helpers import assert_plan, breaks, close, entries
+from compile_helpers import assert_plan, breaks, close, close_params, entries
 
 import jitgrad
 import jitgrad.nn.functional as F
@@ -216,3 +216,30 @@ def test_a_random_tensor_requiring_grad_made_in_the_step_breaks():
     want = [step(x).numpy() for _ in range(3)]
     np.testing.assert_array_equal(got, want)
     assert breaks(c)
+
+
+def test_a_compiled_module_with_dropout_draws_a_new_mask_per_call():
+    """compile(model) (graph mode, backward outside): each call's dropout mask is the one
+    eager draws, and training follows eager's."""
+    def make():
+        jitgrad.manual_seed(3)
+        return jitgrad.nn.Sequential(jitgrad.nn.Linear(4, 5), jitgrad.nn.Dropout(0.4), jitgrad.nn.Tanh()).double()
+    runs = []
+    for compiled in (False, True):
+        m = make()
+        f = jitgrad.compile(m) if compiled else m
+        opt = jitgrad.optim.SGD(m.parameters(), lr=0.1)
+        jitgrad.manual_seed(9)
+        outs = []
+        for k in range(4):
+            out = f(jitgrad.tensor(np.linspace(-1, 1, 12).reshape(3, 4) * (k + 1), dtype=f64))
+            outs.append(out.detach().numpy().copy())
+            (out * out).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        runs.append((m, f, outs))
+    (me, _, oe), (mc, fc, oc) = runs
+    close(oc, oe, msg="outputs")
+    close_params(list(mc.parameters()), list(me.parameters()))
+    assert_plan(fc._compiled)
+    assert not np.array_equal(oe[1] == 0, oe[2] == 0)
