@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from jitgrad._core import versions
 from jitgrad._core.layout import (
     DT_OF,
     EXEC,
@@ -37,6 +38,7 @@ from jitgrad._core.layout import (
     PK_COUNT,
     PY_OP,
     RECV,
+    S_KEEP,
     S_NUMEL,
     S_REF,
     SW,
@@ -280,27 +282,37 @@ class Plan:
         return gp
 
     def _version_checks(self, rec, tape, gp, outputs):
-        """What each call's graph checks at backward, as eager's does (graph/tape.check_versions):
-        the values the recorded tape checks (not one that no gradient reads: x * w saves no w
-        when x needs no gradient), each as the tensor eager would have saved: a parameter
-        (read in place), the call's tensor argument (the arena holds a copy) or a returned
-        tensor (a copy of the arena's). An in-place write to it before backward() raises
-        PyTorch's "modified by an inplace operation".
-        gp.checks: (slot, row, parameter array, argument index, output value id), one of the
-        three set; gp.consts: (row, parameter array, argument index) of one-element values
-        the tape copied (eager's in-place op finds their rows: tape.note_inline_const)."""
-        checked = {slot for slot, _, _ in tape.kept}
+        """What each call's graph checks at backward, as eager's does (graph/tape.check_versions).
+        The recorded tape says which saved values eager checks (not one that no gradient
+        reads: x * w saves no w when x needs no gradient) and which storage each belongs to;
+        a saved value that is (a view of) a parameter, one of the call's tensor arguments or
+        a returned tensor is checked at each call against that tensor's storage then (the
+        arena holds copies of the arguments, the caller gets copies of the outputs). An
+        in-place write to it before backward() raises PyTorch's "modified by an inplace
+        operation"; a write to anything else is no error, as in eager.
+        gp.checks: (slot, row, value id, parameter array, argument index, output value id),
+        one of the last three set; gp.consts: (row, parameter array, argument index) of
+        one-element values the tape copied (an in-place op finds their rows: note_inline_const)."""
+        bases = {}  # slot -> the storage of the array eager saved there
+        for slot, _, stamp in tape.kept:
+            if type(stamp) is tuple:  # a cast copy, stamped with its source's storage
+                bases[slot] = stamp[0]() if stamp[0] is not None else None
+            else:
+                bases[slot] = versions.base_of(tape.keep[int(tape.slots[slot * SW + S_KEEP])])
+        owners = {}  # id(storage) -> (parameter array, argument index, output value id)
+        for k in outputs:
+            if rec.values[k].tensor is not None:
+                owners[id(versions.base_of(rec.values[k].tensor._data))] = (None, None, k)
+        for k, v in enumerate(rec.values):
+            if v.kind in (ARG, EXT) and v.tensor is not None:
+                owners[id(versions.base_of(v.tensor._data))] = (self.array(k), None, None) if v.kind == EXT else \
+                    (None, v.src, None)
         gp.checks = []
         for slot, vid, row in gp.saved:
-            v = rec.values[vid]
-            if slot not in checked:
-                continue
-            if v.kind == EXT:
-                gp.checks.append((slot, row, self.array(vid), None, None))
-            elif v.kind == ARG:
-                gp.checks.append((slot, row, None, v.src, None))
-            elif vid in outputs:
-                gp.checks.append((slot, row, None, None, vid))
+            base = bases.get(slot)
+            owner = None if base is None else owners.get(id(base))
+            if owner is not None:
+                gp.checks.append((slot, row, vid, *owner))
         outside = {id(v.tensor._data): v for v in rec.values if v.kind in (ARG, EXT) and v.tensor is not None}
         gp.consts = []
         for arr, rows in tape.inline_consts.values():

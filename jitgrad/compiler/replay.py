@@ -157,11 +157,11 @@ def _give_graph(plan, made, tensors):
     tape.keep = [plan.arena]
     # what eager's graph would have saved, checked at backward as eager's (plan._version_checks):
     # a parameter, an argument or a returned tensor changed in place before backward() raises
-    for slot, row, arr, arg, out in gp.checks:
+    for slot, row, vid, arr, arg, out in gp.checks:
         src = arr if arr is not None else tensors[arg]._data if arg is not None else made[out]._data
         slots[slot * SW + S_KEEP] = len(tape.keep)
-        tape.keep.append(src)
-        tape.kept.append((slot, row, versions.version(src)))
+        tape.keep.append(plan.array(vid))  # the saved value (what the Python engine reads)
+        tape.kept.append((slot, row, versions.stamp(src)))
     for col, arr in ((tape.hdr, gp.hdr), (tape.edges, gp.edges), (tape.fp, gp.fp), (tape.slots, slots),
                      (tape.v64 if v.dtype == np.float64 else tape.v32, v)):
         col.frombytes(arr.tobytes())

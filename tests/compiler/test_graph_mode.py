@@ -98,7 +98,12 @@ class Saver:
                    "s*w*x": lambda x, c: (m.s * m.w * x).sum(),    # one-element s, saved
                    "w*c": lambda x, c: (m.w * c).sum(0),           # a one-element argument, saved
                    "buffer": lambda x, c: (m.w * m.scale * x).sum(),
-                   "x*c*w": lambda x, c: (x * c * m.w).sum()}[kind]
+                   "x*c*w": lambda x, c: (x * c * m.w).sum(),
+                   # views of an argument or a parameter saved: they share its version
+                   "x[0]*w": lambda x, c: (x[0] * m.w).sum(),
+                   "x.t()@w": lambda x, c: (x.t() @ m.w.reshape(2, 3)).sum(),
+                   "x.view*w": lambda x, c: (x.view(12)[3:9] * m.w).sum(),
+                   "w[1:]*x": lambda x, c: (m.w[1:] * x[0, 1:]).tanh().sum()}[kind]
         m.forward = forward
         self.m, self.lib = m, lib
 
@@ -119,14 +124,14 @@ WRITES = {  # what is written in place (under no_grad) between the forward and b
 }
 
 
-def _inplace_then_backward(lib, kind, write, compiled, which):
+def _inplace_then_backward(lib, kind, write, compiled, which, x_grad):
     """The error message, or the parameters' gradients, of backward() through call `which`
     of three after `write`."""
     m = Saver(lib, kind).m
     f = jitgrad.compile(m) if compiled else m
     calls = []
     for k in range(3):
-        x = lib.tensor(np.linspace(0.1, 0.9, 12).reshape(2, 6) * (k + 1), dtype=lib.float64)
+        x = lib.tensor(np.linspace(0.1, 0.9, 12).reshape(2, 6) * (k + 1), dtype=lib.float64, requires_grad=x_grad)
         c = lib.tensor(0.5 + k, dtype=lib.float64)
         calls.append((f(x, c), x, c))
     out, x, c = calls[which]
@@ -139,17 +144,18 @@ def _inplace_then_backward(lib, kind, write, compiled, which):
     return [None if p.grad is None else p.grad.numpy().copy() for p in (m.w, m.s)]
 
 
-@pytest.mark.parametrize("kind", ["tanh", "w*x", "s*x", "s*w*x", "w*c", "buffer", "x*c*w"])
+@pytest.mark.parametrize("kind", ["tanh", "w*x", "s*x", "s*w*x", "w*c", "buffer", "x*c*w", "x[0]*w", "x.t()@w",
+                                  "x.view*w", "w[1:]*x"])
 def test_an_in_place_write_before_backward_raises_where_eager_raises(kind):
     """torch's eager result for every write, on the last call's graph and on an earlier
-    one's: its "modified by an inplace operation" error, or its gradients (a write to a
-    value no gradient reads is no error)."""
+    one's, with and without a gradient for the argument: its "modified by an inplace
+    operation" error, or its gradients (a write to a value no gradient reads is no error)."""
     torch = pytest.importorskip("torch")
-    for which in (2, 0):
+    for which, x_grad in ((2, False), (0, False), (2, True)):
         for write in WRITES:
-            want = _inplace_then_backward(torch, kind, write, False, which)
-            got = _inplace_then_backward(jitgrad, kind, write, True, which)
-            msg = f"{kind}, {write}, call {which}"
+            want = _inplace_then_backward(torch, kind, write, False, which, x_grad)
+            got = _inplace_then_backward(jitgrad, kind, write, True, which, x_grad)
+            msg = f"{kind}, {write}, call {which}, x requires grad: {x_grad}"
             if isinstance(want, str):
                 assert isinstance(got, str), f"{msg}: torch raised {want[:80]!r}, compiled gave {got}"
                 assert got.startswith("one of the variables needed for gradient computation has been modified "
