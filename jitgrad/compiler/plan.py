@@ -85,7 +85,7 @@ class BackwardPlan:
 
 class GraphPlan:
     __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "saved", "arena_slots", "base0",
-                 "leaves", "outputs", "checks", "consts")
+                 "leaves", "outputs", "checks", "consts", "keep")
 
 
 class Plan:
@@ -279,6 +279,14 @@ class Plan:
                      for row, acc in tape.leaves.items() for t, arg in [_target(rec, acc.variable)]]
         gp.outputs = {k: (rec.values[k].tensor._row, rec.values[k].tensor._output_nr) for k in live}
         self._version_checks(rec, tape, gp, set(outputs))
+        # each call's tape.keep (replay._ArenaKeep): the arena, then per value saved by address
+        # what the Python engine reads for it (create_graph=True, anomaly mode): a parameter's
+        # array, or (byte offset, shape, dtype) of the value in that call's arena
+        gp.keep = []
+        for slot, vid, _ in gp.saved:
+            v = rec.values[vid]
+            gp.slots[slot * SW + S_KEEP] = 1 + len(gp.keep)
+            gp.keep.append(self.array(vid) if v.kind == EXT else (self._shift + self._offs[vid], v.shape, v.dtype))
         return gp
 
     def _version_checks(self, rec, tape, gp, outputs):
@@ -290,8 +298,8 @@ class Plan:
         arena holds copies of the arguments, the caller gets copies of the outputs). An
         in-place write to it before backward() raises PyTorch's "modified by an inplace
         operation"; a write to anything else is no error, as in eager.
-        gp.checks: (slot, row, value id, parameter array, argument index, output value id),
-        one of the last three set; gp.consts: (row, parameter array, argument index) of
+        gp.checks: (slot, row, parameter array, argument index, output value id), one of
+        the last three set; gp.consts: (row, parameter array, argument index) of
         one-element values the tape copied (an in-place op finds their rows: note_inline_const)."""
         bases = {}  # slot -> the storage of the array eager saved there
         for slot, _, stamp in tape.kept:
@@ -308,11 +316,11 @@ class Plan:
                 owners[id(versions.base_of(v.tensor._data))] = (self.array(k), None, None) if v.kind == EXT else \
                     (None, v.src, None)
         gp.checks = []
-        for slot, vid, row in gp.saved:
+        for slot, _, row in gp.saved:
             base = bases.get(slot)
             owner = None if base is None else owners.get(id(base))
             if owner is not None:
-                gp.checks.append((slot, row, vid, *owner))
+                gp.checks.append((slot, row, *owner))
         outside = {id(v.tensor._data): v for v in rec.values if v.kind in (ARG, EXT) and v.tensor is not None}
         gp.consts = []
         for arr, rows in tape.inline_consts.values():

@@ -196,3 +196,27 @@ def test_a_returned_tensor_without_grad_that_the_graph_saved_is_checked():
                                    "inplace opera"), got
         else:
             close(got, want)
+
+
+@pytest.mark.parametrize("mode", ["create_graph", "anomaly"])
+def test_the_python_engine_reads_each_calls_saved_values(mode):
+    """backward(create_graph=True) and anomaly mode run a compiled module's graph on the
+    Python engine, which reads the saved values themselves: those of the call that made the
+    graph (an earlier call's too), as eager's."""
+    got = {}
+    for name, compiled in (("eager", False), ("compiled", True)):
+        m = Net(jitgrad.float64)
+        f = jitgrad.compile(m) if compiled else m
+        outs = [f(jitgrad.tensor(np.linspace(-1.0, 1.0, 12).reshape(2, 6) * (k + 1))) for k in range(3)]
+        grads = []
+        for a, s in (outs[2], outs[0]):
+            loss = (a * a).sum() + s.sum()
+            if mode == "create_graph":
+                (g,) = jitgrad.autograd.grad(loss, m.w, create_graph=True)
+                assert g.requires_grad
+                grads.append(jitgrad.autograd.grad((g * g).sum(), m.b)[0])
+            else:
+                with pytest.warns(UserWarning), jitgrad.autograd.detect_anomaly():
+                    grads.append(jitgrad.autograd.grad(loss, m.w)[0])
+        got[name] = grads
+    close(got["compiled"], got["eager"])
