@@ -36,11 +36,14 @@ class Generator:
         seed = int(seed)
         if not -(1 << 63) <= seed < _UINT64:
             raise ValueError("Overflow when unpacking long long")
+        self._reseed(seed)
+        replayed(lambda: self._reseed(seed), "Generator.manual_seed")
+        return self
+
+    def _reseed(self, seed):
         self._seed = seed % _UINT64  # torch keeps a negative seed as its unsigned 64-bit value
         self._mt = np.random.MT19937(0)
         self._mt._legacy_seeding(self._seed & 0xFFFFFFFF)  # init_genrand: torch's engine, seeded alike
-        replayed(lambda: self.manual_seed(seed), "Generator.manual_seed")
-        return self
 
     def initial_seed(self):
         return self._seed
@@ -48,12 +51,8 @@ class Generator:
     def seed(self):
         """Seed from the operating system's entropy, as torch's seed(); returns that seed."""
         s = int(np.random.SeedSequence().entropy % (1 << 63))
-        on, _cap.on = _cap.on, False  # (replayed as seed(), below: a new seed every call, as eager)
-        try:
-            self.manual_seed(s)
-        finally:
-            _cap.on = on
-        replayed(self.seed, "Generator.seed")
+        self._reseed(s)
+        replayed(self.seed, "Generator.seed")  # (a new seed at every replay, as eager's)
         return s
 
     def get_state(self):
