@@ -790,17 +790,24 @@ def drawn(draw, inputs=(), requires_grad=False):
     return _finish(arr, requires_grad, draw, inputs)
 
 
+def factory_args(size, dtype, device, fn, float_only=None):
+    """A factory's shape, numpy dtype and device, checked in torch's order; float_only:
+    torch's kernel name when the factory makes floating dtypes only."""
+    npd = _dtype_arg(dtype, fn) or _dtype.get_default_dtype().np
+    shape = _size_arg(size, fn)
+    dev = _device.check(device, fn)
+    if float_only and npd.kind != "f":
+        raise NotImplementedError(f"\"{float_only}\" not implemented for '{scalar_name(npd)}'")
+    return shape, npd, dev
+
+
 def _factory(fill, fn, float_only=None, random=False, const=None):
     """float_only: torch's kernel name when the fill exists only for floating dtypes.
     random: the fill draws from the generator (jitgrad.compile draws it again at replay).
     const: the value every element gets (zeros, ones; empty: "none"), so that a CUDA tensor
     is made on the device without a host copy."""
     def make(*size, dtype=None, requires_grad=False, device=None):
-        npd = _dtype_arg(dtype, fn) or _dtype.get_default_dtype().np
-        shape = _size_arg(size, fn)
-        dev = _device.check(device, fn)
-        if float_only and npd.kind != "f":
-            raise NotImplementedError(f"\"{float_only}\" not implemented for '{scalar_name(npd)}'")
+        shape, npd, dev = factory_args(size, dtype, device, fn, float_only)
         # CUDA tensors are filled on the host and copied over: the random ones draw from
         # the same generator as the CPU's, so a seed gives the same numbers on both
         if random:

@@ -12,8 +12,6 @@ PyTorch gives these samplers a zero gradient (UniformBackward0, NormalBackward*.
 results here carry the same zero gradient, recorded as a copy or a where(False, ...)."""
 import numpy as np
 
-from jitgrad._core import device as _device
-from jitgrad._core.dtype import get_default_dtype
 from jitgrad.graph import random as _random
 from jitgrad.graph import tensor as _t
 from jitgrad.graph.random import Generator, weighted_draws
@@ -204,7 +202,7 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
                             "but expected (float mean, float std, tuple of ints size)")
         if std < 0:
             raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
-        shape, npd, dev = _factory_args((size,), dtype, device, "normal", "normal_kernel_cpu")
+        shape, npd, dev = _t.factory_args((size,), dtype, device, "normal", "normal_kernel_cpu")
         return _t.drawn(lambda: (_t.place((mean + std * _standard_normal(int(np.prod(shape)), np.float64, generator)
                                            ).reshape(shape).astype(npd), dev),), (), requires_grad)
     if not isinstance(std, Tensor) and std < 0:
@@ -224,15 +222,6 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
     return _zero_grad_to(out, mean, std)
 
 
-def _factory_args(size, dtype, device, fn, kernel):
-    """A float factory's shape, numpy dtype and device, checked as the factories check them."""
-    shape = _t._size_arg(size, fn)
-    npd = _t._dtype_arg(dtype, fn) or get_default_dtype().np
-    if npd.kind != "f":
-        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(npd)}'")
-    return shape, npd, _device.check(device, fn)
-
-
 def _random_factory(base, draw, fn, kernel):
     """rand / randn with the generator= keyword; the global generator's path is base's (a
     draw with a Generator leaves the global one untouched, as in torch)."""
@@ -240,7 +229,7 @@ def _random_factory(base, draw, fn, kernel):
         _check_gen(generator, fn)
         if generator is None:
             return base(*size, dtype=dtype, device=device, requires_grad=requires_grad, **kw)
-        shape, npd, dev = _factory_args(size, dtype, device, fn, kernel)
+        shape, npd, dev = _t.factory_args(size, dtype, device, fn, kernel)
         return _t.drawn(lambda: (_t.place(draw(int(np.prod(shape)), npd, generator).reshape(shape), dev),), (),
                         requires_grad)
     make.__name__ = fn
