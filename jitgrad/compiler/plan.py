@@ -281,12 +281,14 @@ class Plan:
         self._version_checks(rec, tape, gp, set(outputs))
         # each call's tape.keep (replay._ArenaKeep): the arena, then per value saved by address
         # what the Python engine reads for it (create_graph=True, anomaly mode): a parameter's
-        # array, or (byte offset, shape, dtype) of the value in that call's arena
+        # array, or (first byte, end byte, shape, dtype) of the value in that call's arena
         gp.keep = []
         for slot, vid, _ in gp.saved:
             v = rec.values[vid]
             gp.slots[slot * SW + S_KEEP] = 1 + len(gp.keep)
-            gp.keep.append(self.array(vid) if v.kind == EXT else (self._shift + self._offs[vid], v.shape, v.dtype))
+            at = self._shift + self._offs[vid]
+            gp.keep.append(self.array(vid) if v.kind == EXT else
+                           (at, at + math.prod(v.shape) * v.dtype.itemsize, v.shape, v.dtype))
         return gp
 
     def _version_checks(self, rec, tape, gp, outputs):

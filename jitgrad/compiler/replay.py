@@ -7,7 +7,6 @@ plan's tape copy (engine/scheduler.backward), whose leaf gradients are accumulat
 the parameters' .grad as eager's AccumulateGrad does; an optimizer's step() or
 zero_grad() is that same call. Nothing here loops over the ops of the step.
 """
-import math
 import weakref
 
 import numpy as np
@@ -145,7 +144,7 @@ def _accumulator(t):
 
 class _ArenaKeep(list):
     """tape.keep of a graph mode call's tape: the arena, then per saved value a parameter's
-    array or (byte offset, shape, dtype) in the arena (plan._graph), made a view when first
+    array or (first byte, end byte, shape, dtype) in the arena (plan._graph), made a view when first
     read: only the Python engine reads saved values from keep (create_graph=True, anomaly
     mode), so a call does not pay for a view per saved value."""
     __slots__ = ()
@@ -153,8 +152,8 @@ class _ArenaKeep(list):
     def __getitem__(self, i):
         x = list.__getitem__(self, i)
         if type(x) is tuple:
-            at, shape, dtype = x
-            x = list.__getitem__(self, 0)[at:at + math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+            lo, hi, shape, dtype = x
+            x = list.__getitem__(self, 0)[lo:hi].view(dtype).reshape(shape)
             list.__setitem__(self, i, x)
         return x
 
