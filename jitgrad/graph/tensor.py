@@ -781,11 +781,12 @@ def _finish(arr, requires_grad, draw=None, inputs=()):
 def drawn(draw, inputs=(), requires_grad=False):
     """The tensor of a random op: draw(*the inputs' arrays) -> (its array,), drawing from
     the generator it names at the time it is called. Every random op of jitgrad makes its
-    result here (or breaks the recording, as the in-place fills do): a jitgrad.compile
-    replay calls `draw` again at the same point of the step, on that call's input values,
-    so it gets the numbers eager would get from the generator's state then and leaves
-    the generator where eager would. A result made any other way would be a constant of
-    the plan: the first call's draw, replayed forever."""
+    result here (dropout's mask through nn.functional._computed, the same mechanism; the
+    in-place fills break the recording instead): a jitgrad.compile replay calls `draw` again
+    at the same point of the step, on that call's input values, so it gets the numbers eager
+    would get from the generator's state then and leaves the generator where eager would.
+    A result made any other way would be a constant of the plan: the first call's draw,
+    replayed forever (tests/compiler/test_random_replay.py runs every random op)."""
     (arr,) = draw(*(t._data for t in inputs))
     return _finish(arr, requires_grad, draw, inputs)
 
