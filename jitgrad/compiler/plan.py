@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from jitgrad._core import versions
 from jitgrad._core.layout import (
     DT_OF,
     EXEC,
@@ -37,6 +38,7 @@ from jitgrad._core.layout import (
     PK_COUNT,
     PY_OP,
     RECV,
+    S_KEEP,
     S_NUMEL,
     S_REF,
     SW,
@@ -68,7 +70,7 @@ class Unsupported(Exception):
 class BackwardPlan:
     __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "st0", "freed", "seed_rows",
                  "seed_offs", "seed", "seed_vid", "sinks", "hi", "dt", "leaves", "out", "views", "spans", "fixed",
-                 "ext_slots", "arena_slots", "kt")
+                 "saved", "arena_slots", "kt")
 
     def kernels(self, sched):
         """The kernel table the replayed backward runs with, its kernels compiled on the
@@ -82,8 +84,8 @@ class BackwardPlan:
 
 
 class GraphPlan:
-    __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "ext_slots", "arena_slots", "base0",
-                 "leaves", "outputs", "ext")
+    __slots__ = ("hdr", "edges", "xs", "fp", "slots", "v", "vdst", "vsrc", "saved", "arena_slots", "base0",
+                 "leaves", "outputs", "checks", "consts", "keep")
 
 
 class Plan:
@@ -276,8 +278,58 @@ class Plan:
         gp.leaves = [(row, acc, None) if t is not None else (row, None, arg)
                      for row, acc in tape.leaves.items() for t, arg in [_target(rec, acc.variable)]]
         gp.outputs = {k: (rec.values[k].tensor._row, rec.values[k].tensor._output_nr) for k in live}
-        gp.ext = [(slot, self.array(vid), row) for slot, vid, row in gp.ext_slots]
+        self._version_checks(rec, tape, gp, set(outputs))
+        # each call's tape.keep (replay._ArenaKeep): the arena, then per value saved by address
+        # what the Python engine reads for it (create_graph=True, anomaly mode): a parameter's
+        # array, or (first byte, end byte, shape, dtype) of the value in that call's arena
+        gp.keep = []
+        for slot, vid, _ in gp.saved:
+            v = rec.values[vid]
+            gp.slots[slot * SW + S_KEEP] = 1 + len(gp.keep)
+            at = self._shift + self._offs[vid]
+            gp.keep.append(self.array(vid) if v.kind == EXT else
+                           (at, at + math.prod(v.shape) * v.dtype.itemsize, v.shape, v.dtype))
         return gp
+
+    def _version_checks(self, rec, tape, gp, outputs):
+        """What each call's graph checks at backward, as eager's does (graph/tape.check_versions).
+        The recorded tape says which saved values eager checks (not one that no gradient
+        reads: x * w saves no w when x needs no gradient) and which storage each belongs to;
+        a saved value that is (a view of) a parameter, one of the call's tensor arguments or
+        a returned tensor is checked at each call against that tensor's storage then (the
+        arena holds copies of the arguments, the caller gets copies of the outputs). An
+        in-place write to it before backward() raises PyTorch's "modified by an inplace
+        operation"; a write to anything else is no error, as in eager.
+        gp.checks: (slot, row, parameter array, argument index, output value id), one of
+        the last three set; gp.consts: (row, parameter array, argument index) of
+        one-element values the tape copied (an in-place op finds their rows: note_inline_const)."""
+        bases = {}  # slot -> the storage of the array eager saved there
+        for slot, _, stamp in tape.kept:
+            if type(stamp) is tuple:  # a cast copy, stamped with its source's storage
+                bases[slot] = stamp[0]() if stamp[0] is not None else None
+            else:
+                bases[slot] = versions.base_of(tape.keep[int(tape.slots[slot * SW + S_KEEP])])
+        owners = {}  # id(storage) -> (parameter array, argument index, output value id)
+        for k in outputs:
+            if rec.values[k].tensor is not None:
+                owners[id(versions.base_of(rec.values[k].tensor._data))] = (None, None, k)
+        for k, v in enumerate(rec.values):
+            if v.kind in (ARG, EXT) and v.tensor is not None:
+                owners[id(versions.base_of(v.tensor._data))] = (self.array(k), None, None) if v.kind == EXT else \
+                    (None, v.src, None)
+        gp.checks = []
+        for slot, _, row in gp.saved:
+            base = bases.get(slot)
+            owner = None if base is None else owners.get(id(base))
+            if owner is not None:
+                gp.checks.append((slot, row, *owner))
+        outside = {id(v.tensor._data): v for v in rec.values if v.kind in (ARG, EXT) and v.tensor is not None}
+        gp.consts = []
+        for arr, rows in tape.inline_consts.values():
+            v = outside.get(id(arr))
+            if v is not None and v.tensor._data is arr:
+                src = (v.tensor._data, None) if v.kind == EXT else (None, v.src)
+                gp.consts.extend((row, *src) for row in rows)
 
     def _write_scalars(self):
         shift = self._shift
@@ -397,8 +449,8 @@ class Plan:
         """The columns of `tape` (recorded in the step) for the compiled sweep, each saved
         value pointed at its value in the arena: into.hdr, edges, xs, fp, slots, v, the
         inline copies to make before a sweep (vdst, vsrc), and the slots holding arena
-        addresses (arena_slots, positions in slots) or outside tensors' (ext_slots:
-        (slot, value id)). Raises Unsupported for a tape the compiled sweep cannot run alone."""
+        addresses (arena_slots, positions in slots), and per value saved by address
+        (saved: (slot, value id, row)). Raises Unsupported for a tape the compiled sweep cannot run alone."""
         if tape.id < tape_floor:
             raise Unsupported("backward() through a graph recorded before the step")
         if tape.ext or tape.retained or tape.packed or tape.needs_python() or tape.metadata or tape.stale:
@@ -413,7 +465,7 @@ class Plan:
         slots = np.frombuffer(bytearray(tape.slots), np.int64).copy() if len(tape.slots) else np.zeros(SW, np.int64)
         vcol = tape.v64 if code == 0 else tape.v32
         v = np.frombuffer(bytearray(vcol), self.dtype).copy() if len(vcol) else np.zeros(1, self.dtype)
-        vdst, vsrc, ext_slots, arena_slots = [], [], [], []
+        vdst, vsrc, saved, arena_slots = [], [], [], []
         for ins in rec.instrs:
             if ins.row is None or ins.row[0] is not tape:
                 continue
@@ -446,9 +498,8 @@ class Plan:
                     raise Unsupported(f"{spec.name}: saved value {k} is {val.dtype} of {n_el} elements, the "
                                       f"kernel reads {want} of {slots[slot * SW + S_NUMEL]}")
                 slots[slot * SW + S_REF] = self.vals[vid * VW]
-                if val.kind == EXT:
-                    ext_slots.append((slot, vid, row))
-                else:
+                saved.append((slot, vid, row))
+                if val.kind != EXT:
                     arena_slots.append(slot * SW + S_REF)
         for row in range(n):
             op = hdr[row * HW + H_OP]
@@ -466,7 +517,7 @@ class Plan:
         into.slots, into.v = slots, v
         into.vdst = np.array(vdst, np.int64)
         into.vsrc = np.array(vsrc, np.int64)
-        into.ext_slots = ext_slots
+        into.saved = saved
         into.arena_slots = np.array(arena_slots, np.int64)
 
 def _live(rec, outputs):

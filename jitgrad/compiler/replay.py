@@ -12,7 +12,7 @@ import weakref
 import numpy as np
 
 from jitgrad._core import versions
-from jitgrad._core.layout import HAS, HW, S_KEEP, SW, SWEPT
+from jitgrad._core.layout import HAS, HW, SWEPT
 from jitgrad.compiler.plan import BACKWARD, CALL, FUSED, FWD, STEP
 from jitgrad.compiler.recorder import param_ids
 from jitgrad.engine.compiled import scheduler
@@ -142,6 +142,22 @@ def _accumulator(t):
     return acc
 
 
+class _ArenaKeep(list):
+    """tape.keep of a graph mode call's tape: the arena, then per saved value a parameter's
+    array or (first byte, end byte, shape, dtype) in the arena (plan._graph), made a view when first
+    read: only the Python engine reads saved values from keep (create_graph=True, anomaly
+    mode), so a call does not pay for a view per saved value."""
+    __slots__ = ()
+
+    def __getitem__(self, i):
+        x = list.__getitem__(self, i)
+        if type(x) is tuple:
+            lo, hi, shape, dtype = x
+            x = list.__getitem__(self, 0)[lo:hi].view(dtype).reshape(shape)
+            list.__setitem__(self, i, x)
+        return x
+
+
 def _give_graph(plan, made, tensors):
     """A graph mode plan's call: a tape over this call's arena, like the recorded one, whose
     rows the returned tensors point at; then a new arena for the next call. A later
@@ -154,11 +170,13 @@ def _give_graph(plan, made, tensors):
     v = gp.v.copy()
     if gp.vdst.size:
         scheduler().copy_saved(gp.vdst, gp.vsrc, plan.vals, v)
-    tape.keep = [plan.arena]
-    for slot, arr, row in gp.ext:  # a parameter changed in place before backward is caught, as in eager
-        slots[slot * SW + S_KEEP] = len(tape.keep)
-        tape.keep.append(arr)
-        tape.kept.append((slot, row, versions.stamp(arr)))
+    tape.keep = _ArenaKeep(gp.keep)
+    tape.keep.insert(0, plan.arena)
+    # what eager's graph would have saved, checked at backward as eager's (plan._version_checks):
+    # a parameter, an argument or a returned tensor changed in place before backward() raises
+    for slot, row, arr, arg, out in gp.checks:
+        src = arr if arr is not None else tensors[arg]._data if arg is not None else made[out]._data
+        tape.kept.append((slot, row, versions.stamp(src)))
     for col, arr in ((tape.hdr, gp.hdr), (tape.edges, gp.edges), (tape.fp, gp.fp), (tape.slots, slots),
                      (tape.v64 if v.dtype == np.float64 else tape.v32, v)):
         col.frombytes(arr.tobytes())
@@ -170,6 +188,8 @@ def _give_graph(plan, made, tensors):
     # ...and so must the ops on the current tape: a backward sweeps tapes newest first, so
     # edges may only go from a newer tape into an older one (engine/compiled._tapes_from)
     close_current_tape()
+    for row, arr, arg in gp.consts:  # one-element values copied into the tape: as in eager (ops/inplace.py)
+        tape.note_inline_const(arr if arr is not None else tensors[arg]._data, row)
     for row, acc, arg in gp.leaves:
         if acc is None:
             acc = _accumulator(tensors[arg])

@@ -10,7 +10,7 @@ import functools
 
 from jitgrad.func import _dispatch, _rules
 from jitgrad.func._batched import LEVELS, BatchedTensor, is_batched, physical, pop_level, push_level, wrap
-from jitgrad.graph.tensor import Tensor, _rng, _wrap_dim
+from jitgrad.graph.tensor import Tensor, _wrap_dim, rng_state, set_rng_state
 from jitgrad.ops import functional as F
 
 
@@ -257,13 +257,13 @@ def _cat(chunks, dim):
 
 
 def _chunked_vmap(func, size, chunk_size, flat_in_dims, flat_args, spec, out_dims, randomness, kwargs):
-    state = _rng[0].bit_generator.state if randomness == "same" else None
+    state = rng_state() if randomness == "same" else None
     chunks = []
     for start in range(0, size, chunk_size):
         stop = min(start + chunk_size, size)
         args = [a if d is None else _narrow(a, d, start, stop) for a, d in zip(flat_args, flat_in_dims)]
         if state is not None:
-            _rng[0].bit_generator.state = state
+            set_rng_state(state)
         chunks.append(_flat_vmap(func, stop - start, flat_in_dims, args, spec, out_dims, randomness, kwargs))
     flats = [tree_flatten(c)[0] for c in chunks]
     out_spec = tree_flatten(chunks[0])[1]

@@ -12,7 +12,8 @@ randn does; those numbers are jitgrad's own, not PyTorch's.
 import numpy as np
 
 from jitgrad._core import device as _device
-from jitgrad.graph.tensor import Tensor, _dtype_arg, _finish, _is_int, _rng, _size_arg, _tname, place
+from jitgrad._core.capture import state as _cap
+from jitgrad.graph.tensor import Tensor, _dtype_arg, _is_int, _rng, _size_arg, _tname, drawn, place, replayed
 
 DEFAULT_SEED = 67280421310721  # what torch seeds a new Generator with
 _UINT64 = 1 << 64
@@ -35,10 +36,14 @@ class Generator:
         seed = int(seed)
         if not -(1 << 63) <= seed < _UINT64:
             raise ValueError("Overflow when unpacking long long")
+        self._reseed(seed)
+        replayed(lambda: self._reseed(seed), "Generator.manual_seed")
+        return self
+
+    def _reseed(self, seed):
         self._seed = seed % _UINT64  # torch keeps a negative seed as its unsigned 64-bit value
         self._mt = np.random.MT19937(0)
         self._mt._legacy_seeding(self._seed & 0xFFFFFFFF)  # init_genrand: torch's engine, seeded alike
-        return self
 
     def initial_seed(self):
         return self._seed
@@ -46,24 +51,32 @@ class Generator:
     def seed(self):
         """Seed from the operating system's entropy, as torch's seed(); returns that seed."""
         s = int(np.random.SeedSequence().entropy % (1 << 63))
-        self.manual_seed(s)
+        self._reseed(s)
+        replayed(self.seed, "Generator.seed")  # (a new seed at every replay, as eager's)
         return s
 
     def get_state(self):
         """The generator's state as an int64 tensor: the seed, the position, the 624 words.
         (torch's is a 5056-byte uint8 tensor; the two do not mix.)"""
-        st = self._mt.state["state"]
-        seed = self._seed - _UINT64 if self._seed >= 1 << 63 else self._seed
-        return Tensor._make(np.concatenate([[seed, st["pos"]], st["key"].astype(np.int64)]))
+        def state():
+            st = self._mt.state["state"]
+            seed = self._seed - _UINT64 if self._seed >= 1 << 63 else self._seed
+            return (np.concatenate([[seed, st["pos"]], st["key"].astype(np.int64)]),)
+        return drawn(state)  # (a jitgrad.compile replay reads the state then)
 
     def set_state(self, new_state):
         arr = new_state._data if isinstance(new_state, Tensor) else None
         if arr is None or arr.shape != (626,) or arr.dtype != np.int64:
             raise RuntimeError("Generator.set_state expects the int64 tensor of 626 elements that get_state "
                                "returns")
+        self._load(arr)
+        if _cap.on and _cap.mine():  # replayed with the state tensor's value then
+            _cap.rec.python(lambda a: (self._load(a), ())[1], (new_state,), (), "Generator.set_state")
+        return self
+
+    def _load(self, arr):
         self._seed = int(arr[0]) % _UINT64
         self._mt.state = {"bit_generator": "MT19937", "state": {"key": arr[2:].astype(np.uint32), "pos": int(arr[1])}}
-        return self
 
     def random32(self, n):
         """n raw 32-bit outputs (torch's random())."""
@@ -112,7 +125,8 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False)
         raise RuntimeError(f"Trying to create tensor with negative dimension {n}: [{n}]")
     npd = _dtype_arg(dtype, "randperm") or np.dtype(np.int64)
     dev = _device.check(device, "randperm")
-    return _finish(place(_permutation(int(n), generator).astype(npd), dev), requires_grad)
+    n = int(n)
+    return drawn(lambda: (place(_permutation(n, generator).astype(npd), dev),), (), requires_grad)
 
 
 def randint(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False):
@@ -139,12 +153,15 @@ def randint(*args, size=None, generator=None, dtype=None, device=None, requires_
     dev = _device.check(device, "randint")
     count = int(np.prod(shape))
     span = high - low
-    if generator is None:
-        values = _rng[0].integers(low, high, count)
-    else:
-        raw = generator.random64(count) if span >= 1 << 32 else generator.random32(count)
-        values = (raw % np.uint64(span)).astype(np.int64) + low   # torch: random() % range + from
-    return _finish(place(values.reshape(shape).astype(npd), dev), requires_grad)
+
+    def draw():
+        if generator is None:
+            values = _rng[0].integers(low, high, count)
+        else:
+            raw = generator.random64(count) if span >= 1 << 32 else generator.random32(count)
+            values = (raw % np.uint64(span)).astype(np.int64) + low   # torch: random() % range + from
+        return (place(values.reshape(shape).astype(npd), dev),)
+    return drawn(draw, (), requires_grad)
 
 
 def weighted_draws(weights, num_samples, replacement, generator):

@@ -763,10 +763,10 @@ def _size_arg(size, fn):
     return size
 
 
-def _finish(arr, requires_grad, draw=None):
+def _finish(arr, requires_grad, draw=None, inputs=()):
     """The factories' tensor. In a jitgrad.compile recording it is a constant of the plan,
-    or, when `draw` (() -> (a new array,)) is given, a Python instruction that draws it
-    afresh at every replay."""
+    or, when `draw` (input arrays -> (a new array,)) is given, a Python instruction that
+    draws it afresh at every replay from the tensors `inputs`' values then."""
     _check_requires_grad(arr, requires_grad)
     t = Tensor._make(arr)
     t._requires_grad = bool(requires_grad)
@@ -776,10 +776,34 @@ def _finish(arr, requires_grad, draw=None):
         if requires_grad:
             _stop("a tensor requiring grad created in the step (a new leaf at every call)")
         elif draw is not None:
-            _cap.rec.python(draw, (), (t,), "a random draw")
+            _cap.rec.python(draw, inputs, (t,), "a random draw")
         else:
             _cap.rec.constant_tensor(t)
     return t
+
+
+def drawn(draw, inputs=(), requires_grad=False):
+    """The tensor of a random op: draw(*the inputs' arrays) -> (its array,), drawing from
+    the generator it names at the time it is called. Every random op of jitgrad makes its
+    result here (dropout's mask through nn.functional._computed, the same mechanism; the
+    in-place fills break the recording instead): a jitgrad.compile replay calls `draw` again
+    at the same point of the step, on that call's input values, so it gets the numbers eager
+    would get from the generator's state then and leaves the generator where eager would.
+    A result made any other way would be a constant of the plan: the first call's draw,
+    replayed forever (tests/compiler/test_random_replay.py runs every random op)."""
+    (arr,) = draw(*(t._data for t in inputs))
+    return _finish(arr, requires_grad, draw, inputs)
+
+
+def factory_args(size, dtype, device, fn, float_only=None):
+    """A factory's shape, numpy dtype and device, checked in torch's order; float_only:
+    torch's kernel name when the factory makes floating dtypes only."""
+    npd = _dtype_arg(dtype, fn) or _dtype.get_default_dtype().np
+    shape = _size_arg(size, fn)
+    dev = _device.check(device, fn)
+    if float_only and npd.kind != "f":
+        raise NotImplementedError(f"\"{float_only}\" not implemented for '{scalar_name(npd)}'")
+    return shape, npd, dev
 
 
 def _factory(fill, fn, float_only=None, random=False, const=None):
@@ -788,17 +812,14 @@ def _factory(fill, fn, float_only=None, random=False, const=None):
     const: the value every element gets (zeros, ones; empty: "none"), so that a CUDA tensor
     is made on the device without a host copy."""
     def make(*size, dtype=None, requires_grad=False, device=None):
-        npd = _dtype_arg(dtype, fn) or _dtype.get_default_dtype().np
-        shape = _size_arg(size, fn)
-        dev = _device.check(device, fn)
-        if float_only and npd.kind != "f":
-            raise NotImplementedError(f"\"{float_only}\" not implemented for '{scalar_name(npd)}'")
+        shape, npd, dev = factory_args(size, dtype, device, fn, float_only)
         # CUDA tensors are filled on the host and copied over: the random ones draw from
         # the same generator as the CPU's, so a seed gives the same numbers on both
-        draw = (lambda: (place(fill(shape, npd), dev),)) if random else None
+        if random:
+            return drawn(lambda: (place(fill(shape, npd), dev),), (), requires_grad)
         if const is not None and dev.type == "cuda":
             return _finish(filled(shape, npd, const, dev), requires_grad)
-        return _finish(place(fill(shape, npd), dev), requires_grad, draw)
+        return _finish(place(fill(shape, npd), dev), requires_grad)
     make.__name__ = fn
     return make
 
@@ -806,10 +827,37 @@ def _factory(fill, fn, float_only=None, random=False, const=None):
 _rng = [np.random.default_rng()]
 
 
+def replayed(change, name):
+    """change() (a change of a generator's state, or a read of it, that draws nothing) made
+    while jitgrad.compile records a step is made again at the same point of every replay, as
+    the draws are (drawn): the draws after it then get the numbers eager's get."""
+    if _cap.on and _cap.mine():
+        _cap.rec.python(lambda: (change(), ())[1], (), (), name)
+
+
 def manual_seed(seed):
     _rng[0] = np.random.default_rng(seed)
-    if _cap.on and _cap.mine():  # jitgrad.compile: seeded again at the same point of every replay
-        _cap.rec.python(lambda: manual_seed(seed) or (), (), (), "manual_seed")
+    replayed(lambda: manual_seed(seed), "manual_seed")
+
+
+def rng_state():
+    """The global generator's state, for a caller that draws the same numbers again later
+    (set_rng_state): vmap(randomness="same") in chunks, checkpoint's rerun. A list holding
+    it, whose content a compiled step's replay reads again from that call's generator."""
+    box = [None]
+
+    def read():
+        box[0] = _rng[0].bit_generator.state
+    read()
+    replayed(read, "the generator's state read")
+    return box
+
+
+def set_rng_state(box):
+    def write():
+        _rng[0].bit_generator.state = box[0]
+    write()
+    replayed(write, "the generator's state set")
 
 
 zeros = _factory(lambda s, d: np.zeros(s, d), "zeros", const=0)

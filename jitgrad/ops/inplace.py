@@ -61,9 +61,12 @@ def _stale_one_element_saves(t):
     """A one-element value is copied into the tape when an op saves it, so the version
     check at backward cannot see an in-place write to it. Mark the rows that saved it now:
     its own row if it saved its result, and the rows reading it whose formulas saved it."""
-    if not t._requires_grad:  # a constant: the rows that copied it noted it (tape.note_inline_const)
-        for tape, r in rows_saving_const(t._data):
-            _mark_stale(tape, r, t._data, t._version)
+    # the rows that copied it noted it (tape.note_inline_const): all of them for a constant;
+    # for a leaf, also those of a graph its AccumulateGrad no longer points at (jitgrad.compile
+    # gives each call of a compiled module a graph of its own)
+    for tape, r in rows_saving_const(t._data):
+        _mark_stale(tape, r, t._data, t._version)
+    if not t._requires_grad:
         return
     if t._tape is not None:
         tape, row = t._tape, t._row

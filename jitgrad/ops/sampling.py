@@ -87,13 +87,18 @@ def exponential_(t, lambd=1.0, *, generator=None):
 
 def _probabilities(p, fn):
     if isinstance(p, Tensor):
-        arr = p._array().astype(np.float64)
-        if np.any(~((arr >= 0) & (arr <= 1))):
-            raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
-        return arr
+        return _tensor_probabilities(p._array())
     if not 0 <= p <= 1:
         raise RuntimeError(f"{fn} expects p to be in [0, 1], but got p={p}")
     return np.float64(p)
+
+
+def _tensor_probabilities(arr):
+    """A tensor p's values (checked when drawn: a replay checks that call's)."""
+    arr = np.asarray(arr, dtype=np.float64)
+    if np.any(~((arr >= 0) & (arr <= 1))):
+        raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
+    return arr
 
 
 def bernoulli_(t, p=0.5, *, generator=None):
@@ -148,7 +153,7 @@ def _zero_grad_to(out, *inputs):
     """out, recorded so that each input requiring grad gets a zero gradient through it."""
     for x in inputs:
         if isinstance(x, Tensor) and x.requires_grad:
-            out = F.where(F._wrap(np.zeros((), dtype=bool)), x, out)
+            out = F.where(_t.tensor(False), x, out)  # (a factory's False: a constant of a compiled step)
     return out
 
 
@@ -157,9 +162,19 @@ def bernoulli(input, p=None, *, generator=None):
     if not isinstance(input, Tensor):
         raise TypeError(f"bernoulli(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
     _float_only(input, "bernoulli_tensor_cpu_self_")
-    probs = _probabilities(input if p is None else p, "bernoulli")
-    draws = _uniform(input._data.size, np.float64, generator).reshape(input._data.shape) < probs
-    out = _t.tensor(draws.astype(input._data.dtype), device=input.device)
+    shape, npd, dev = input._data.shape, input._data.dtype, input.device
+    if isinstance(p, Tensor):
+        source = p
+    elif p is None:
+        source = input
+    else:
+        source, q = (), _probabilities(p, "bernoulli")
+
+    def draw(*probs):  # (the probabilities' tensor, when they are one)
+        probs = _tensor_probabilities(probs[0]) if probs else q
+        return (_t.place((_uniform(int(np.prod(shape)), np.float64, generator).reshape(shape) < probs)
+                         .astype(npd), dev),)
+    out = _t.drawn(draw, (source,) if isinstance(source, Tensor) else ())
     return _zero_grad_to(out, input)
 
 
@@ -172,11 +187,15 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
                            f"{scalar_name(input._data.dtype)}")
     if num_samples <= 0:
         raise RuntimeError("cannot sample n_sample <= 0 samples")
-    rows = np.atleast_2d(input._array().astype(np.float64))
-    if not np.all((rows >= 0) & np.isfinite(rows)):
-        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
-    out = np.stack([weighted_draws(r, num_samples, replacement, generator) for r in rows]).astype(np.int64)
-    return _t.tensor(out.reshape(input._data.shape[:-1] + (num_samples,)), device=input.device)
+    shape, dev = input._data.shape[:-1] + (num_samples,), input.device
+
+    def draw(weights):
+        rows = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+        if not np.all((rows >= 0) & np.isfinite(rows)):
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        out = np.stack([weighted_draws(r, num_samples, replacement, generator) for r in rows]).astype(np.int64)
+        return (_t.place(out.reshape(shape), dev),)
+    return _t.drawn(draw, (input,))
 
 
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False):
@@ -190,21 +209,25 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
         if size is None:
             raise TypeError("normal() received an invalid combination of arguments - got (float, float), "
                             "but expected (float mean, float std, tuple of ints size)")
-        out = _t.empty(*((size,) if not isinstance(size, int) else (size,)), dtype=dtype, device=device)
-        normal_(out, mean, std, generator=generator)
-        out._requires_grad = bool(requires_grad)
-        return out
-    if isinstance(std, Tensor):
-        if np.any(std._array() < 0):
-            raise RuntimeError("normal expects all elements of std >= 0.0")
-    elif std < 0:
+        if std < 0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+        shape, npd, dev = _t.factory_args((size,), dtype, device, "normal", "normal_kernel_cpu")
+        return _t.drawn(lambda: (_t.place((mean + std * _standard_normal(int(np.prod(shape)), np.float64, generator)
+                                           ).reshape(shape).astype(npd), dev),), (), requires_grad)
+    if not isinstance(std, Tensor) and std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
-    m = mean._array() if isinstance(mean, Tensor) else mean
-    s = std._array() if isinstance(std, Tensor) else std
-    shape = np.broadcast_shapes(np.shape(m), np.shape(s))
-    npd = tensors[0]._data.dtype
-    eps = _standard_normal(int(np.prod(shape)), np.float64, generator).reshape(shape)
-    out = _t.tensor((m + s * eps).astype(npd), device=tensors[0].device)
+    npd, dev = tensors[0]._data.dtype, tensors[0].device
+    shape = np.broadcast_shapes(*(x._data.shape if isinstance(x, Tensor) else () for x in (mean, std)))
+    m_is, s_is = isinstance(mean, Tensor), isinstance(std, Tensor)
+
+    def draw(*arrays):  # the tensor ones of mean and std, in that order
+        m = arrays[0] if m_is else mean
+        s = arrays[-1] if s_is else std
+        if s_is and np.any(s < 0):
+            raise RuntimeError("normal expects all elements of std >= 0.0")
+        eps = _standard_normal(int(np.prod(shape)), np.float64, generator).reshape(shape)
+        return (_t.place(np.asarray(m + s * eps).astype(npd), dev),)
+    out = _t.drawn(draw, tuple(tensors))
     return _zero_grad_to(out, mean, std)
 
 
@@ -215,13 +238,9 @@ def _random_factory(base, draw, fn, kernel):
         _check_gen(generator, fn)
         if generator is None:
             return base(*size, dtype=dtype, device=device, requires_grad=requires_grad, **kw)
-        out = _t.empty(*size, dtype=dtype, device=device)
-        if out._data.dtype.kind != "f":
-            raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(out._data.dtype)}'")
-        values = draw(out._data.size, out._data.dtype, generator).reshape(out._data.shape)
-        out._data = _t.place(values, out.device)
-        out._requires_grad = bool(requires_grad)
-        return out
+        shape, npd, dev = _t.factory_args(size, dtype, device, fn, kernel)
+        return _t.drawn(lambda: (_t.place(draw(int(np.prod(shape)), npd, generator).reshape(shape), dev),), (),
+                        requires_grad)
     make.__name__ = fn
     return make
 

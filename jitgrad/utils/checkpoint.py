@@ -24,7 +24,7 @@ from jitgrad._core import modes as _grad_mode
 from jitgrad.autograd.function import Function
 from jitgrad.autograd.graph import saved_tensors_hooks
 from jitgrad.engine import run as _engine
-from jitgrad.graph.tensor import Tensor, _rng
+from jitgrad.graph.tensor import Tensor, rng_state, set_rng_state
 
 _REENTRANT_UNSPECIFIED = (
     "torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly. Starting in PyTorch 2.9, "
@@ -65,7 +65,7 @@ def set_checkpoint_early_stop(enable):
 
 
 def _rng_state(preserve):
-    return _rng[0].bit_generator.state if preserve else None
+    return rng_state() if preserve else None
 
 
 @contextlib.contextmanager
@@ -75,11 +75,12 @@ def _rng_as(state):
     if state is None:
         yield
         return
-    saved, _rng[0].bit_generator.state = _rng[0].bit_generator.state, state
+    saved = rng_state()
+    set_rng_state(state)
     try:
         yield
     finally:
-        _rng[0].bit_generator.state = saved
+        set_rng_state(saved)
 
 
 # -- use_reentrant=True ------------------------------------------------------------------
