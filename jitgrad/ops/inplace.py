@@ -111,17 +111,39 @@ def _dual(t, others):
 
 
 def _update_tangent(t, new):
-    """t's tangent <- new's, written into t's tangent when it has one, so that views of
-    the tangent (the tangents of t's views) see it, as in PyTorch."""
+    """t's tangent <- new's, written into t's tangent, so that views of the tangent (the
+    tangents of t's base and of its other views) see it, as in PyTorch."""
     nt, tt = _forward.tangent(new), _forward.tangent(t)
     with _forward._paused:
         if tt is None:
             if nt is not None:
-                _forward.set_tangent(t, F.clone(nt if nt._data.shape == t._data.shape else F.expand(nt, t.shape)))
+                _ensure_tangent(t).copy_(nt)
         elif nt is None:
             tt.zero_()
         else:
             tt.copy_(nt)
+
+
+def _ensure_tangent(t):
+    """t's tangent; a tensor without one gets zeros, the tangent of its whole storage: its
+    root's tangent is made (zeros) and every live view of the root without a tangent gets
+    the same view of it (a write through one then reaches the others, as in PyTorch, where
+    a write of a dual into a view gives its base and the base's views tangents). Called
+    with forward mode paused (_forward._paused does not nest)."""
+    tt = _forward.tangent(t)
+    if tt is not None:
+        return tt
+    view = _views.info(t)
+    root = t if view is None else view.base
+    rt = _forward.tangent(root)
+    if rt is None:
+        rt = F.zeros_like(root)
+        _forward.set_tangent(root, rt)
+    for v in _views.live_views(root):
+        if _forward.tangent(v) is None:
+            fn = v._x.view_of.fn
+            _forward.set_tangent(v, F._mark_view(F._wrap(fn(rt._data)), rt, fn))
+    return _forward.tangent(t)
 
 
 def _apply(t, compute, *others, fills=False):
@@ -362,9 +384,7 @@ def setitem(t, index, value):
         if dual:  # the tangent's elements at index <- value's tangent (zero without one)
             vt = _forward.tangent(value)
             with _forward._paused:
-                if _forward.tangent(t) is None:
-                    _forward.set_tangent(t, F.zeros_like(t))
-                _forward.tangent(t)[index] = vt if vt is not None else 0.0
+                _ensure_tangent(t)[index] = vt if vt is not None else 0.0
         return
     d = t._data
     picked = asarray(np.arange(d.size, dtype=np.int64, like=like(d)).reshape(d.shape)[F._norm_index(index, d)])

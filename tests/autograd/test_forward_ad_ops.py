@@ -461,6 +461,52 @@ def test_inplace_view_op_moves_the_tangent(name):
     _same_as_torch(body)
 
 
+def _restride_a_view(T, d):
+    y = d * 1.0
+    v = y[1]            # (1, 3)
+    v.transpose_(0, 1)  # (3, 1): still a view of y
+    v.mul_(2.0)
+    w = v[:2]
+    w.add_(1.0)
+    return y, v, w
+
+
+def _restride_then_write_a_dual(T, d):
+    y = T.zeros(2, 1, 3, dtype=T.float64)  # no tangent
+    v = y[0]
+    y.transpose_(0, 2)
+    v.copy_(d[1])       # y and v get tangents, v's a view of y's
+    return y, v
+
+
+def test_inplace_view_ops_on_views():
+    _same_as_torch(_restride_a_view)
+    _same_as_torch(_restride_then_write_a_dual)
+
+
+# a write of a dual into a tensor without a tangent, or into a view of one: its root gets a
+# tangent (zeros elsewhere) and so does every view of it, a view of the root's
+WRITES_INTO_PRIMALS = {
+    "view_copy_": lambda T, d, y: y[0].copy_(d[1]),
+    "view_mul_": lambda T, d, y: y[0].add_(1.0).mul_(d[1]),
+    "setitem": lambda T, d, y: y.__setitem__(0, d[1]),
+    "view_setitem": lambda T, d, y: y[1].__setitem__((0, 1), d[0, 0, 2]),
+    "add_": lambda T, d, y: y.add_(d),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRITES_INTO_PRIMALS))
+def test_writing_a_dual_into_a_plain_tensor(name):
+    def body(T, d):
+        y = T.ones(2, 1, 3, dtype=T.float64)
+        before = y[:, :, 1:]  # a view made before the write
+        WRITES_INTO_PRIMALS[name](T, d, y)
+        after = y[1]
+        after.mul_(3.0)
+        return y, before, after
+    _same_as_torch(body)
+
+
 # in-place ops on a tensor and on views of it: every tangent as torch's
 INPLACE = {
     "add_dual": lambda T, d, y: y.add_(d),
