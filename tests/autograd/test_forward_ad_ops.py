@@ -507,6 +507,43 @@ def test_writing_a_dual_into_a_plain_tensor(name):
     _same_as_torch(body)
 
 
+# every view op: the view's tangent is the same view of its base's tangent, both ways, whether
+# the base had a tangent (y = d * 1) or gets one through the write (y = ones)
+VIEWS = {
+    "getitem": lambda y: y[1, :, ::2],
+    "select": lambda y: y.select(2, 1),
+    "narrow": lambda y: y.narrow(2, 1, 2),
+    "view": lambda y: y.view(3, 2),
+    "reshape": lambda y: y.reshape(6),
+    "flatten": lambda y: y.flatten(),
+    "squeeze": lambda y: y.squeeze(1),
+    "unsqueeze": lambda y: y.unsqueeze(0),
+    "permute": lambda y: y.permute(2, 0, 1),
+    "transpose": lambda y: y.transpose(0, 2),
+    "t": lambda y: y[:, 0].t(),
+    "movedim": lambda y: y.movedim(2, 0),
+    "diagonal": lambda y: y[:, 0, :2].diagonal(),
+    "unbind": lambda y: y.unbind(2)[1],
+    "split": lambda y: y.split(2, 2)[0],
+    "chunk": lambda y: y.chunk(3, 2)[2],
+    "view_as": lambda y: y.view_as(y.new_zeros(3, 2)),
+    "expand_then_select": lambda y: y.expand(2, 2, 2, 1, 3)[0, 1],
+}
+
+
+@pytest.mark.parametrize("has_tangent", [True, False], ids=["dual_base", "plain_base"])
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_view_tangents_share_the_base_tangent(name, has_tangent):
+    def body(T, d):
+        y = d * 1.0 if has_tangent else T.ones(2, 1, 3, dtype=T.float64)
+        v = VIEWS[name](y)
+        other = y[0]                  # a view of the same base
+        v.mul_(d.sum())               # through the view: the base and the other view see it
+        y.add_(d if has_tangent else 1.0)  # through the base: the views see it
+        return y, v, other
+    _same_as_torch(body)
+
+
 # in-place ops on a tensor and on views of it: every tangent as torch's
 INPLACE = {
     "add_dual": lambda T, d, y: y.add_(d),
