@@ -633,3 +633,18 @@ def test_compiled_step_replays_them_without_a_graph_break():
     (lc, wc), (le, we) = run(True), run(False)
     np.testing.assert_allclose(lc, le, rtol=1e-12)
     np.testing.assert_allclose(wc, we, rtol=1e-12)
+
+
+@pytest.mark.parametrize("call", [
+    lambda T, d, o: T.sin(d, out=o),
+    lambda T, d, o: T.add(d, 1.0, out=o),
+    lambda T, d, o: T.sin(d.detach(), out=T.autograd.forward_ad.make_dual(o, o + 1.0)),  # a dual out
+    lambda T, d, o: T.cat([d, d], out=o),
+], ids=["sin", "add", "dual_out", "cat"])
+def test_out_functions_refuse_forward_ad(call):
+    for T in (J, torch):  # as torch: out's tangent would otherwise be left stale
+        with T.autograd.forward_ad.dual_level():
+            d = T.autograd.forward_ad.make_dual(T.ones(3, dtype=T.float64), T.ones(3, dtype=T.float64))
+            with pytest.raises(NotImplementedError, match=r"^Trying to use forward AD with \w+_out that does not "
+                                                          r"support it because it is an out= function"):
+                call(T, d, T.zeros(3, dtype=T.float64))
