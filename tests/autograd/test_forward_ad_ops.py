@@ -648,3 +648,26 @@ def test_out_functions_refuse_forward_ad(call):
             with pytest.raises(NotImplementedError, match=r"^Trying to use forward AD with \w+_out that does not "
                                                           r"support it because it is an out= function"):
                 call(T, d, T.zeros(3, dtype=T.float64))
+
+
+def _mixed(T, x):
+    """In-place view ops, a written clone, flip and the former custom Functions in one function."""
+    y = (x * 1.0).reshape(2, 3)
+    y.transpose_(0, 1)
+    z = y.clone()
+    z.mul_(2.0)
+    w = T.atan2(z, y.flip(0) + 2.0) + T.asin(y * 0.3) + T.acos(y * 0.2) * T.atan(y)
+    w = w.unsqueeze_(0).squeeze_()
+    return T.nn.functional.binary_cross_entropy(T.sigmoid(w), T.sigmoid(y.detach() * 0.5)) + (w * w).sum()
+
+
+@pytest.mark.parametrize("transform", ["jacfwd", "hessian", "jacrev(jacfwd)"])  # forward, forward-over-reverse, reverse-over-forward
+def test_stacked_transforms_match_torch_func(transform):
+    x = np.random.default_rng(0).standard_normal(6) * 0.5
+    res = []
+    for T in (J, torch):
+        f = lambda t, T=T: _mixed(T, t)  # noqa: E731
+        for name in reversed(transform.replace(")", "").split("(")):
+            f = getattr(T.func, name)(f)
+        res.append(f(T.tensor(x, dtype=T.float64)).detach().numpy())
+    np.testing.assert_allclose(*res, rtol=1e-9, atol=1e-12)
