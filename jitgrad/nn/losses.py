@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from jitgrad._core.messages import torch_size
+from jitgrad._core.messages import scalar_name, torch_size
 from jitgrad.ops import functional as _F
 from jitgrad.ops.nn import _legacy_reduction, _reduce, binary_cross_entropy_elementwise
 
@@ -24,6 +24,11 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     x = input._array()
     if np.any(~((x >= 0) & (x <= 1))):
         raise RuntimeError("all elements of input should be between 0 and 1")
+    if target.dtype != input.dtype:
+        raise RuntimeError(f"Found dtype {scalar_name(target._data.dtype)} but expected {scalar_name(x.dtype)}")
+    t = target._array()
+    if np.any(~((t >= 0) & (t <= 1))):
+        raise RuntimeError("all elements of target should be between 0 and 1")
     loss = binary_cross_entropy_elementwise(input, target)
     if weight is not None:
         loss = loss * weight

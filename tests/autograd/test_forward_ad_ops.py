@@ -671,3 +671,15 @@ def test_stacked_transforms_match_torch_func(transform):
             f = getattr(T.func, name)(f)
         res.append(f(T.tensor(x, dtype=T.float64)).detach().numpy())
     np.testing.assert_allclose(*res, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("args,message", [
+    (([0.5], [1.5], "float32"), "all elements of target should be between 0 and 1"),
+    (([1.5], [0.5], "float32"), "all elements of input should be between 0 and 1"),
+    (([0.5], [1.0], "float64"), "Found dtype Double but expected Float"),
+])
+def test_binary_cross_entropy_checks_its_arguments(args, message):
+    x, t, tdtype = args
+    for T in (J, torch):
+        with pytest.raises(RuntimeError, match=f"^{message}"):
+            T.nn.functional.binary_cross_entropy(T.tensor(x), T.tensor(t, dtype=getattr(T, tdtype)))
