@@ -74,9 +74,6 @@ from jitgrad import linalg, nn, optim  # noqa: E402
 from jitgrad._core.threads import default_threads as _default_threads  # noqa: E402
 from jitgrad._core.threads import get_num_threads, set_num_threads  # noqa: E402
 from jitgrad._core.verbosity import get_verbosity, set_verbosity  # noqa: E402
-from jitgrad.inverse_trig import FUNCTIONS as _TRIG  # noqa: E402  (binds Tensor.atan2... too)
-
-globals().update(_TRIG)  # jitgrad.atan2, atan, asin, acos
 
 _default_threads()
 

@@ -149,6 +149,10 @@ sin = np.sin
 sqrt = np.sqrt
 erf = math.erf
 tanh = np.tanh
+asin = np.arcsin
+acos = np.arccos
+atan = np.arctan
+atan2 = np.arctan2
 '''
 
 _EW_KERNEL = '''

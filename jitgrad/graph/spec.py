@@ -81,7 +81,7 @@ import re
 from jitgrad.gpu import formulas as _gpu_formulas
 
 FUNCS = ("exp", "log", "cos", "sin", "sqrt", "sign", "where", "erf", "tanh", "pow", "zeros_like")
-_WORD = re.compile(r"[A-Za-z_]\w*")
+_WORD = re.compile(r"(?<![\w.])[A-Za-z_]\w*")  # a name, not the exponent of 1e-12
 _KEYWORDS = {"if", "else", "and", "or", "not", "grad", "p0", "p1"}
 
 REGISTRY = {}   # name -> OpSpec

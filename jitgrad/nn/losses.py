@@ -1,53 +1,22 @@
 """The regression and probability losses beyond mse / cross entropy: binary_cross_entropy,
 l1_loss, smooth_l1_loss, huber_loss, kl_div (the modules are in loss_modules.py), composed from
 jitgrad's differentiable ops (their grad_fn is the last op's, not torch's *LossBackward0;
-binary_cross_entropy's is a Function's, _BinaryCrossEntropyBackward)."""
+binary_cross_entropy's elementwise loss is one primitive, BinaryCrossEntropyBackward0, then
+weighted and reduced)."""
 import warnings
 
 import numpy as np
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core.messages import scalar_name, torch_size
-from jitgrad.autograd.function import Function
 from jitgrad.ops import functional as _F
-from jitgrad.ops.nn import _legacy_reduction, _reduce
+from jitgrad.ops.nn import _legacy_reduction, _reduce, binary_cross_entropy_elementwise
 
 
 def _same_size(input, target):
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Using a target size ({torch_size(target.shape)}) that is different to the input size "
                          f"({torch_size(input.shape)}) is deprecated. Please ensure they have the same size.")
-
-
-def _clamped_log(x):
-    # torch clamps each log at -100 so that a probability of 0 or 1 gives a finite loss;
-    # log(0)'s divide-by-zero is expected there, not a warning for the user
-    with np.errstate(divide="ignore"):
-        return _F.clamp(_F.log(x), min=-100.0)
-
-
-_EPSILON = float(np.float32(1e-12))  # torch's bound on x (1 - x): a float constant, also for double
-
-
-class _BinaryCrossEntropy(Function):
-    """The elementwise loss, with torch's gradient (x - t) / max(x (1 - x), eps): finite at
-    a probability of 0 or 1, where the clamped logs' own derivative is not. Its backward is
-    written with differentiable ops, so create_graph gives the second derivative."""
-
-    @staticmethod
-    def forward(ctx, input, target):
-        ctx.save_for_backward(input, target)
-        return -(target * _clamped_log(input) + (1.0 - target) * _clamped_log(1.0 - input))
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, t = ctx.saved_tensors
-        gx = grad * (x - t) / _F.clamp(x * (1.0 - x), min=_EPSILON) if ctx.needs_input_grad[0] else None
-        gt = None
-        if ctx.needs_input_grad[1]:
-            with np.errstate(divide="ignore"):  # torch's target gradient is +-inf at 0 and 1: unclamped logs
-                gt = grad * (_F.log(1.0 - x) - _F.log(x))
-        return gx, gt
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
@@ -61,7 +30,10 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     x = input._array()
     if np.any(~((x >= 0) & (x <= 1))):
         raise RuntimeError("all elements of input should be between 0 and 1")
-    loss = _BinaryCrossEntropy.apply(input, target)
+    t = target._array()
+    if np.any(~((t >= 0) & (t <= 1))):
+        raise RuntimeError("all elements of target should be between 0 and 1")
+    loss = binary_cross_entropy_elementwise(input, target)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)

@@ -35,6 +35,7 @@ FUNCTIONS.update({
     # shape
     "reshape": shape.reshape, "flatten": shape.flatten, "squeeze": shape.squeeze, "unsqueeze": shape.unsqueeze,
     "expand": shape.expand, "permute": shape.permute, "transpose": shape.transpose, "t": shape.t,
+    "swapdims": shape.transpose, "swapaxes": shape.transpose,
     "cat": shape.cat, "stack": shape.stack, "narrow": shape.narrow, "select": shape.select, "unbind": shape.unbind,
     "chunk": shape.chunk, "split": shape.split, "split_with_sizes": shape.split_with_sizes,
     "diagonal": shape.diagonal,
@@ -56,7 +57,7 @@ FUNCTIONS.update(mathops.FUNCTIONS)
 METHODS = dict(_common.METHODS)
 for _name in ("add", "sub", "mul", "div", "pow", "reciprocal", "sign", "clamp", "clip", "eq", "ne", "lt", "le",
               "gt", "ge", "isnan", "logical_not", "allclose", "equal", "reshape", "flatten", "squeeze",
-              "unsqueeze", "expand", "permute", "transpose", "t", "sum", "mean", "amax", "amin", "max", "min",
+              "unsqueeze", "expand", "permute", "transpose", "swapdims", "swapaxes", "t", "sum", "mean", "amax", "amin", "max", "min",
               "argmax", "argmin", "prod", "matmul", "mm", "addmm", "dot", "mv", "bmm", "trace",
               "softmax", "log_softmax", "narrow", "select", "unbind", "chunk", "split", "split_with_sizes",
               "diagonal", "masked_fill", "all", "any"):

@@ -92,8 +92,13 @@ def storage(t):
 
 def _writable_alias(a):
     root = a
-    while isinstance(root.base, np.ndarray):
-        root = root.base
+    while True:
+        b = root.base
+        if not isinstance(b, np.ndarray):  # as_strided's view (a gather's, of a tangent) keeps its base behind a
+            b = getattr(b, "base", None)   # numpy DummyArray
+            if not isinstance(b, np.ndarray):
+                break
+        root = b
     if not root.flags.writeable:  # the memory itself is read-only: numpy's own error follows
         return a
     offset = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]

@@ -21,8 +21,11 @@ which is what makes forward-over-reverse (Hessian-vector products) work.
 """
 import weakref
 
+import numpy as np
+
 from jitgrad._core.forward import state as _fw
 from jitgrad._core.modes import _state as _gm_state
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph import record as _record
 from jitgrad.graph.tensor import Tensor, wrap
 
@@ -129,7 +132,10 @@ def ew(record_ew, spec, out, a, b, p0, p1, aux):
             total = part if total is None else total + part
         if total is None:
             return res
+        own = total is ta or total is tb  # a formula that is `grad` itself (clone, add of a constant)
         total = _fit(total, res)
+        if own:
+            total = total.clone()
     return set_tangent(res, total)
 
 
@@ -199,7 +205,24 @@ def record(spec, result, inputs, saved, fparams, iparams):
         if tg is None:
             return result
         tg = _fit(tg, result)
+        if _aliases(tg, tangents) and not _aliases(result, inputs):
+            tg = tg.clone()
     return set_tangent(result, tg)
+
+
+def _aliases(t, others):
+    """Whether t's array may share memory with one of others' (a bounds check, O(1)).
+
+    The tangent of a view is a view of its base's tangent, so that an in-place op on either
+    reaches the other, as in PyTorch; any other result gets a tangent of its own, or an
+    in-place op on it would change its input's tangent too (a jvp that is the input's
+    tangent, or a reshape of it, as sum over a size-1 dim gives)."""
+    d = t._data
+    if type(d) is not np.ndarray:
+        if type(d) is DeviceArray:
+            return any(o is not None and type(o._data) is DeviceArray and o._data.buf is d.buf for o in others)
+        return False  # a numpy scalar (a 0-d result) shares nothing
+    return any(o is not None and type(o._data) is np.ndarray and np.may_share_memory(d, o._data) for o in others)
 
 
 _fw.record = record

@@ -20,6 +20,7 @@ from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
 from jitgrad._core.messages import c_name, scalar_name
+from jitgrad.gpu import formulas as _gpu_formulas
 from jitgrad.graph.record import record, record_ew
 from jitgrad.graph.spec import alias, elementwise, structural
 from jitgrad.graph.tensor import _ARRAYLIKE, Tensor, in_inference_mode
@@ -383,6 +384,45 @@ relu = defop("relu", "ReluBackward0", _relu, "where(result <= 0.0, 0.0, grad)", 
 abs = defop("abs", "AbsBackward0", np.abs, "grad * sign(self)", saves=("self",), ints="keep",  # noqa: A001
             bools=lambda: _dtype.not_implemented("abs_cpu", np.bool_), fwd="abs(self)")
 clone = defop("clone", "CloneBackward0", np.copy, "grad", ints="keep", fwd="self")
+
+def _nan_outside_domain(ufunc):
+    """ufunc without numpy's warning where it gives NaN (asin(2.0)): PyTorch gives NaN silently.
+    The device computes the spec's formula for the ufunc itself (registered below)."""
+    def fn(x):
+        with np.errstate(invalid="ignore"):
+            return ufunc(x)
+    fn.__name__ = ufunc.__name__
+    return fn
+
+
+# the inverse trigonometric functions: torch's AsinBackward0... (1 / sqrt(1 - x^2) is inf at +-1, as torch's rsqrt)
+asin = defop("asin", "AsinBackward0", _nan_outside_domain(np.arcsin), "grad / sqrt(1.0 - self * self)",
+             saves=("self",), fwd="asin(self)")
+acos = defop("acos", "AcosBackward0", _nan_outside_domain(np.arccos), "-grad / sqrt(1.0 - self * self)",
+             saves=("self",), fwd="acos(self)")
+atan = defop("atan", "AtanBackward0", np.arctan, "grad / (self * self + 1.0)", saves=("self",), fwd="atan(self)")
+for _ufunc, _spec in ((np.arcsin, asin.spec), (np.arccos, acos.spec)):
+    _gpu_formulas.register_spec(_ufunc, _spec.args, _spec.fwd)
+ATAN2 = elementwise("atan2", "Atan2Backward0", "grad * other / (self * self + other * other)",
+                    "grad * -self / (self * self + other * other)", saves=("self", "other"), forward=np.arctan2,
+                    fwd="atan2(self, other)")
+
+
+def atan2(input, other):
+    """torch.atan2: two tensors (a number is a TypeError, as in torch); integers are computed in
+    the default float dtype, then the usual promotion of a binary op (torch.result_type)."""
+    for pos, x in ((1, input), (2, other)):
+        if not isinstance(x, Tensor):
+            raise _operand_error("atan2", x, pos)
+    if _dtype.result_type(input, other).kind != "f":  # both integral: computed in the default float dtype
+        input, other = _as_float(input), _as_float(other)
+    return _binary(ATAN2, np.arctan2, input, other)
+
+
+for _name, _fn in (("arcsin", asin), ("arccos", acos), ("arctan", atan), ("atan2", atan2), ("arctan2", atan2)):
+    publish(_name, _fn)
+
+
 SIGN = elementwise("sign", "SignBackward0", "zeros_like(grad)", fwd="sign(self)")            # zeros, even for a NaN grad
 
 

@@ -219,7 +219,7 @@ def _as_value(value, input):
         if value._data.ndim:
             raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
                                f"{value._data.ndim} dimensions.")
-        return value._data.item() if not value.requires_grad else value
+        return value if _needs(value) else value._data.item()  # (a tangent counts too)
     return value
 
 

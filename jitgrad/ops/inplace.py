@@ -115,17 +115,39 @@ def _dual(t, others):
 
 
 def _update_tangent(t, new):
-    """t's tangent <- new's, written into t's tangent when it has one, so that views of
-    the tangent (the tangents of t's views) see it, as in PyTorch."""
+    """t's tangent <- new's, written into t's tangent, so that views of the tangent (the
+    tangents of t's base and of its other views) see it, as in PyTorch."""
     nt, tt = _forward.tangent(new), _forward.tangent(t)
     with _forward._paused:
         if tt is None:
             if nt is not None:
-                _forward.set_tangent(t, F.clone(nt if nt._data.shape == t._data.shape else F.expand(nt, t.shape)))
+                _ensure_tangent(t).copy_(nt)
         elif nt is None:
             tt.zero_()
         else:
             tt.copy_(nt)
+
+
+def _ensure_tangent(t):
+    """t's tangent; a tensor without one gets zeros, the tangent of its whole storage: its
+    root's tangent is made (zeros) and every live view of the root without a tangent gets
+    the same view of it (a write through one then reaches the others, as in PyTorch, where
+    a write of a dual into a view gives its base and the base's views tangents). Called
+    with forward mode paused (_forward._paused does not nest)."""
+    tt = _forward.tangent(t)
+    if tt is not None:
+        return tt
+    view = _views.info(t)
+    root = t if view is None else view.base
+    rt = _forward.tangent(root)
+    if rt is None:
+        rt = F.zeros_like(root)
+        _forward.set_tangent(root, rt)
+    for v in _views.live_views(root):
+        if _forward.tangent(v) is None:
+            fn = v._x.view_of.fn
+            _forward.set_tangent(v, F._mark_view(F._wrap(fn(rt._data)), rt, fn))
+    return _forward.tangent(t)
 
 
 def _apply(t, compute, *others, fills=False):
@@ -380,9 +402,7 @@ def setitem(t, index, value):
         if dual:  # the tangent's elements at index <- value's tangent (zero without one)
             vt = _forward.tangent(value)
             with _forward._paused:
-                if _forward.tangent(t) is None:
-                    _forward.set_tangent(t, F.zeros_like(t))
-                _forward.tangent(t)[index] = vt if vt is not None else 0.0
+                _ensure_tangent(t)[index] = vt if vt is not None else 0.0
         return
     d = t._data
     picked = asarray(np.arange(d.size, dtype=np.int64, like=like(d)).reshape(d.shape)[F._norm_index(index, d)])
@@ -390,17 +410,20 @@ def setitem(t, index, value):
     _assign(t, flat, value if value._data.shape == target_shape else F.expand(value, target_shape))
 
 
-def transpose_(t, dim0, dim1):
-    """t becomes its transpose: a new layout of the same storage (recorded as the
-    transpose of its old value, PyTorch's TransposeBackward). The view records that
-    describe arrays through t's layout are rewritten for the new one."""
+def _restride(t, view_op, undo, *args):
+    """t becomes view_op(t, *args), a new layout of the same storage (transpose_, squeeze_,
+    unsqueeze_...): recorded as that view of its old value (PyTorch's TransposeBackward0...).
+    The view records that describe arrays through t's layout are rewritten for the new one
+    (undo: an array in the new layout -> the same array in the old one), and t's tangent
+    takes the new layout too: it becomes the tangent of the view, the same view of the old
+    tangent (so the tangents of t's views still share its storage, as in PyTorch)."""
     _stop("an in-place op in a compiled step")
     record = _needs_record(t)
     if record:
-        new = F.transpose(t, dim0, dim1)
+        new = view_op(t, *args)
     else:
         with _grad_mode.no_grad():
-            new = F.transpose(t, dim0, dim1)
+            new = view_op(t, *args)
     if new is t:  # a 0-d tensor
         return t
     t._data = new._data
@@ -408,20 +431,38 @@ def transpose_(t, dim0, dim1):
     view, made = _views.info(t), _views.info(new)
     if made is not None:  # (an inference tensor has no views)
         if view is not None:
-            view.fn = made.fn  # the transposed view's function from the root is now t's
+            view.fn = made.fn  # the new view's function from the root is now t's
         else:
-            for v in _views.live_views(t):  # made.fn, a swap of two dims, undoes itself
-                v._x.view_of.fn = _views.Chain(made.fn, v._x.view_of.fn)
+            for v in _views.live_views(t):
+                v._x.view_of.fn = _views.Chain(undo, v._x.view_of.fn)
     if record:
         _rebase(t, new)
     _refresh_views(t if view is None else view.base, t, record)
+    if _fw.live:
+        tg = _forward.tangent(new)
+        if tg is not None:
+            _forward.set_tangent(t, tg)
     return t
+
+
+def transpose_(t, dim0, dim1):
+    return _restride(t, F.transpose, lambda a: a.swapaxes(dim0, dim1), dim0, dim1)
 
 
 def t_(t):
     if t._data.ndim > 2:
         raise RuntimeError(f"t_() expects a tensor with <= 2 dimensions, but self is {t._data.ndim}D")
     return transpose_(t, 0, -1) if t._data.ndim == 2 else t
+
+
+def squeeze_(t, dim=None):
+    shape = t._data.shape
+    return _restride(t, F.squeeze, lambda a: a.reshape(shape), dim)
+
+
+def unsqueeze_(t, dim):
+    shape = t._data.shape
+    return _restride(t, F.unsqueeze, lambda a: a.reshape(shape), dim)
 
 
 def _iop(fn):
@@ -440,8 +481,10 @@ def install():
     Tensor.fill_ = fill_
     Tensor.zero_ = zero_
     Tensor.__setitem__ = setitem
-    Tensor.transpose_ = transpose_
+    Tensor.transpose_ = Tensor.swapdims_ = Tensor.swapaxes_ = transpose_
     Tensor.t_ = t_
+    Tensor.squeeze_ = squeeze_
+    Tensor.unsqueeze_ = unsqueeze_
     Tensor.__iadd__ = _iop(add_)
     Tensor.__isub__ = _iop(sub_)
     Tensor.__imul__ = _iop(mul_)
@@ -467,11 +510,15 @@ def _unary_inplace(name):
 
 UNARY = {name + "_": _unary_inplace(name) for name in (
     "neg", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "erf", "sigmoid", "relu", "abs",
-    "reciprocal", "sign")}
+    "reciprocal", "sign", "asin", "acos", "atan")}
 
 
 def pow_(t, exponent):
     return _apply(t, lambda a: F.pow(a, exponent), exponent)
+
+
+def atan2_(t, other):
+    return _apply(t, lambda a: F.atan2(a, other), other)
 
 
 def masked_fill_(t, mask, value):
@@ -485,5 +532,6 @@ def install_unary():
     for name, fn in UNARY.items():
         setattr(Tensor, name, fn)
     Tensor.pow_ = pow_
+    Tensor.atan2_ = atan2_
     Tensor.__ipow__ = _iop(pow_)
     Tensor.masked_fill_ = masked_fill_

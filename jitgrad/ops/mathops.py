@@ -13,7 +13,7 @@ from jitgrad.graph.tensor import Tensor, tensor, zeros
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.ops import elementwise as ew
 from jitgrad.ops import linalg, reduce, shape
-from jitgrad.ops._common import copy_array, need_tensor, refuse
+from jitgrad.ops._common import _needs, copy_array, need_tensor, refuse
 from jitgrad.ops.shape import _dims, _wrap_dim
 
 _LN2 = math.log(2.0)
@@ -558,7 +558,8 @@ def flip(input, dims):
     if input.ndim == 0:
         return ew.clone(input)
     idx = tuple(slice(None, None, -1) if i in ds else slice(None) for i in range(input.ndim))
-    return ew.clone(input[idx]) if input.requires_grad else _wrap(copy_array(input._data[idx]))
+    # _needs: recorded for grad, or given a tangent in forward mode (not only with requires_grad)
+    return ew.clone(input[idx]) if _needs(input) else _wrap(copy_array(input._data[idx]))
 
 
 def count_nonzero(input, dim=None):

@@ -475,6 +475,34 @@ EMBEDDING = structural("embedding", "EmbeddingBackward0", args=("weight",), save
                        jvp=embedding_jvp, fwd_kernel=f_embedding)
 
 
+# --- binary_cross_entropy: its elementwise loss (reduction and weight are applied after it) ---
+def _bce_data(x, t):
+    # torch's: (t - 1) * max(log1p(-x), -100) - t * max(log(x), -100); the clamp keeps a probability
+    # of 0 or 1 finite, and log(0)'s divide-by-zero is expected there, not a warning for the user
+    with np.errstate(divide="ignore"):
+        return (t - 1.0) * np.maximum(np.log1p(-x), -100.0) - t * np.maximum(np.log(x), -100.0)
+
+
+def binary_cross_entropy_elementwise(input, target):
+    """binary_cross_entropy with reduction="none", no weight: one BinaryCrossEntropyBackward0
+    node. Its input gradient is torch's (x - t) / max(x (1 - x), eps), finite at a probability
+    of 0 or 1 where the clamped logs' own derivative is not; the target's is -logit(x)."""
+    xd, td = input._data, target._data
+    dt = _dtype.result_type(xd, td)
+    out = _bce_data(xd if xd.dtype == dt else xd.astype(dt), td if td.dtype == dt else td.astype(dt))
+    return _ew(BINARY_CROSS_ENTROPY, out.astype(dt, copy=False), input, target)
+
+
+# 9.999999960041972e-13: torch's EPSILON, the float 1e-12, also for double
+BINARY_CROSS_ENTROPY = elementwise(
+    "binary_cross_entropy", "BinaryCrossEntropyBackward0",
+    "grad * (self - target) / where(self * (1.0 - self) < 9.999999960041972e-13, 9.999999960041972e-13, "
+    "self * (1.0 - self))",
+    "grad * (log(1.0 - self) - log(self))",  # -logit(self); its derivative is torch's, -inf at 0 and 1
+    saves=("self", "target"), args=("self", "target"), forward=binary_cross_entropy_elementwise,
+    fwd="(target - 1.0) * fmax(log1p(-self), -100.0) - target * fmax(log(self), -100.0)")
+
+
 # --- nll_loss --------------------------------------------------------------------------------
 def _reduce(loss, reduction, count=None):
     if reduction == "none":

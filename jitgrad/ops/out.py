@@ -9,6 +9,7 @@ out of another shape is resized (with PyTorch's deprecation warning when it was 
 import warnings
 
 from jitgrad._core import modes as _modes
+from jitgrad._core.forward import state as _fw
 from jitgrad._core.messages import scalar_name
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops._common import asarray
@@ -50,6 +51,15 @@ def _requires_grad(values):
     return False
 
 
+def _has_tangent(values):
+    for v in values:
+        if isinstance(v, Tensor) and v._x is not None and v._x.fw is not None:
+            return True
+        if isinstance(v, (tuple, list)) and _has_tangent(v):
+            return True
+    return False
+
+
 def _into(name, fn, out, args, kwargs, warn=True):
     outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
     if not all(isinstance(o, Tensor) for o in outs):
@@ -58,6 +68,9 @@ def _into(name, fn, out, args, kwargs, warn=True):
     if _modes.is_grad_enabled() and _requires_grad((*args, *kwargs.values(), *outs)):
         raise RuntimeError(f"{name}(): functions with out=... arguments don't support automatic differentiation, "
                            "but one of the arguments requires grad.")
+    if _fw.live and _has_tangent((*args, *kwargs.values(), *outs)):  # (out's tangent would be left stale)
+        raise NotImplementedError(f"Trying to use forward AD with {name}_out that does not support it because it "
+                                  "is an out= function")
     res = fn(*args, **kwargs)
     results = (res,) if isinstance(res, Tensor) else tuple(res)
     if len(results) != len(outs):

@@ -62,6 +62,9 @@ UNARY = {
     "rmul_number": (lambda x: -1.5 * x, "mul", "any"),
     "div_number": (lambda x: x / 4.0, "div", "any"),
     "masked_fill": (lambda x: x.masked_fill(x > 0.5, 0.25), "masked_fill", "any"),
+    "asin": (lambda x: x.asin(), "asin", "unit"),
+    "acos": (lambda x: jitgrad.acos(x), "acos", "unit"),
+    "atan": (lambda x: jitgrad.arctan(x), "atan", "any"),
 }
 
 BINARY = {
@@ -74,6 +77,9 @@ BINARY = {
     "maximum": (lambda a, b: jitgrad.maximum(a, b), "maximum", "any", "any"),
     "minimum": (lambda a, b: jitgrad.minimum(a, b), "minimum", "any", "any"),
     "masked_fill_tensor": (lambda a, b: a.masked_fill(b > 0, b.sum()), "masked_fill_tensor", "any", "any"),
+    "atan2": (lambda a, b: jitgrad.atan2(a, b), "atan2", "any", "any"),
+    "binary_cross_entropy": (lambda a, b: F.binary_cross_entropy(a.sigmoid(), b.sigmoid(), reduction="none"),
+                             "binary_cross_entropy", "any", "any"),
 }
 
 # the elementwise primitives a step can use (fill / zero / copy are in-place: graph breaks)

@@ -88,7 +88,7 @@ log2_ neg_ reciprocal_ relu_ round_ rsqrt_ sigmoid_ sign_ sin_ sinh_ sqrt_ squar
 nan_to_num_ t_ tril_ triu_"""
 _BINARY_NAMES = """add sub subtract mul multiply div divide true_divide pow atan2 arctan2 eq ne lt le gt ge
 logical_and logical_or logical_xor maximum minimum hypot logaddexp clamp_min clamp_max clamp clip isclose allclose
-equal add_ sub_ mul_ div_ pow_ hypot_ clamp_ clamp_min_ clamp_max_ copy_ type_as expand_as view_as reshape_as
+equal add_ sub_ mul_ div_ pow_ atan2_ hypot_ clamp_ clamp_min_ clamp_max_ copy_ type_as expand_as view_as reshape_as
 __add__ __sub__ __mul__ __truediv__ __pow__ __and__ __or__ __xor__ __eq__ __ne__ __lt__ __le__ __gt__ __ge__ __iadd__ __isub__ __imul__ __itruediv__ __ipow__"""
 
 FORMS = {name: UNARY for name in _UNARY_NAMES.split()}
@@ -152,6 +152,12 @@ FORMS.update({
     "permute": u(lambda m, f, A, B: f(A(), (1, 0))),
     "transpose": u(lambda m, f, A, B: f(A(), 0, 1)),
     "transpose_": u(lambda m, f, A, B: f(A(), 0, 1)),
+    "swapaxes": u(lambda m, f, A, B: f(A(), 0, 1)),
+    "swapaxes_": u(lambda m, f, A, B: f(A(), 0, 1)),
+    "swapdims": u(lambda m, f, A, B: f(A(), 0, 1)),
+    "swapdims_": u(lambda m, f, A, B: f(A(), 0, 1)),
+    "squeeze_": u(lambda m, f, A, B: f(A((1, 3)))),
+    "unsqueeze_": u(lambda m, f, A, B: f(A(), 0)),
     "moveaxis": u(lambda m, f, A, B: f(A(), 0, 1)),
     "movedim": u(lambda m, f, A, B: f(A(), 0, 1)),
     "roll": u(lambda m, f, A, B: f(A(), 1)),

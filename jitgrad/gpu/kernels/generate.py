@@ -131,7 +131,7 @@ def ireciprocal(x):
 '''
 
 _MATH = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "erf", "isinf", "isfinite", "fmod",
-         "copysign")
+         "copysign", "asin", "acos", "atan", "atan2")
 _ROUNDING = ("trunc", "floor", "ceil")   # libdevice's: math's return ints in numba, as in Python
 
 
