@@ -21,7 +21,7 @@ import numpy as np
 
 from jitgrad.func._batched import LEVELS, BatchedTensor, align, is_batched, level_size, physical
 from jitgrad.graph.spec import REGISTRY
-from jitgrad.graph.tensor import Tensor, _wrap_dim, zeros
+from jitgrad.graph.tensor import Tensor, _rng, _wrap_dim, zeros
 from jitgrad.ops import functional as F
 from jitgrad.ops.nn import _legacy_reduction
 
@@ -125,6 +125,8 @@ def levels_of(args, kwargs):
 
 def call(name, fn, args, kwargs):
     """Run public op `name` (original function fn) on arguments some of which are batched."""
+    if name in RANDOM_OPS:
+        return _random_call(name, fn, args, kwargs)
     levels = levels_of(args, kwargs)
     if not levels:
         return fn(*args, **kwargs)
@@ -136,6 +138,12 @@ def call(name, fn, args, kwargs):
 
 
 # --- the loop over the batch -------------------------------------------------------------
+# ops whose result's shape depends on the values: no loop can stack them (torch refuses too)
+DYNAMIC = {"nonzero", "argwhere", "unique", "unique_consecutive", "masked_select"}
+DYNAMIC_ERROR = ("vmap: We do not support batching operators that can output dynamic shape. Attempted to vmap over "
+                 "{}. Please file an issue at https://github.com/pytorch/pytorch/issues if you need this feature.")
+
+
 def _sample(x, ctx, idx):
     if is_batched(x):
         return ctx.phys(x, expand=True)[idx]
@@ -144,23 +152,152 @@ def _sample(x, ctx, idx):
     return x
 
 
+def _is_inplace(name):
+    return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+
+
 def fallback(ctx, *args, **kwargs):
-    """One call of the original per sample, the results stacked: torch's BatchedFallback."""
+    """One call of the original per sample, the results stacked: torch's BatchedFallback. Every
+    op without a rule comes here, so every op runs under vmap."""
     warnings.warn(f"There is a performance drop because we have not yet implemented the batching rule for "
                   f"{ctx.name}. Please file us an issue on GitHub so that we can prioritize its implementation.",
                   UserWarning, stacklevel=4)
+    return loop(ctx, args, kwargs)
+
+
+def loop(ctx, args, kwargs, different=None):
+    """ctx.fn once per sample of ctx's levels, on each sample's slices of the arguments, and the
+    results stacked. An in-place op (or out=) writes into each sample's rows of its target,
+    which must be batched over every level. different: the levels a random op draws anew over
+    (others get the same draws: the generator is rewound), None for an op that draws nothing."""
+    if ctx.name in DYNAMIC:
+        raise RuntimeError(DYNAMIC_ERROR.format(ctx.name))
+    target = kwargs.get("out") if kwargs.get("out") is not None else args[0] if _is_inplace(ctx.name) else None
+    if target is not None:
+        _check_inplace(ctx, target)
+        if different and not set(different) <= set(target._levels):
+            raise RuntimeError("vmap: Cannot ask for different inplace randomness on an unbatched tensor. This will "
+                               "appear like same randomness. If this is necessary for your usage, please file an "
+                               "issue with functorch.")
+    rewind = _Rewind(ctx.levels, different, kwargs.get("generator")) if different is not None else None
     outs = []
     for idx in itertools.product(*(range(s) for s in ctx.sizes)):
+        if rewind is not None:
+            rewind.before(idx)
         outs.append(ctx.fn(*[_sample(a, ctx, idx) for a in args], **{k: _sample(v, ctx, idx) for k, v in
                                                                    kwargs.items()}))
-    first = outs[0]
+        if rewind is not None:
+            rewind.after(idx)
+    if rewind is not None:
+        rewind.finish()
+    if target is not None:
+        return target
+    return _stacked(ctx, outs)
+
+
+def _stacked(ctx, outs):
+    """The per-sample results (tensors, or tuples / lists / namedtuples of them) as logical ones."""
+    first = outs[0] if outs else None
     if isinstance(first, Tensor):
+        _check_same_shapes(ctx, outs)
         return ctx.wrap(ctx.unflat(F.stack(outs)))
-    if isinstance(first, tuple) and all(isinstance(o, Tensor) for o in first):
-        parts = [ctx.unflat(F.stack([o[k] for o in outs])) for k in range(len(first))]
-        return ctx.wrap(type(first)(*parts) if hasattr(first, "_fields") else tuple(parts))
-    raise RuntimeError(f"vmap: {ctx.name} returned {type(first).__name__}, not Tensors: its result depends on "
-                       "the values of the batch (data-dependent), which vmap does not support")
+    if isinstance(first, (tuple, list)) and first and all(isinstance(o, Tensor) for o in first):
+        parts = []
+        for k in range(len(first)):
+            column = [o[k] for o in outs]
+            _check_same_shapes(ctx, column)
+            parts.append(BatchedTensor(ctx.unflat(F.stack(column)), ctx.levels))
+        return type(first)(*parts) if hasattr(first, "_fields") else type(first)(parts)
+    if first is None and not outs:
+        raise RuntimeError(f"vmap: {ctx.name}: cannot loop over a batch of size 0")
+    raise RuntimeError(f"Batching rule not implemented for {ctx.name}. We could not generate a fallback: it "
+                       f"returned {type(first).__name__}, not Tensors, and that value depends on the samples "
+                       "(data-dependent), which vmap does not support.")
+
+
+def _check_same_shapes(ctx, tensors):
+    shape = tuple(tensors[0].shape)
+    if any(tuple(t.shape) != shape for t in tensors):
+        raise RuntimeError(DYNAMIC_ERROR.format(ctx.name))
+
+
+class _Rewind:
+    """vmap's randomness flag in a loop: samples that differ only along 'same' levels get the
+    same draws (the generator is rewound to where the first of them started), those that
+    differ along a 'different' level draw anew; afterwards the generator is where the last
+    fresh draw left it."""
+
+    def __init__(self, levels, different, generator):
+        self.keep = [k for k, lvl in enumerate(levels) if lvl in different]
+        if generator is not None:
+            self.get, self.set = generator.get_state, generator.set_state
+        else:
+            self.get = lambda: _rng[0].bit_generator.state
+            self.set = lambda state: setattr(_rng[0].bit_generator, "state", state)
+        self.starts, self.end = {}, None
+
+    def before(self, idx):
+        key = tuple(idx[k] for k in self.keep)
+        if key in self.starts:
+            self.fresh = False
+            self.set(self.starts[key])
+        else:
+            self.fresh = True
+            self.starts[key] = self.get()
+
+    def after(self, idx):
+        if self.fresh:
+            self.end = self.get()
+
+    def finish(self):
+        if self.end is not None:
+            self.set(self.end)
+
+
+def _random_call(name, fn, args, kwargs):
+    """A random op inside vmap: an error in 'error' mode; else one draw per sample of the
+    'different' levels and of the arguments' levels, the same draws along 'same' levels."""
+    different = random_levels()
+    levels = tuple(sorted(set(levels_of(args, kwargs)) | set(different)))
+    if not levels:
+        return fn(*args, **kwargs)
+    return loop(Call(name, fn, levels), args, kwargs, different)
+
+
+# --- what reads only metadata: the logical tensor's -------------------------------------------------
+@batch_rule(public=("is_tensor",))
+def _is_tensor(ctx, x):
+    return True
+
+
+@batch_rule(public=("numel", "nelement"))
+def _numel(ctx, x):
+    return x.numel()
+
+
+@batch_rule(public=("element_size", "get_device", "is_inference", "is_floating_point", "is_complex"))
+def _physical_metadata(ctx, x):
+    return ctx.fn(physical(x))
+
+
+@batch_rule(public=("stride",))
+def _stride(ctx, x, dim=None):
+    """A BatchedTensor is contiguous (is_contiguous()): its logical strides."""
+    strides, n = [], 1
+    for s in reversed(tuple(x.shape)):
+        strides.insert(0, n)
+        n *= max(s, 1)
+    return tuple(strides) if dim is None else strides[_wrap_dim(dim, len(strides))]
+
+
+@batch_rule(public=("storage_offset",))
+def _storage_offset(ctx, x):
+    return 0
+
+
+@batch_rule(public=("data_ptr", "untyped_storage"))
+def _no_storage(ctx, x):
+    raise RuntimeError("Cannot access data pointer of Tensor that doesn't have storage")
 
 
 # --- elementwise: broadcasting ------------------------------------------------------------------
@@ -173,7 +310,7 @@ def _ew(ctx, *args, **kwargs):
 EW_PUBLIC = (
     "add", "sub", "rsub", "mul", "div", "true_divide", "pow", "reciprocal", "neg", "exp", "log", "log1p", "expm1",
     "sqrt", "sin", "cos", "tanh", "erf", "sigmoid", "relu", "abs", "clone", "sign", "clamp", "clip", "maximum",
-    "minimum", "where", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not",
+    "minimum", "atan2", "arctan2", "asin", "arcsin", "acos", "arccos", "atan", "arctan", "where", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not",
     "isnan", "isfinite", "gelu", "to", "long", "float", "double", "type", "detach", "contiguous", "cpu", "cuda",
     "zeros_like", "ones_like", "empty_like", "full_like", "requires_grad_", "retain_grad", "register_hook",
     "backward", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
@@ -774,7 +911,29 @@ def _bce_with_logits(ctx, input, target, weight=None, size_average=None, reduce=
     return ctx.wrap(losses.sum(dims) if reduction == "sum" else losses.mean(dims))
 
 
+# --- forward-mode AD: dual tensors are physical -------------------------------------------------
+@batch_rule(public=("make_dual",))
+def _make_dual(ctx, tensor, tangent, *, level=None):
+    """The dual of the physical tensors (both expanded over the union of their levels): every
+    op then carries each sample's tangent in its rows, as it does the primal's."""
+    if tuple(tensor.shape) != tuple(tangent.shape):
+        ctx.fn(F.zeros_like(ctx.phys(tensor).reshape(tuple(tensor.shape))),
+               F.zeros_like(ctx.phys(tangent).reshape(tuple(tangent.shape))), level=level)  # torch's error
+    return ctx.wrap(ctx.fn(ctx.phys(tensor, expand=True), ctx.phys(tangent, expand=True), level=level))
+
+
+@batch_rule(public=("unpack_dual",))
+def _unpack_dual(ctx, tensor, *, level=None):
+    unpacked = ctx.fn(physical(tensor), level=level)
+    return unpacked._replace(primal=ctx.wrap(unpacked.primal),
+                             tangent=None if unpacked.tangent is None else ctx.wrap(unpacked.tangent))
+
+
 # --- random ops: vmap's randomness flag -------------------------------------------------------------
+# ops that draw from a generator: each goes through _random_call (the rule of rand, randn,
+# rand_like, randn_like and dropout draws the batch at once instead)
+RANDOM_OPS = {"bernoulli", "bernoulli_", "multinomial", "normal", "normal_", "uniform_", "random_", "exponential_",
+              "randint", "randint_like", "randperm", "poisson", "cauchy_", "geometric_", "log_normal_"}
 RANDOM_ERROR = ("vmap: called random operation while in randomness error mode. Please either use the 'same' or "
                 "'different' randomness flags on vmap or perform the randomness operation out of vmap")
 
@@ -786,7 +945,7 @@ def random_levels():
     return tuple(lvl.id for lvl in LEVELS if lvl.randomness == "different")
 
 
-def random_factory(fn):
+def random_factory(fn, name=None):
     """rand / randn under vmap: one draw per sample of the 'different' levels."""
     def make(*size, **kwargs):
         levels = random_levels()
@@ -797,7 +956,7 @@ def random_factory(fn):
     return make
 
 
-def random_like(fn):
+def random_like(fn, name=None):
     """rand_like / randn_like under vmap."""
     def make_like(t, *args, **kwargs):
         levels = random_levels()
@@ -811,7 +970,7 @@ def random_like(fn):
     return make_like
 
 
-def random_dropout(fn):
+def random_dropout(fn, name=None):
     """dropout under vmap: the mask is drawn per sample of the 'different' levels."""
     def dropout(input, p=0.5, training=True, inplace=False):
         if not training or p == 0:
