@@ -174,11 +174,11 @@ def loop(ctx, args, kwargs, different=None):
         raise RuntimeError(DYNAMIC_ERROR.format(ctx.name))
     target = kwargs.get("out") if kwargs.get("out") is not None else args[0] if _is_inplace(ctx.name) else None
     if target is not None:
-        _check_inplace(ctx, target)
-        if different and not set(different) <= set(target._levels):
+        if different and not set(different) <= set(target._levels if is_batched(target) else ()):
             raise RuntimeError("vmap: Cannot ask for different inplace randomness on an unbatched tensor. This will "
                                "appear like same randomness. If this is necessary for your usage, please file an "
                                "issue with functorch.")
+        _check_inplace(ctx, target)
     rewind = _Rewind(ctx.levels, different, kwargs.get("generator")) if different is not None else None
     outs = []
     for idx in itertools.product(*(range(s) for s in ctx.sizes)):
@@ -258,7 +258,11 @@ def _random_call(name, fn, args, kwargs):
     """A random op inside vmap: an error in 'error' mode; else one draw per sample of the
     'different' levels and of the arguments' levels, the same draws along 'same' levels."""
     different = random_levels()
-    levels = tuple(sorted(set(levels_of(args, kwargs)) | set(different)))
+    own = levels_of(args, kwargs)
+    if set(own) - set(different) and not _is_inplace(name) and not name.endswith("_like"):
+        raise RuntimeError("Vmap does not currently support same randomness with a batched tensor input. Please "
+                           "file an issue with functorch")
+    levels = tuple(sorted(set(own) | set(different)))
     if not levels:
         return fn(*args, **kwargs)
     return loop(Call(name, fn, levels), args, kwargs, different)

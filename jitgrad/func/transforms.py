@@ -23,9 +23,10 @@ from jitgrad._core.forward import state as _fw_state
 from jitgrad._core.modes import enable_grad, is_grad_enabled
 from jitgrad.autograd import forward_ad as fwAD
 from jitgrad.engine.run import grad as _autograd_grad_fn
-from jitgrad.func import _dispatch, _rules
+from jitgrad.func import _dispatch
 from jitgrad.func._batched import active_levels, align, batched_leaf_like, is_batched, level_size, physical, wrap
 from jitgrad.func._pytree import tree_flatten, tree_map, tree_unflatten, treespec_pprint
+from jitgrad.func.vmap import vmap as _vmap
 from jitgrad.graph.spec import OP_ACC, OP_EXT
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import functional as F
@@ -570,14 +571,10 @@ def _zeros_like(x):
     return F._wrap(np.zeros(tuple(x.shape), physical(x)._data.dtype))
 
 
-def _stack(tensors, dim):
-    """stack, through its batching rule when some of the tensors are batched."""
-    return _rules.call("stack", F.stack, (list(tensors), dim), {})
-
-
 def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
-    """torch.func.jacfwd: the Jacobian of f with respect to args[argnums] by forward mode,
-    one JVP per column (per element of the differentiated inputs)."""
+    """torch.func.jacfwd: the Jacobian of f with respect to args[argnums] by forward mode: as
+    torch's, one vmap (with the given randomness) of jvp over the standard basis of the
+    differentiated inputs, so the columns run as one batched forward."""
     if randomness not in ("error", "different", "same"):
         raise RuntimeError(f"Only allowed values for randomness are 'error', 'different', or 'same'. Got {randomness}")
 
@@ -585,23 +582,32 @@ def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
     def wrapper(*args):
         _, primals = _slice_argnums(args, argnums, as_tuple=True)
         flat_primals, primals_spec = tree_flatten(primals)
+        _check_non_empty_list_of_tensors(flat_primals, "jacfwd(f, ...)(*args)", "primals")
         numels = [p.numel() for p in flat_primals]
-        columns, aux, out_spec = [], None, None
-        for k, p in enumerate(flat_primals):
-            for i in range(numels[k]):
-                basis = [_zeros_like(q) for q in flat_primals]
-                basis[k] = F._wrap(_unit(p, i))
-                res = _jvp(func, args, tree_unflatten(basis, primals_spec), argnums, False, has_aux)
-                flat_jvp, out_spec = tree_flatten(res[1])
-                columns.append(flat_jvp)
-                if has_aux and aux is None:
-                    aux = res[2]
         offsets = np.cumsum([0] + numels)
+        total = int(offsets[-1])
+        basis = []     # per primal: (total, *p.shape), the rows of its elements an identity
+        for k, p in enumerate(flat_primals):
+            b = np.zeros((total, numels[k]), physical(p)._data.dtype)
+            b[offsets[k]:offsets[k + 1]] = np.eye(numels[k], dtype=b.dtype)
+            basis.append(F._wrap(b.reshape((total,) + tuple(p.shape))))
+
+        def push_jvp(*tangents):
+            res = _jvp(func, args, tree_unflatten(list(tangents), primals_spec), argnums, False, has_aux)
+            return (res[1], res[2]) if has_aux else res[1]
+
+        out = _vmap(push_jvp, randomness=randomness)(*basis)
+        aux = None
+        if has_aux:
+            out, aux = out
+            flat_aux, aux_spec = tree_flatten(aux)
+            aux = tree_unflatten([a[0] for a in flat_aux], aux_spec)   # the same in every column
+        flat_out, out_spec = tree_flatten(out)
         jac = []
-        for j in range(len(columns[0])):
-            o_shape = tuple(columns[0][j].shape)
-            stacked = _stack([c[j] for c in columns], 0).reshape(int(offsets[-1]), -1).T  # (out numel, in numel)
-            blocks = [stacked[:, offsets[k]:offsets[k + 1]].reshape(o_shape + tuple(p.shape))
+        for col in flat_out:        # (total, *out.shape)
+            o_shape = tuple(col.shape[1:])
+            rows = col.reshape(total, -1).T      # (out numel, in numel)
+            blocks = [rows[:, offsets[k]:offsets[k + 1]].reshape(o_shape + tuple(p.shape))
                       for k, p in enumerate(flat_primals)]
             tree = tree_unflatten(blocks, primals_spec)
             jac.append(tree[0] if isinstance(argnums, int) else tree)
@@ -609,13 +615,6 @@ def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
         return (jac, aux) if has_aux else jac
 
     return wrapper
-
-
-def _unit(p, i):
-    """The i-th unit tangent of p's logical shape (one for every sample under vmap)."""
-    e = np.zeros(p.numel(), physical(p)._data.dtype)
-    e[i] = 1
-    return e.reshape(tuple(p.shape))
 
 
 def hessian(func, argnums=0):
