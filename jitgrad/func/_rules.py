@@ -19,7 +19,7 @@ import warnings
 
 import numpy as np
 
-from jitgrad.func._batched import LEVELS, BatchedTensor, align, is_batched, level_size, physical
+from jitgrad.func._batched import LEVELS, BatchedTensor, align, as_tensor_like, is_batched, level_size, physical
 from jitgrad.graph.spec import REGISTRY
 from jitgrad.graph.tensor import Tensor, _rng, _wrap_dim, zeros
 from jitgrad.ops import functional as F
@@ -78,8 +78,13 @@ class Call:
         return p
 
     def wrap(self, out):
-        """A rule's physical result(s) as logical ones (tuples and namedtuples too)."""
+        """A rule's physical result(s) as logical ones (tuples and namedtuples too). A batch dim
+        left at size 1 (the result did not depend on that level's operand, expand_as say) is
+        expanded: a BatchedTensor's physical batch dims always have their level's size."""
         if isinstance(out, Tensor):
+            sizes = self.sizes
+            if tuple(out.shape[:self.nb]) != sizes:
+                out = out.expand(sizes + tuple(out.shape[self.nb:]))
             return BatchedTensor(out, self.levels)
         if isinstance(out, tuple):
             items = [self.wrap(o) for o in out]
@@ -152,8 +157,12 @@ def _sample(x, ctx, idx):
     return x
 
 
+_INPLACE_OPERATORS = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+                      "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"}
+
+
 def _is_inplace(name):
-    return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+    return (name.endswith("_") and not name.endswith("__")) or name in _INPLACE_OPERATORS
 
 
 def fallback(ctx, *args, **kwargs):
@@ -178,14 +187,22 @@ def loop(ctx, args, kwargs, different=None):
             raise RuntimeError("vmap: Cannot ask for different inplace randomness on an unbatched tensor. This will "
                                "appear like same randomness. If this is necessary for your usage, please file an "
                                "issue with functorch.")
-        _check_inplace(ctx, target)
+        _check_inplace(ctx, target, arithmetic=False)
     rewind = _Rewind(ctx.levels, different, kwargs.get("generator")) if different is not None else None
     outs = []
     for idx in itertools.product(*(range(s) for s in ctx.sizes)):
         if rewind is not None:
             rewind.before(idx)
-        outs.append(ctx.fn(*[_sample(a, ctx, idx) for a in args], **{k: _sample(v, ctx, idx) for k, v in
-                                                                   kwargs.items()}))
+        sample_args = [_sample(a, ctx, idx) for a in args]
+        sample_kwargs = {k: _sample(v, ctx, idx) for k, v in kwargs.items()}
+        out = ctx.fn(*sample_args, **sample_kwargs)
+        if target is not None:
+            written = sample_kwargs["out"] if kwargs.get("out") is not None else sample_args[0]
+            if tuple(written.shape) != tuple(target.shape):
+                # an in-place view op (t_, transpose_...) changed a sample's view, not the batch
+                raise RuntimeError(f"vmap: {ctx.name} changes the shape of its batched tensor in place, which has no "
+                                   "batching rule; use the out-of-place op instead")
+        outs.append(out)
         if rewind is not None:
             rewind.after(idx)
     if rewind is not None:
@@ -343,9 +360,10 @@ INPLACE_ERROR = ("vmap: inplace arithmetic(self, *extra_args) is not possible be
                  "framework, please file a bug report instead.")
 
 
-def _check_inplace(ctx, self):
+def _check_inplace(ctx, self, arithmetic=True):
     if not is_batched(self) or self._levels != ctx.levels:
-        raise RuntimeError(INPLACE_ERROR)
+        raise RuntimeError(INPLACE_ERROR if arithmetic else INPLACE_ERROR.replace("inplace arithmetic", ctx.name, 1)
+                           .replace("instead of inplace arithmetic", f"instead of {ctx.name}"))
 
 
 @batch_rule(primitives=("fill", "fill_tensor", "zero", "copy"),
@@ -355,6 +373,9 @@ def _inplace(ctx, self, *args, **kwargs):
     """self's physical tensor is written in place: self must be batched over every level of
     the call (else torch's error); the other operands broadcast into each sample."""
     _check_inplace(ctx, self)
+    if ctx.name == "fill_" and any(is_batched(a) for a in args):      # a 0-d value per sample
+        self._phys.copy_(ctx.padded(args[0], self.ndim).expand(tuple(self._phys.shape)))
+        return self
     rank = self.ndim
     ctx.fn(self._phys, *[ctx.padded(a, rank) for a in args], **{k: ctx.padded(v, rank) for k, v in kwargs.items()})
     return self
@@ -574,6 +595,20 @@ def _t(ctx, x):
     return ctx.wrap(p.transpose(ctx.nb, ctx.nb + 1) if x.ndim == 2 else p * 1)
 
 
+@batch_rule(public=("t_", "transpose_", "swapdims_", "swapaxes_"))
+def _transpose_inplace(ctx, x, *dims):
+    """The in-place view ops transpose the physical tensor, past the batch dims."""
+    _check_inplace(ctx, x)
+    r = x.ndim
+    if ctx.name == "t_":
+        if r > 2:
+            raise RuntimeError(f"t_() expects a tensor with <= 2 dimensions, but self is {r}D")
+        dims = (0, 1) if r == 2 else ()
+    if dims:
+        x._phys.transpose_(_pdim(ctx, dims[0], r), _pdim(ctx, dims[1], r))
+    return x
+
+
 def logical_T(x):
     nb, r = len(x._levels), x.ndim
     return BatchedTensor(x._phys.permute(tuple(range(nb)) + tuple(range(nb + r - 1, nb - 1, -1))), x._levels)
@@ -659,6 +694,9 @@ def _gather_index(ctx, parts):
 
 @batch_rule(primitives=("index", "select", "slice"), public=("__getitem__",))
 def _getitem(ctx, x, index):
+    if any(is_batched(i) and _is_bool(i) for i in _index_parts(index)):
+        raise RuntimeError("vmap: We do not support batching operators that can support dynamic shape. Attempting "
+                           "to batch over indexing with a boolean mask.")
     pidx, fix, gather = _physical_index(ctx, x, index)
     if pidx is None:
         return fallback(ctx, x, index)
@@ -888,7 +926,9 @@ def _nll_loss(ctx, input, target, weight=None, size_average=None, ignore_index=-
 def _cross_entropy(ctx, *args, **kwargs):
     """log_softmax then nll_loss, each by its rule (the original, run on the BatchedTensors,
     calls them through the dispatched names); label smoothing loops over the batch."""
-    if kwargs.get("label_smoothing", args[7] if len(args) > 7 else 0.0):
+    target = args[1] if len(args) > 1 else kwargs.get("target")
+    if kwargs.get("label_smoothing", args[7] if len(args) > 7 else 0.0) or (
+            as_tensor_like(target) and target.is_floating_point()):      # smoothing, or class probabilities
         return fallback(ctx, *args, **kwargs)
     return ctx.fn(*args, **kwargs)
 
