@@ -90,9 +90,20 @@ BatchedTensor.mT = property(_rules.logical_mT)
 BatchedTensor.__array_ufunc__ = None      # numpy defers to the reflected operators
 
 
+_TENSOR_INTERNALS = frozenset(Tensor.__slots__) - {"__weakref__", "__dict__"}
+
+
 def _late_method(self, name):
     """A method bound to Tensor after import (an op declared with defop later)."""
     f = getattr(Tensor, name, None)
+    if name in _TENSOR_INTERNALS:
+        # an op's internals read a BatchedTensor: the op was reached without its dispatcher,
+        # through a reference taken before vmap started (`from jitgrad import sin`)
+        raise AttributeError(f"'BatchedTensor' object has no attribute '{name}': a jitgrad op received a vmap "
+                             "BatchedTensor without being dispatched. vmap swaps the ops of jitgrad, jitgrad.linalg, "
+                             "jitgrad.nn.functional and Tensor while it runs; an op bound to another name before "
+                             "vmap started (`from jitgrad import sin`) bypasses that: call it as jitgrad.sin(x) "
+                             "inside the function")
     if f is None or name.startswith("_") or not callable(f):
         raise AttributeError(f"'BatchedTensor' object has no attribute '{name}'")
     return _method(name, _original(f)).__get__(self)
