@@ -333,8 +333,7 @@ EW_PUBLIC = (
     "sqrt", "sin", "cos", "tanh", "erf", "sigmoid", "relu", "abs", "clone", "sign", "clamp", "clip", "maximum",
     "minimum", "atan2", "arctan2", "asin", "arcsin", "acos", "arccos", "atan", "arctan", "where", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not",
     "isnan", "isfinite", "gelu", "to", "long", "float", "double", "type", "detach", "contiguous", "cpu", "cuda",
-    "zeros_like", "ones_like", "empty_like", "full_like", "requires_grad_", "retain_grad", "register_hook",
-    "backward", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+    "zeros_like", "ones_like", "empty_like", "full_like", "retain_grad", "register_hook", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
     "__rtruediv__", "__pow__", "__rpow__", "__neg__", "__abs__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
     "__ge__", "__and__", "__or__", "__xor__", "__invert__",
 )
@@ -953,6 +952,22 @@ def _bce_with_logits(ctx, input, target, weight=None, size_average=None, reduce=
     if reduction == "none" or not dims:
         return ctx.wrap(losses)
     return ctx.wrap(losses.sum(dims) if reduction == "sum" else losses.mean(dims))
+
+
+# --- autograd's own API on a BatchedTensor: torch's errors (grad / vjp do it inside vmap) -----------
+@batch_rule(public=("backward",))
+def _no_backward(ctx, *args, **kwargs):
+    raise RuntimeError("backward() called inside a functorch transform. This is not supported, please use "
+                       "functorch.grad or functorch.vjp instead or call backward() outside of functorch transforms.")
+
+
+@batch_rule(public=("requires_grad_",))
+def _no_requires_grad(ctx, *args, **kwargs):
+    raise RuntimeError("You are attempting to call Tensor.requires_grad_() (or perhaps using "
+                       "torch.autograd.functional.* APIs) inside of a function being transformed by a functorch "
+                       "transform. This is unsupported, please attempt to use the functorch transforms (e.g. grad, "
+                       "vjp, jacrev, jacfwd, hessian) or call requires_grad_() outside of a function being "
+                       "transformed instead.")
 
 
 # --- forward-mode AD: dual tensors are physical -------------------------------------------------

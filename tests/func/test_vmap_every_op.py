@@ -229,9 +229,10 @@ RANDOM = {"bernoulli": S(prob(3, 4)), "bernoulli_": S(u(3, 4), 0.5), "multinomia
 DYNAMIC = {"nonzero": S(mask(3, 4)), "argwhere": S(mask(3, 4)), "unique": S(idx(5, high=3)),
            "masked_select": S(u(3, 4), mask(3, 4))}
 TORCH_RETURNS_GARBAGE = {"argwhere"}    # torch 2.13's vmap returns one sample's indices for every sample
-# a Python value that depends on the samples: an error, as torch's
+# a Python value that depends on the samples, or autograd's own API on a batched tensor (grad
+# and vjp do it under vmap): an error, as torch's
 DATA_DEPENDENT = {"equal": S(u(3), u(3)), "allclose": S(u(3), u(3)), "item": S(u()), "tolist": S(u(3)),
-                  "data_ptr": S(u(3))}
+                  "data_ptr": S(u(3)), "backward": S(u()), "requires_grad_": S(u(3))}
 # metadata: the logical tensor's (as torch's vmap)
 METADATA = {"numel": S(u(3, 4)), "is_tensor": S(u(3)), "element_size": S(u(3)), "get_device": S(u(3)),
             "storage_offset": S(u(3, 4)), "stride": S(u(3, 4)), "is_inference": S(u(3)), "dim": S(u(3, 4)),
@@ -241,9 +242,9 @@ METADATA = {"numel": S(u(3, 4)), "is_tensor": S(u(3)), "element_size": S(u(3)), 
 NOT_BATCHED = set("""arange empty eye full linspace logspace ones zeros rand randn randint randperm manual_seed
     set_default_device set_default_dtype set_num_threads set_printoptions set_verbosity get_default_device
     get_default_dtype get_num_threads get_verbosity is_grad_enabled is_inference_mode_enabled from_numpy from_dlpack
-    place torch_size half backward register_hook register_post_accumulate_grad_hook cpu cuda numpy""".split())
+    place torch_size half register_hook register_post_accumulate_grad_hook cpu cuda numpy""".split())
 # half: jitgrad has no float16. The op's own hooks and grad state: checked by test_vmap.py / test_per_sample_grads.py
-NOT_BATCHED |= {"retain_grad", "requires_grad_", "detach_"}
+NOT_BATCHED |= {"retain_grad", "detach_"}
 
 
 def public_ops():
