@@ -257,7 +257,7 @@ def _to_front(p, every, extra):
 def _from_front(p, every, extra, own, inp):
     """A gradient with the extra dims in front of the input's physical dims (its own levels,
     aligned to `own`), back in `every` order."""
-    p = p.reshape(_sizes(extra) + tuple(p.shape[len(extra):]))
+    p = p.reshape(_sizes(extra) + tuple(p.shape[1:]))
     # the input's dims: its levels, then its logical dims; align them to own
     lv = _levels(inp)
     for k, lvl in enumerate(own):

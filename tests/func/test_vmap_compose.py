@@ -38,7 +38,7 @@ def test_issue_example_vjp_fn_of_3x_is_3_identity():
 
 
 @pytest.mark.parametrize("case", ["jacobian", "two_inputs", "in_dims_1", "chunked", "pytree_out", "has_aux",
-                                  "cotangent_and_captured"])
+                                  "cotangent_and_captured", "two_levels", "two_levels_one_each"])
 def test_vmap_over_vjp_fn(case):
     def run(T):
         fn = T.func
@@ -55,6 +55,11 @@ def test_vmap_over_vjp_fn(case):
         if case == "pytree_out":
             _, vf = fn.vjp(lambda t: {"a": f(t), "b": t.sum()}, x)
             return fn.vmap(vf)({"a": eye, "b": T.arange(4, dtype=T.float64)})
+        if case == "two_levels":        # both levels only on the cotangent: 2 x 3 backward passes
+            return fn.vmap(fn.vmap(fn.vjp(f, x)[1]))(data(T, 2, 3, 4, seed=3))
+        if case == "two_levels_one_each":   # two cotangents, each batched over one of the levels
+            _, vf = fn.vjp(lambda t: (f(t), t * 2), x)
+            return fn.vmap(lambda a: fn.vmap(lambda b: vf((a, b)))(data(T, 3, 4, seed=5)))(data(T, 2, 4, seed=4))
         if case == "has_aux":
             _, vf, aux = fn.vjp(lambda t: (f(t), t.cos()), x, has_aux=True)
             return fn.vmap(vf)(eye), aux
