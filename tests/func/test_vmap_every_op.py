@@ -14,6 +14,7 @@ with a batching rule is held to the loop as much as one that falls back to the l
 in-place ops run on a clone of their batched self. Where torch's own vmap of the op runs and
 the op's loop agrees with torch's loop, jitgrad's vmap must agree with torch's vmap too.
 """
+import functools
 import warnings
 
 import numpy as np
@@ -266,15 +267,25 @@ def test_every_public_op_is_covered():
 
 
 # --- running a sample ----------------------------------------------------------------------------
-def _resolve(T, name):
-    """The op `name` of library T as a function of (self, *args): the namespace's function if
-    it has one, else the Tensor method."""
+FORMS = ("jitgrad", "nn.functional", "Tensor")
+
+
+def _forms(name):
+    """The ways op `name` is called: jitgrad.<name>, nn.functional.<name>, Tensor.<name>."""
+    if name.startswith("linalg.") or name.startswith("__"):
+        return ["jitgrad"]
+    out = [form for form, ns in zip(FORMS[:2], (jitgrad, jitgrad.nn.functional)) if callable(getattr(ns, name, None))]
+    return out + ["Tensor"] if name in _dispatch.tensor_methods() or not out else out
+
+
+def _resolve(T, name, form=None):
+    """The op `name` of library T as a function of (self, *args), called as `form` (the first
+    of _forms by default)."""
+    form = form or _forms(name)[0]
     if name.startswith("linalg."):
         return getattr(T.linalg, name[7:])
-    for ns in (T, T.nn.functional):
-        f = getattr(ns, name, None) if not name.startswith("__") else None
-        if callable(f):
-            return f
+    if form != "Tensor" and not name.startswith("__"):
+        return getattr(T if form == "jitgrad" else T.nn.functional, name)
     if name == "__setitem__":
         def setitem(x, index, value):
             x = x.clone()
@@ -340,7 +351,7 @@ def _arrays(name, holders, dims, seed):
     return arrays
 
 
-def _run(T, name, args, kwargs, dims, arrays):
+def _run(T, name, args, kwargs, dims, arrays, form=None):
     """(vmap result, loop result) of op `name` in library T: loop = stack of per-sample calls.
     The op is looked up inside the function, as `torch.sin(x)` in user code is (vmap(torch.sin)
     of an op looked up before: test_vmap_compose.py)."""
@@ -348,7 +359,7 @@ def _run(T, name, args, kwargs, dims, arrays):
 
     def per_sample(*ts):
         a, k = _fill(T, args, kwargs, ts)
-        return _resolve(T, name)(*a, **k)
+        return _resolve(T, name, form)(*a, **k)
     in_dims = tuple(None if d is None else d for d in dims)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -399,23 +410,29 @@ def _cases(name):
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_op_under_vmap_is_the_loop(name):
+    """Each sample and variant as the op's first form; the first sample as its other forms too
+    (Tensor.sum besides jitgrad.sum, nn.functional.softmax besides jitgrad.softmax)."""
+    forms = _forms(name)
     for k, dims in _cases(name):
-        _check_case(name, k, dims)
+        _check_case(name, k, dims, forms[0])
+    for form in forms[1:]:
+        _check_case(name, 0, _variants(len(_placeholders(*SAMPLES[name][0])))[0], form)
 
 
-def _check_case(name, k, dims):
+def _check_case(name, k, dims, form):
     args, kwargs = SAMPLES[name][k]
     holders = _placeholders(args, kwargs)
     arrays = _arrays(name, holders, dims, seed=k)
-    what = f"{name} sample {k} in_dims {dims}"
+    what = f"{form}.{name} sample {k} in_dims {dims}"
+    run = functools.partial(_run, name=name, args=args, kwargs=kwargs, dims=dims, arrays=arrays, form=form)
     try:
-        got, loop = _run(jitgrad, name, args, kwargs, dims, arrays)
+        got, loop = run(jitgrad)
     except RuntimeError as e:
         # a case vmap cannot run (an in-place op on an unbatched self, a boolean mask's
         # dynamic shape): torch's vmap must refuse it too, and ours say why, as torch's
         assert str(e).startswith("vmap: "), f"{what}: {e}"
         with pytest.raises(RuntimeError):
-            _run(torch, name, args, kwargs, dims, arrays)
+            run(torch)
         return
     values = name not in EMPTY_LIKE
     _compare(got, loop, f"{what}: vmap vs loop", values=values)
@@ -423,7 +440,7 @@ def _check_case(name, k, dims):
         return          # torch's vmap once per sample (CI time): with every tensor along dim 0
     # torch's vmap, where it runs and the op itself agrees with torch
     try:
-        t_got, t_loop = _run(torch, name, args, kwargs, dims, arrays)
+        t_got, t_loop = run(torch)
     except Exception:       # noqa: BLE001  (torch has no such op / signature, or no batching for it)
         return
     try:
