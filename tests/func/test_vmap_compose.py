@@ -231,3 +231,18 @@ def test_inplace_different_randomness_on_unbatched_raises_as_torch():
         return err_of(T.func.vmap(lambda x: z.uniform_() + x, randomness="different"), data(T, 3, 4))
     j = run(jitgrad)
     assert j is not None and j == run(torch)
+
+
+@pytest.mark.parametrize("flag", ["same", "different"])
+def test_randomness_with_a_generator_draws_like_the_loop(flag):
+    """generator=: 'same' draws once (the rows are the one draw, and the generator is left where
+    one draw leaves it); 'different' draws per sample, as the loop from the same state."""
+    p = jitgrad.full((5,), 0.5, dtype=jitgrad.float64)
+    g = jitgrad.Generator().manual_seed(7)
+    out = jitgrad.func.vmap(lambda x: jitgrad.bernoulli(p, generator=g) + 0 * x, randomness=flag)(jitgrad.zeros(4, 5))
+    after = jitgrad.bernoulli(p, generator=g)
+    g.manual_seed(7)
+    loop = [jitgrad.bernoulli(p, generator=g) for _ in range(1 if flag == "same" else 4)]
+    expected = jitgrad.stack(loop * 4 if flag == "same" else loop)
+    np.testing.assert_array_equal(out.numpy(), expected.numpy())
+    np.testing.assert_array_equal(after.numpy(), jitgrad.bernoulli(p, generator=g).numpy())
