@@ -15,6 +15,8 @@ import itertools
 
 import numpy as np
 
+from jitgrad._core.forward import state as _fw_state
+from jitgrad.autograd import forward_ad
 from jitgrad.engine.run import grad as _autograd_grad
 from jitgrad.graph.tensor import Size, Tensor, _wrap_dim, ones_like
 
@@ -209,13 +211,20 @@ def batched_leaf_like(x):
     when x does not require grad, else a differentiable copy of x."""
     levels = active_levels()
     p = align(x, levels, expand=True)
-    if p.requires_grad:
+    if p.requires_grad or _has_tangent(p):
+        # differentiable in both modes: an enclosing transform (jvp, jacfwd, grad) sees through it
         p = p.clone()
+        if not p.requires_grad:
+            p.requires_grad_(True)
     else:
         # a C-order copy: numpy's copy of an expanded array keeps the stride-0 batch dim
         # innermost, and every op and saved value would then pay for that layout
         p = Tensor._make(np.array(p._data, order="C")).requires_grad_(True)
     return wrap(p, levels)
+
+
+def _has_tangent(p):
+    return _fw_state.level >= 0 and forward_ad.unpack_dual(p).tangent is not None
 
 
 def as_tensor_like(x):

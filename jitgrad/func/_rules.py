@@ -19,9 +19,9 @@ import warnings
 
 import numpy as np
 
-from jitgrad.func._batched import LEVELS, BatchedTensor, align, is_batched, level_size, physical
+from jitgrad.func._batched import LEVELS, BatchedTensor, align, as_tensor_like, is_batched, level_size, physical
 from jitgrad.graph.spec import REGISTRY
-from jitgrad.graph.tensor import Tensor, _wrap_dim, zeros
+from jitgrad.graph.tensor import Tensor, _rng, _wrap_dim, zeros
 from jitgrad.ops import functional as F
 from jitgrad.ops.nn import _legacy_reduction
 
@@ -78,8 +78,13 @@ class Call:
         return p
 
     def wrap(self, out):
-        """A rule's physical result(s) as logical ones (tuples and namedtuples too)."""
+        """A rule's physical result(s) as logical ones (tuples and namedtuples too). A batch dim
+        left at size 1 (the result did not depend on that level's operand, expand_as say) is
+        expanded: a BatchedTensor's physical batch dims always have their level's size."""
         if isinstance(out, Tensor):
+            sizes = self.sizes
+            if tuple(out.shape[:self.nb]) != sizes:
+                out = out.expand(sizes + tuple(out.shape[self.nb:]))
             return BatchedTensor(out, self.levels)
         if isinstance(out, tuple):
             items = [self.wrap(o) for o in out]
@@ -125,6 +130,8 @@ def levels_of(args, kwargs):
 
 def call(name, fn, args, kwargs):
     """Run public op `name` (original function fn) on arguments some of which are batched."""
+    if name in RANDOM_OPS:
+        return _random_call(name, fn, args, kwargs)
     levels = levels_of(args, kwargs)
     if not levels:
         return fn(*args, **kwargs)
@@ -136,6 +143,12 @@ def call(name, fn, args, kwargs):
 
 
 # --- the loop over the batch -------------------------------------------------------------
+# ops whose result's shape depends on the values: no loop can stack them (torch refuses too)
+DYNAMIC = {"nonzero", "argwhere", "unique", "unique_consecutive", "masked_select"}
+DYNAMIC_ERROR = ("vmap: We do not support batching operators that can output dynamic shape. Attempted to vmap over "
+                 "{}. Please file an issue at https://github.com/pytorch/pytorch/issues if you need this feature.")
+
+
 def _sample(x, ctx, idx):
     if is_batched(x):
         return ctx.phys(x, expand=True)[idx]
@@ -144,23 +157,168 @@ def _sample(x, ctx, idx):
     return x
 
 
+_INPLACE_OPERATORS = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+                      "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"}
+
+
+def _is_inplace(name):
+    return (name.endswith("_") and not name.endswith("__")) or name in _INPLACE_OPERATORS
+
+
 def fallback(ctx, *args, **kwargs):
-    """One call of the original per sample, the results stacked: torch's BatchedFallback."""
+    """One call of the original per sample, the results stacked: torch's BatchedFallback. Every
+    op without a rule comes here, so every op runs under vmap."""
     warnings.warn(f"There is a performance drop because we have not yet implemented the batching rule for "
                   f"{ctx.name}. Please file us an issue on GitHub so that we can prioritize its implementation.",
                   UserWarning, stacklevel=4)
+    return loop(ctx, args, kwargs)
+
+
+def loop(ctx, args, kwargs, different=None):
+    """ctx.fn once per sample of ctx's levels, on each sample's slices of the arguments, and the
+    results stacked. An in-place op (or out=) writes into each sample's rows of its target,
+    which must be batched over every level. different: the levels a random op draws anew over
+    (others get the same draws: the generator is rewound), None for an op that draws nothing."""
+    if ctx.name in DYNAMIC:
+        raise RuntimeError(DYNAMIC_ERROR.format(ctx.name))
+    target = kwargs.get("out") if kwargs.get("out") is not None else args[0] if _is_inplace(ctx.name) else None
+    if target is not None:
+        if different and not set(different) <= set(target._levels if is_batched(target) else ()):
+            raise RuntimeError("vmap: Cannot ask for different inplace randomness on an unbatched tensor. This will "
+                               "appear like same randomness. If this is necessary for your usage, please file an "
+                               "issue with functorch.")
+        _check_inplace(ctx, target, arithmetic=False)
+    rewind = _Rewind(ctx.levels, different, kwargs.get("generator")) if different is not None else None
     outs = []
     for idx in itertools.product(*(range(s) for s in ctx.sizes)):
-        outs.append(ctx.fn(*[_sample(a, ctx, idx) for a in args], **{k: _sample(v, ctx, idx) for k, v in
-                                                                   kwargs.items()}))
-    first = outs[0]
+        if rewind is not None:
+            rewind.before(idx)
+        sample_args = [_sample(a, ctx, idx) for a in args]
+        sample_kwargs = {k: _sample(v, ctx, idx) for k, v in kwargs.items()}
+        out = ctx.fn(*sample_args, **sample_kwargs)
+        if target is not None:
+            written = sample_kwargs["out"] if kwargs.get("out") is not None else sample_args[0]
+            if tuple(written.shape) != tuple(target.shape):
+                # an in-place view op (t_, transpose_...) changed a sample's view, not the batch
+                raise RuntimeError(f"vmap: {ctx.name} changes the shape of its batched tensor in place, which has no "
+                                   "batching rule; use the out-of-place op instead")
+        outs.append(out)
+        if rewind is not None:
+            rewind.after(idx)
+    if rewind is not None:
+        rewind.finish()
+    if target is not None:
+        return target
+    return _stacked(ctx, outs)
+
+
+def _stacked(ctx, outs):
+    """The per-sample results (tensors, or tuples / lists / namedtuples of them) as logical ones."""
+    first = outs[0] if outs else None
     if isinstance(first, Tensor):
+        _check_same_shapes(ctx, outs)
         return ctx.wrap(ctx.unflat(F.stack(outs)))
-    if isinstance(first, tuple) and all(isinstance(o, Tensor) for o in first):
-        parts = [ctx.unflat(F.stack([o[k] for o in outs])) for k in range(len(first))]
-        return ctx.wrap(type(first)(*parts) if hasattr(first, "_fields") else tuple(parts))
-    raise RuntimeError(f"vmap: {ctx.name} returned {type(first).__name__}, not Tensors: its result depends on "
-                       "the values of the batch (data-dependent), which vmap does not support")
+    if isinstance(first, (tuple, list)) and first and all(isinstance(o, Tensor) for o in first):
+        parts = []
+        for k in range(len(first)):
+            column = [o[k] for o in outs]
+            _check_same_shapes(ctx, column)
+            parts.append(BatchedTensor(ctx.unflat(F.stack(column)), ctx.levels))
+        return type(first)(*parts) if hasattr(first, "_fields") else type(first)(parts)
+    if first is None and not outs:
+        raise RuntimeError(f"vmap: {ctx.name}: cannot loop over a batch of size 0")
+    raise RuntimeError(f"Batching rule not implemented for {ctx.name}. We could not generate a fallback: it "
+                       f"returned {type(first).__name__}, not Tensors, and that value depends on the samples "
+                       "(data-dependent), which vmap does not support.")
+
+
+def _check_same_shapes(ctx, tensors):
+    shape = tuple(tensors[0].shape)
+    if any(tuple(t.shape) != shape for t in tensors):
+        raise RuntimeError(DYNAMIC_ERROR.format(ctx.name))
+
+
+class _Rewind:
+    """vmap's randomness flag in a loop: samples that differ only along 'same' levels get the
+    same draws (the generator is rewound to where the first of them started), those that
+    differ along a 'different' level draw anew; afterwards the generator is where the last
+    fresh draw left it."""
+
+    def __init__(self, levels, different, generator):
+        self.keep = [k for k, lvl in enumerate(levels) if lvl in different]
+        if generator is not None:
+            self.get, self.set = generator.get_state, generator.set_state
+        else:
+            self.get = lambda: _rng[0].bit_generator.state
+            self.set = lambda state: setattr(_rng[0].bit_generator, "state", state)
+        self.starts, self.end = {}, None
+
+    def before(self, idx):
+        key = tuple(idx[k] for k in self.keep)
+        if key in self.starts:
+            self.fresh = False
+            self.set(self.starts[key])
+        else:
+            self.fresh = True
+            self.starts[key] = self.get()
+
+    def after(self, idx):
+        if self.fresh:
+            self.end = self.get()
+
+    def finish(self):
+        if self.end is not None:
+            self.set(self.end)
+
+
+def _random_call(name, fn, args, kwargs):
+    """A random op inside vmap: an error in 'error' mode; else one draw per sample of the
+    'different' levels and of the arguments' levels, the same draws along 'same' levels."""
+    different = random_levels()
+    own = levels_of(args, kwargs)
+    if set(own) - set(different) and not _is_inplace(name) and not name.endswith("_like"):
+        raise RuntimeError("Vmap does not currently support same randomness with a batched tensor input. Please "
+                           "file an issue with functorch")
+    levels = tuple(sorted(set(own) | set(different)))
+    if not levels:
+        return fn(*args, **kwargs)
+    return loop(Call(name, fn, levels), args, kwargs, different)
+
+
+# --- what reads only metadata: the logical tensor's -------------------------------------------------
+@batch_rule(public=("is_tensor",))
+def _is_tensor(ctx, x):
+    return True
+
+
+@batch_rule(public=("numel", "nelement"))
+def _numel(ctx, x):
+    return x.numel()
+
+
+@batch_rule(public=("element_size", "get_device", "is_inference", "is_floating_point", "is_complex"))
+def _physical_metadata(ctx, x):
+    return ctx.fn(physical(x))
+
+
+@batch_rule(public=("stride",))
+def _stride(ctx, x, dim=None):
+    """A BatchedTensor is contiguous (is_contiguous()): its logical strides."""
+    strides, n = [], 1
+    for s in reversed(tuple(x.shape)):
+        strides.insert(0, n)
+        n *= max(s, 1)
+    return tuple(strides) if dim is None else strides[_wrap_dim(dim, len(strides))]
+
+
+@batch_rule(public=("storage_offset",))
+def _storage_offset(ctx, x):
+    return 0
+
+
+@batch_rule(public=("data_ptr", "untyped_storage"))
+def _no_storage(ctx, x):
+    raise RuntimeError("Cannot access data pointer of Tensor that doesn't have storage")
 
 
 # --- elementwise: broadcasting ------------------------------------------------------------------
@@ -173,10 +331,9 @@ def _ew(ctx, *args, **kwargs):
 EW_PUBLIC = (
     "add", "sub", "rsub", "mul", "div", "true_divide", "pow", "reciprocal", "neg", "exp", "log", "log1p", "expm1",
     "sqrt", "sin", "cos", "tanh", "erf", "sigmoid", "relu", "abs", "clone", "sign", "clamp", "clip", "maximum",
-    "minimum", "where", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not",
+    "minimum", "atan2", "arctan2", "asin", "arcsin", "acos", "arccos", "atan", "arctan", "where", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not",
     "isnan", "isfinite", "gelu", "to", "long", "float", "double", "type", "detach", "contiguous", "cpu", "cuda",
-    "zeros_like", "ones_like", "empty_like", "full_like", "requires_grad_", "retain_grad", "register_hook",
-    "backward", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+    "zeros_like", "ones_like", "empty_like", "full_like", "retain_grad", "register_hook", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
     "__rtruediv__", "__pow__", "__rpow__", "__neg__", "__abs__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
     "__ge__", "__and__", "__or__", "__xor__", "__invert__",
 )
@@ -202,9 +359,10 @@ INPLACE_ERROR = ("vmap: inplace arithmetic(self, *extra_args) is not possible be
                  "framework, please file a bug report instead.")
 
 
-def _check_inplace(ctx, self):
+def _check_inplace(ctx, self, arithmetic=True):
     if not is_batched(self) or self._levels != ctx.levels:
-        raise RuntimeError(INPLACE_ERROR)
+        raise RuntimeError(INPLACE_ERROR if arithmetic else INPLACE_ERROR.replace("inplace arithmetic", ctx.name, 1)
+                           .replace("instead of inplace arithmetic", f"instead of {ctx.name}"))
 
 
 @batch_rule(primitives=("fill", "fill_tensor", "zero", "copy"),
@@ -214,6 +372,9 @@ def _inplace(ctx, self, *args, **kwargs):
     """self's physical tensor is written in place: self must be batched over every level of
     the call (else torch's error); the other operands broadcast into each sample."""
     _check_inplace(ctx, self)
+    if ctx.name == "fill_" and any(is_batched(a) for a in args):      # a 0-d value per sample
+        self._phys.copy_(ctx.padded(args[0], self.ndim).expand(tuple(self._phys.shape)))
+        return self
     rank = self.ndim
     ctx.fn(self._phys, *[ctx.padded(a, rank) for a in args], **{k: ctx.padded(v, rank) for k, v in kwargs.items()})
     return self
@@ -433,6 +594,20 @@ def _t(ctx, x):
     return ctx.wrap(p.transpose(ctx.nb, ctx.nb + 1) if x.ndim == 2 else p * 1)
 
 
+@batch_rule(public=("t_", "transpose_", "swapdims_", "swapaxes_"))
+def _transpose_inplace(ctx, x, *dims):
+    """The in-place view ops transpose the physical tensor, past the batch dims."""
+    _check_inplace(ctx, x)
+    r = x.ndim
+    if ctx.name == "t_":
+        if r > 2:
+            raise RuntimeError(f"t_() expects a tensor with <= 2 dimensions, but self is {r}D")
+        dims = (0, 1) if r == 2 else ()
+    if dims:
+        x._phys.transpose_(_pdim(ctx, dims[0], r), _pdim(ctx, dims[1], r))
+    return x
+
+
 def logical_T(x):
     nb, r = len(x._levels), x.ndim
     return BatchedTensor(x._phys.permute(tuple(range(nb)) + tuple(range(nb + r - 1, nb - 1, -1))), x._levels)
@@ -518,6 +693,9 @@ def _gather_index(ctx, parts):
 
 @batch_rule(primitives=("index", "select", "slice"), public=("__getitem__",))
 def _getitem(ctx, x, index):
+    if any(is_batched(i) and _is_bool(i) for i in _index_parts(index)):
+        raise RuntimeError("vmap: We do not support batching operators that can support dynamic shape. Attempting "
+                           "to batch over indexing with a boolean mask.")
     pidx, fix, gather = _physical_index(ctx, x, index)
     if pidx is None:
         return fallback(ctx, x, index)
@@ -747,7 +925,9 @@ def _nll_loss(ctx, input, target, weight=None, size_average=None, ignore_index=-
 def _cross_entropy(ctx, *args, **kwargs):
     """log_softmax then nll_loss, each by its rule (the original, run on the BatchedTensors,
     calls them through the dispatched names); label smoothing loops over the batch."""
-    if kwargs.get("label_smoothing", args[7] if len(args) > 7 else 0.0):
+    target = args[1] if len(args) > 1 else kwargs.get("target")
+    if kwargs.get("label_smoothing", args[7] if len(args) > 7 else 0.0) or (
+            as_tensor_like(target) and target.is_floating_point()):      # smoothing, or class probabilities
         return fallback(ctx, *args, **kwargs)
     return ctx.fn(*args, **kwargs)
 
@@ -774,7 +954,45 @@ def _bce_with_logits(ctx, input, target, weight=None, size_average=None, reduce=
     return ctx.wrap(losses.sum(dims) if reduction == "sum" else losses.mean(dims))
 
 
+# --- autograd's own API on a BatchedTensor: torch's errors (grad / vjp do it inside vmap) -----------
+@batch_rule(public=("backward",))
+def _no_backward(ctx, *args, **kwargs):
+    raise RuntimeError("backward() called inside a functorch transform. This is not supported, please use "
+                       "functorch.grad or functorch.vjp instead or call backward() outside of functorch transforms.")
+
+
+@batch_rule(public=("requires_grad_",))
+def _no_requires_grad(ctx, *args, **kwargs):
+    raise RuntimeError("You are attempting to call Tensor.requires_grad_() (or perhaps using "
+                       "torch.autograd.functional.* APIs) inside of a function being transformed by a functorch "
+                       "transform. This is unsupported, please attempt to use the functorch transforms (e.g. grad, "
+                       "vjp, jacrev, jacfwd, hessian) or call requires_grad_() outside of a function being "
+                       "transformed instead.")
+
+
+# --- forward-mode AD: dual tensors are physical -------------------------------------------------
+@batch_rule(public=("make_dual",))
+def _make_dual(ctx, tensor, tangent, *, level=None):
+    """The dual of the physical tensors (both expanded over the union of their levels): every
+    op then carries each sample's tangent in its rows, as it does the primal's."""
+    if tuple(tensor.shape) != tuple(tangent.shape):
+        ctx.fn(F.zeros_like(ctx.phys(tensor).reshape(tuple(tensor.shape))),
+               F.zeros_like(ctx.phys(tangent).reshape(tuple(tangent.shape))), level=level)  # torch's error
+    return ctx.wrap(ctx.fn(ctx.phys(tensor, expand=True), ctx.phys(tangent, expand=True), level=level))
+
+
+@batch_rule(public=("unpack_dual",))
+def _unpack_dual(ctx, tensor, *, level=None):
+    unpacked = ctx.fn(physical(tensor), level=level)
+    return unpacked._replace(primal=ctx.wrap(unpacked.primal),
+                             tangent=None if unpacked.tangent is None else ctx.wrap(unpacked.tangent))
+
+
 # --- random ops: vmap's randomness flag -------------------------------------------------------------
+# ops that draw from a generator: each goes through _random_call (the rule of rand, randn,
+# rand_like, randn_like and dropout draws the batch at once instead)
+RANDOM_OPS = {"bernoulli", "bernoulli_", "multinomial", "normal", "normal_", "uniform_", "random_", "exponential_",
+              "randint", "randint_like", "randperm", "poisson", "cauchy_", "geometric_", "log_normal_"}
 RANDOM_ERROR = ("vmap: called random operation while in randomness error mode. Please either use the 'same' or "
                 "'different' randomness flags on vmap or perform the randomness operation out of vmap")
 
@@ -786,7 +1004,7 @@ def random_levels():
     return tuple(lvl.id for lvl in LEVELS if lvl.randomness == "different")
 
 
-def random_factory(fn):
+def random_factory(fn, name=None):
     """rand / randn under vmap: one draw per sample of the 'different' levels."""
     def make(*size, **kwargs):
         levels = random_levels()
@@ -797,7 +1015,7 @@ def random_factory(fn):
     return make
 
 
-def random_like(fn):
+def random_like(fn, name=None):
     """rand_like / randn_like under vmap."""
     def make_like(t, *args, **kwargs):
         levels = random_levels()
@@ -811,7 +1029,7 @@ def random_like(fn):
     return make_like
 
 
-def random_dropout(fn):
+def random_dropout(fn, name=None):
     """dropout under vmap: the mask is drawn per sample of the 'different' levels."""
     def dropout(input, p=0.5, training=True, inplace=False):
         if not training or p == 0:

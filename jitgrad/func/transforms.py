@@ -23,8 +23,10 @@ from jitgrad._core.forward import state as _fw_state
 from jitgrad._core.modes import enable_grad, is_grad_enabled
 from jitgrad.autograd import forward_ad as fwAD
 from jitgrad.engine.run import grad as _autograd_grad_fn
-from jitgrad.func._batched import active_levels, align, batched_leaf_like, is_batched, physical, wrap
+from jitgrad.func import _dispatch
+from jitgrad.func._batched import active_levels, align, batched_leaf_like, is_batched, level_size, physical, wrap
 from jitgrad.func._pytree import tree_flatten, tree_map, tree_unflatten, treespec_pprint
+from jitgrad.func.vmap import vmap as _vmap
 from jitgrad.graph.spec import OP_ACC, OP_EXT
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import functional as F
@@ -106,6 +108,12 @@ def _differentiable(x):
     return x.detach().requires_grad_()
 
 
+def _user(func):
+    """The function to call: under vmap, an op captured before vmap started (jacfwd(torch.sin))
+    is called through its dispatcher, as vmap does for its own function."""
+    return _dispatch.dispatched(func) if active_levels() else func
+
+
 def _dual_level_open():
     return _fw_state.level >= 0
 
@@ -163,23 +171,16 @@ def _unwrap(tree, keep):
 def _autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=False, create_graph=True, batch=None):
     """autograd.grad as torch.func uses it: outputs that do not require grad are dropped and
     inputs nothing reaches get zeros. batch: the batch size of grad_outputs batched along
-    dim 0 (is_grads_batched), whose zeros are batched too.
-
-    Under vmap it runs on the physical tensors: outputs and cotangents aligned to every
-    active level (the inputs are batched over all of them), and each input's gradient is
-    its physical gradient, batched as the input."""
-    levels = active_levels()
+    dim 0 (is_grads_batched), whose zeros are batched too. Under vmap: _grad_under_vmap."""
     if grad_outputs is None:
         grad_outputs = [None] * len(outputs)
     pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if o.requires_grad]
-    if levels:
-        pairs = [(align(o, levels, True), None if g is None else align(g, levels, True)) for o, g in pairs]
-        # a scalar per sample: the implicit ones of each sample's backward
-        pairs = [(o, F._wrap(np.ones(o._data.shape, o._data.dtype)) if g is None else g) for o, g in pairs]
+    if active_levels():
+        return _grad_under_vmap(pairs, inputs, retain_graph, create_graph)
 
     def zeros(inp):
-        shape = tuple(physical(inp).shape) if batch is None else (batch,) + tuple(physical(inp).shape)
-        return _like(inp, F._wrap(np.zeros(shape, physical(inp)._data.dtype)))
+        shape = tuple(inp.shape) if batch is None else (batch,) + tuple(inp.shape)
+        return F._wrap(np.zeros(shape, inp._data.dtype))
 
     if not pairs:
         return tuple(zeros(i) for i in inputs)
@@ -187,14 +188,85 @@ def _autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=False, creat
     gos = tuple(g for _, g in pairs)
     if all(g is None for g in gos):
         gos = None
-    grads = _autograd_grad_fn(outs, tuple(physical(i) for i in inputs), gos, retain_graph=retain_graph,
-                              create_graph=create_graph, allow_unused=True, is_grads_batched=batch is not None)
-    return tuple(zeros(i) if g is None else _like(i, g) for g, i in zip(grads, inputs))
+    grads = _autograd_grad_fn(outs, tuple(inputs), gos, retain_graph=retain_graph, create_graph=create_graph,
+                              allow_unused=True, is_grads_batched=batch is not None)
+    return tuple(zeros(i) if g is None else g for g, i in zip(grads, inputs))
 
 
-def _like(inp, g):
-    """g (physical) batched as inp is."""
-    return wrap(g, inp._levels) if is_batched(inp) else g
+def _levels(x):
+    return x._levels if is_batched(x) else ()
+
+
+def _sizes(levels):
+    return tuple(level_size(lvl) for lvl in levels)
+
+
+def _grad_under_vmap(pairs, inputs, retain_graph, create_graph):
+    """The pullback's autograd.grad on the physical tensors. The graph is batched over `own`:
+    the levels of the inputs (made by _differentiable, batched over every level active when
+    the transform started) and of the outputs. Sample b's output depends only on sample b's
+    rows of the inputs (rules never mix samples), so one backward of the outputs, aligned to
+    `own`, gives each sample's gradient in its rows.
+
+    A cotangent can also be batched over levels the graph is not (`extra`): vmap(vjp_fn) of a
+    vjp_fn made outside this vmap, the Jacobian idiom. Each of those samples needs its own
+    backward through the same graph: the extra levels are flattened into the batch of an
+    is_grads_batched call. (Aligning them to the outputs instead would sum the samples.)"""
+    own = set()
+    for x in list(inputs) + [o for o, _ in pairs]:
+        own.update(_levels(x))
+    own = tuple(sorted(own))
+    extra = tuple(sorted({lvl for _, g in pairs for lvl in _levels(g)} - set(own)))
+    every = tuple(sorted(own + extra))
+
+    def zeros(inp):
+        p = physical(inp)
+        shape = _sizes(every) + tuple(inp.shape)
+        return wrap(F._wrap(np.zeros(shape, p._data.dtype)), every)
+
+    if not pairs:
+        return tuple(zeros(i) for i in inputs)
+    outs, gos = [], []
+    for o, g in pairs:
+        po = align(o, own, True)
+        if g is None:   # a scalar per sample: the implicit ones of each sample's backward
+            g = F._wrap(np.ones(tuple(o.shape), physical(o)._data.dtype))
+        outs.append(po)
+        gos.append(_to_front(align(g, every, True), every, extra) if extra else align(g, own, True))
+    grads = _autograd_grad_fn(outs, [physical(i) for i in inputs], gos, retain_graph=retain_graph,
+                              create_graph=create_graph, allow_unused=True, is_grads_batched=bool(extra))
+    result = []
+    for g, i in zip(grads, inputs):
+        if g is None:
+            result.append(zeros(i))
+        elif extra:
+            result.append(wrap(_from_front(g, every, extra, own, i), every))
+        else:
+            result.append(wrap(g, _levels(i)))
+    return tuple(result)
+
+
+def _to_front(p, every, extra):
+    """p (batch dims in `every` order) with the dims of `extra` first, flattened into one."""
+    front = [every.index(lvl) for lvl in extra]
+    order = front + [k for k in range(p.ndim) if k not in front]
+    p = p.permute(tuple(order))
+    return p.reshape((-1,) + tuple(p.shape[len(extra):]))
+
+
+def _from_front(p, every, extra, own, inp):
+    """A gradient with the extra dims in front of the input's physical dims (its own levels,
+    aligned to `own`), back in `every` order."""
+    p = p.reshape(_sizes(extra) + tuple(p.shape[1:]))
+    # the input's dims: its levels, then its logical dims; align them to own
+    lv = _levels(inp)
+    for k, lvl in enumerate(own):
+        if lvl not in lv:
+            p = p.unsqueeze(len(extra) + k)
+    p = p.expand(_sizes(extra) + _sizes(own) + tuple(p.shape[len(extra) + len(own):]))
+    at = {lvl: k for k, lvl in enumerate(extra + own)}
+    order = [at[lvl] for lvl in every]
+    return p.permute(tuple(order) + tuple(range(len(every), p.ndim)))
 
 
 # --- checks shared by the transforms -----------------------------------------------------
@@ -246,7 +318,7 @@ def _grad_and_value(func, argnums, has_aux, args, kwargs):
     with _Level(), enable_grad():  # a transform ignores an enclosing no_grad (torch's NOTE)
         argnums, diff = _slice_argnums(args, argnums, as_tuple=False)
         diff = tree_map(_differentiable, diff)
-        output = func(*_replace_args(args, argnums, diff), **kwargs)
+        output = _user(func)(*_replace_args(args, argnums, diff), **kwargs)
         aux = None
         if has_aux:
             output, aux = _split_aux(output, api)
@@ -292,7 +364,7 @@ def _vjp(func, primals, argnums, has_aux):
             argnums, diff = _slice_argnums(primals, argnums, as_tuple=False)
             diff = tree_map(_differentiable, diff)
             primals = _replace_args(primals, argnums, diff)
-        out = func(*primals)
+        out = _user(func)(*primals)
         aux = None
         if has_aux:
             out, aux = _split_aux(out, api)
@@ -419,7 +491,7 @@ def _jvp(func, primals, tangents, argnums, strict, has_aux):
         if strict and any(t is None for t in jvps):
             raise RuntimeError("jvp(f, primals, tangents, strict=True): The output of f is independent of the inputs. "
                                "This is not allowed with strict=True.")
-        jvps = [F.zeros_like(o) if t is None else t for o, t in zip(outs[0], jvps)]
+        jvps = [_zeros_like(o) if t is None else t for o, t in zip(outs[0], jvps)]
         # an inner reverse transform kept its graph for the dual level; at the outermost
         # transform nothing needs it unless the caller's primals or tangents require grad.
         # (Its leaves are the inner transform's copies, so _reaches_foreign_leaf cannot tell a
@@ -434,7 +506,7 @@ def _jvp(func, primals, tangents, argnums, strict, has_aux):
 
 def _call_checked(func, args, has_aux):
     """func(*args): (flat outputs, their spec) and aux, checked as torch's jvp checks them."""
-    out = func(*args)
+    out = _user(func)(*args)
     aux = None
     if has_aux:
         out, aux = _split_aux(out, _JVP)
@@ -462,24 +534,47 @@ def _jvp_by_double_vjp(func, primals, argnums, flat_primals, flat_tangents, prim
         args = diff if argnums is None else _replace_args(primals, _normalize_argnums(argnums, len(primals)),
                                                           diff[0] if isinstance(argnums, int) else diff)
         flat, spec, aux = _call_checked(func, args, has_aux)
-        us = [F.zeros_like(o).requires_grad_() if o.requires_grad else None for o in flat]
+        us = [_zeros_leaf(o) if o.requires_grad else None for o in flat]
         pairs = [(o, u) for o, u in zip(flat, us) if u is not None]
         jvps = [None] * len(flat)
         if pairs:
-            vjps = _autograd_grad_fn([o for o, _ in pairs], own, [u for _, u in pairs], create_graph=True,
-                                     allow_unused=True)
+            vjps = _grad_raw([o for o, _ in pairs], own, [u for _, u in pairs])
             used = [(g, t) for g, t in zip(vjps, flat_tangents) if g is not None]
             if used:
-                found = _autograd_grad_fn([g for g, _ in used], [u for _, u in pairs], [t for _, t in used],
-                                          create_graph=True, allow_unused=True)
+                found = _grad_raw([g for g, _ in used], [u for _, u in pairs], [t for _, t in used])
                 found = iter(found)
                 jvps = [next(found) if u is not None else None for u in us]
     return (flat, spec), jvps, aux
 
 
+def _zeros_leaf(o):
+    """A zero cotangent for o to differentiate by: under vmap batched over every active level,
+    as the transform's inputs are (so _grad_raw keeps each sample in its rows)."""
+    levels = active_levels()
+    p = F._wrap(np.zeros(_sizes(levels) + tuple(o.shape), physical(o)._data.dtype)).requires_grad_()
+    return wrap(p, levels)
+
+
+def _grad_raw(outputs, inputs, grad_outputs):
+    """autograd.grad(create_graph=True, allow_unused=True) of logical tensors; under vmap on
+    the physical ones, all aligned to every active level (the inputs are batched over all)."""
+    levels = active_levels()
+    if not levels:
+        return _autograd_grad_fn(outputs, inputs, grad_outputs, create_graph=True, allow_unused=True)
+    grads = _autograd_grad_fn([align(o, levels, True) for o in outputs], [physical(i) for i in inputs],
+                              [align(g, levels, True) for g in grad_outputs], create_graph=True, allow_unused=True)
+    return [None if g is None else wrap(g, levels) for g in grads]
+
+
+def _zeros_like(x):
+    """Zeros of x's logical shape and dtype, the same for every sample (a plain tensor)."""
+    return F._wrap(np.zeros(tuple(x.shape), physical(x)._data.dtype))
+
+
 def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
-    """torch.func.jacfwd: the Jacobian of f with respect to args[argnums] by forward mode,
-    one JVP per column (per element of the differentiated inputs)."""
+    """torch.func.jacfwd: the Jacobian of f with respect to args[argnums] by forward mode: as
+    torch's, one vmap (with the given randomness) of jvp over the standard basis of the
+    differentiated inputs, so the columns run as one batched forward."""
     if randomness not in ("error", "different", "same"):
         raise RuntimeError(f"Only allowed values for randomness are 'error', 'different', or 'same'. Got {randomness}")
 
@@ -487,23 +582,32 @@ def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
     def wrapper(*args):
         _, primals = _slice_argnums(args, argnums, as_tuple=True)
         flat_primals, primals_spec = tree_flatten(primals)
+        _check_non_empty_list_of_tensors(flat_primals, "jacfwd(f, ...)(*args)", "primals")
         numels = [p.numel() for p in flat_primals]
-        columns, aux, out_spec = [], None, None
-        for k, p in enumerate(flat_primals):
-            for i in range(numels[k]):
-                basis = [F.zeros_like(q) for q in flat_primals]
-                basis[k] = F._wrap(_unit(p, i))
-                res = _jvp(func, args, tree_unflatten(basis, primals_spec), argnums, False, has_aux)
-                flat_jvp, out_spec = tree_flatten(res[1])
-                columns.append(flat_jvp)
-                if has_aux and aux is None:
-                    aux = res[2]
         offsets = np.cumsum([0] + numels)
+        total = int(offsets[-1])
+        basis = []     # per primal: (total, *p.shape), the rows of its elements an identity
+        for k, p in enumerate(flat_primals):
+            b = np.zeros((total, numels[k]), physical(p)._data.dtype)
+            b[offsets[k]:offsets[k + 1]] = np.eye(numels[k], dtype=b.dtype)
+            basis.append(F._wrap(b.reshape((total,) + tuple(p.shape))))
+
+        def push_jvp(*tangents):
+            res = _jvp(func, args, tree_unflatten(list(tangents), primals_spec), argnums, False, has_aux)
+            return (res[1], res[2]) if has_aux else res[1]
+
+        out = _vmap(push_jvp, randomness=randomness)(*basis)
+        aux = None
+        if has_aux:
+            out, aux = out
+            flat_aux, aux_spec = tree_flatten(aux)
+            aux = tree_unflatten([a[0] for a in flat_aux], aux_spec)   # the same in every column
+        flat_out, out_spec = tree_flatten(out)
         jac = []
-        for j in range(len(columns[0])):
-            o_shape = tuple(columns[0][j].shape)
-            stacked = F.stack([c[j] for c in columns], 0).reshape(int(offsets[-1]), -1).T  # (out numel, in numel)
-            blocks = [stacked[:, offsets[k]:offsets[k + 1]].reshape(o_shape + tuple(p.shape))
+        for col in flat_out:        # (total, *out.shape)
+            o_shape = tuple(col.shape[1:])
+            rows = col.reshape(total, -1).T      # (out numel, in numel)
+            blocks = [rows[:, offsets[k]:offsets[k + 1]].reshape(o_shape + tuple(p.shape))
                       for k, p in enumerate(flat_primals)]
             tree = tree_unflatten(blocks, primals_spec)
             jac.append(tree[0] if isinstance(argnums, int) else tree)
@@ -511,12 +615,6 @@ def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
         return (jac, aux) if has_aux else jac
 
     return wrapper
-
-
-def _unit(p, i):
-    e = np.zeros(p._data.size, p._data.dtype)
-    e[i] = 1
-    return e.reshape(p._data.shape)
 
 
 def hessian(func, argnums=0):

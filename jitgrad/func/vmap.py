@@ -204,7 +204,7 @@ def _flat_vmap(func, size, flat_in_dims, flat_args, spec, out_dims, randomness, 
         _dispatch.install()
     try:
         batched = [a if d is None else _add_batch_dim(a, d, lvl.id) for a, d in zip(flat_args, flat_in_dims)]
-        out = func(*tree_unflatten(batched, spec), **kwargs)
+        out = _dispatch.dispatched(func)(*tree_unflatten(batched, spec), **kwargs)
         return _unwrap(out, out_dims, lvl.id, size, func)
     finally:
         pop_level(lvl)

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import LIBS, USING_TORCH_AS_JITGRAD, capture, err
+from conftest import LIBS, err
 from ops.test_kernels_vs_rules import CASES
 
 import jitgrad as J
@@ -439,13 +439,13 @@ def test_gradgradcheck_fwd_over_rev(T):
                                     check_rev_over_rev=False, check_undefined_grad=False)
 
 
-@pytest.mark.skipif(USING_TORCH_AS_JITGRAD, reason="jitgrad's own limitation")
-def test_check_batched_forward_grad_is_refused():
-    """torch vmaps the JVP for this check; jitgrad's vmap sits above autograd, so the option
-    raises instead of passing without checking anything."""
-    e = capture(J.autograd.gradcheck, lambda x: x.exp(), (x64(J),), check_forward_ad=True,
-                check_batched_forward_grad=True)
-    assert isinstance(e, NotImplementedError) and "check_batched_forward_grad" in str(e)
+@pytest.mark.parametrize("f", [lambda T, x: x.exp(), lambda T, x: (x.sin() * x.sum(), x[1:] * x[:-1]),
+                               lambda T, x: T.linalg.vector_norm(x) * T.hypot(x, x.cos())])
+def test_check_batched_forward_grad_as_torch(f):
+    """torch vmaps the JVP over a batch of tangents and holds it to one JVP per tangent."""
+    for T in (J, torch):
+        assert T.autograd.gradcheck(lambda x: f(T, x), (x64(T),), check_forward_ad=True,
+                                    check_batched_forward_grad=True)
 
 
 @LIBS
