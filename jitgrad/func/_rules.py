@@ -608,6 +608,19 @@ def _transpose_inplace(ctx, x, *dims):
     return x
 
 
+@batch_rule(public=("squeeze_", "unsqueeze_"))
+def _squeeze_inplace(ctx, x, dim=None):
+    """As squeeze/unsqueeze, on the physical tensor in place."""
+    _check_inplace(ctx, x)
+    p = x._phys
+    if ctx.name == "unsqueeze_":
+        p.unsqueeze_(_pdim(ctx, dim, x.ndim + 1))
+    elif x.ndim:
+        p.squeeze_(tuple(ctx.nb + i for i, s in enumerate(x.shape) if s == 1) if dim is None
+                   else _reduced_dims(ctx, x, dim))
+    return x
+
+
 def logical_T(x):
     nb, r = len(x._levels), x.ndim
     return BatchedTensor(x._phys.permute(tuple(range(nb)) + tuple(range(nb + r - 1, nb - 1, -1))), x._levels)
