@@ -7,6 +7,7 @@ import numpy as np
 from jitgrad._core import device as _device
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.capture import generation as _generation
 from jitgrad._core.capture import state as _cap
 from jitgrad.graph.hooks import add_hook
 from jitgrad.graph.tensor import Tensor
@@ -32,6 +33,37 @@ def _to_args(args, kwargs):
     return (None if dev is None else _device.check(dev, "to")), dt
 
 
+class _Registry(OrderedDict):
+    """A module's parameters, buffers or submodules: every change bumps the generation that
+    jitgrad.compile's plans watch (compiler/guards.py), whoever makes it (__setattr__, the
+    containers, _apply, code writing m._modules[k] itself). Reads cost what a dict's do."""
+    __slots__ = ()
+
+    def __setitem__(self, key, value):
+        _generation[0] += 1
+        OrderedDict.__setitem__(self, key, value)
+
+    def __delitem__(self, key):
+        _generation[0] += 1
+        OrderedDict.__delitem__(self, key)
+
+    def _bumped(name):  # noqa: N805  (a mutator of OrderedDict's that does not go through __setitem__)
+        method = getattr(OrderedDict, name)
+
+        def bumped(self, *args, **kwargs):
+            _generation[0] += 1
+            return method(self, *args, **kwargs)
+        bumped.__name__ = name
+        return bumped
+
+    pop, popitem, clear, setdefault, update, move_to_end, __ior__ = map(
+        _bumped, ("pop", "popitem", "clear", "setdefault", "update", "move_to_end", "__ior__"))
+    del _bumped
+
+
+_MISSING = object()
+
+
 def _addindent(s, n):
     lines = s.split("\n")
     if len(lines) == 1:
@@ -43,9 +75,9 @@ class Module:
     training = True
 
     def __init__(self):
-        object.__setattr__(self, "_parameters", OrderedDict())
-        object.__setattr__(self, "_buffers", OrderedDict())
-        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_parameters", _Registry())
+        object.__setattr__(self, "_buffers", _Registry())
+        object.__setattr__(self, "_modules", _Registry())
         object.__setattr__(self, "_forward_hooks", {})
         object.__setattr__(self, "_forward_pre_hooks", {})
         object.__setattr__(self, "training", True)
@@ -69,6 +101,8 @@ class Module:
         elif isinstance(value, Module):
             self._modules[name] = value
         else:
+            if self.__dict__.get(name, _MISSING) is not value:  # (m.train() of a module in train mode: no change)
+                _generation[0] += 1
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name):
@@ -83,6 +117,7 @@ class Module:
             if name in d:
                 del d[name]
                 return
+        _generation[0] += 1
         object.__delattr__(self, name)
 
     def register_parameter(self, name, param):
@@ -280,10 +315,10 @@ class Module:
         return out
 
     def register_forward_hook(self, hook):
-        return add_hook(self._forward_hooks, 0, hook)
+        return add_hook(self._forward_hooks, 0, hook, watched=True)
 
     def register_forward_pre_hook(self, hook):
-        return add_hook(self._forward_pre_hooks, 0, hook)
+        return add_hook(self._forward_pre_hooks, 0, hook, watched=True)
 
     # -- printing ----------------------------------------------------------------------
     def extra_repr(self):

@@ -1,0 +1,266 @@
+"""What a replay must still see as it was recorded, beyond the call's signature.
+
+A plan (compiler/plan.py) bakes in which objects the step reached: the tensors it read,
+the modules it called, the optimizer it stepped, Python numbers. Eager code finds them
+again at every call, through names. So a plan is valid only while:
+
+- every global, closure cell and attribute of a plain object that the step's code reads
+  by name still holds the object it held (identity; a number also by value). The names
+  are those of the code objects of the step and of the user functions it reaches (the
+  methods of the modules it reaches included), as torch.compile guards the globals and
+  closures it traced through. The step's code is read once, at recording;
+- every module reached (called, or found through those names, and all of their
+  submodules) holds the same attributes, parameters, buffers, submodules and forward
+  hooks. Looking at them all is a walk over the model, so it happens only when the
+  global generation (_core/capture.generation) moved: nn/module.py bumps it at every
+  such change. A call pays one integer compare for the modules;
+- the lists and dicts the step reads by name hold the same items.
+
+What is not seen (README, jitgrad.compile): attributes of classes, of library modules,
+and of objects reached more than one attribute away from such a name; the contents of
+numpy arrays and other mutable objects that are not lists or dicts; module or optimizer
+state changed without going through their attributes (object.__setattr__, __dict__).
+The optimizer's parameter groups are checked by its replayed step (optim/_replay.py).
+"""
+import dis
+import functools
+import os
+import sys
+import types
+
+from jitgrad._core.capture import generation
+from jitgrad.graph.tensor import Tensor
+from jitgrad.nn.module import Module
+from jitgrad.optim.optimizer import Optimizer
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXAMPLES = os.path.join(_PACKAGE, "examples")
+_LIBRARIES = frozenset(sys.stdlib_module_names) | {"jitgrad", "numpy", "numba", "torch", "scipy", "pytest",
+                                                   "_pytest"}
+_MISSING = object()
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+_DEPTH = 6  # how far from the step's own names: function -> global -> attribute -> ...
+
+
+class Guards:
+    __slots__ = ("gen", "names", "cells", "items", "modules")
+
+    def __init__(self, gen, names, cells, items, modules):
+        self.gen = gen           # generation[0] when the modules were last seen as recorded
+        self.names = names       # (namespace dict, name, value)
+        self.cells = cells       # (closure cell, value)
+        self.items = items       # (list or dict, its items then)
+        self.modules = modules   # (module, _state(module) then)
+
+
+def holds(g):
+    """Whether a call may replay: what the step reaches is what it reached when recorded."""
+    if g.gen != generation[0]:
+        for m, state in g.modules:
+            if not _same(_state(m), state):
+                return False
+        g.gen = generation[0]
+    for d, name, v in g.names:
+        if d.get(name, _MISSING) is not v:
+            return False
+    for cell, v in g.cells:
+        try:
+            if cell.cell_contents is not v:
+                return False
+        except ValueError:  # emptied (del of a closure variable)
+            return False
+    for obj, items in g.items:
+        if len(obj) != len(items) or not _same(tuple(obj.items()) if type(obj) is dict else tuple(obj), items):
+            return False
+    return True
+
+
+def collect(fn, args, called, made):
+    """The guards of a plan recorded from fn(*args) (`called`: the modules the step called),
+    or a str: why the step cannot be replayed (`made`: ids of the tensors the step made)."""
+    from jitgrad.compiler.api import CompiledFunction
+    c = _Collector(CompiledFunction, made)
+    c.value(fn, _NO_CODE, 0)
+    f = getattr(fn, "__func__", fn)
+    code = _info(f.__code__) if isinstance(f, types.FunctionType) else _NO_CODE
+    for a in args:  # another argument (a module, an object) is keyed by identity; what it holds is guarded
+        c.value(a, code, 1)
+    for m in called:
+        c.value(m, code, 1)
+    modules = {}
+    for root in c.roots:
+        for m in root.modules():
+            modules.setdefault(id(m), m)
+    for m in modules.values():  # the user code of every module's class reads names too
+        c.methods(type(m))
+        if c.kept is None:
+            c.kept = next((f"{type(m).__name__}.{k}" for k, v in (*m.__dict__.items(), *m._buffers.items())
+                           if id(v) in made), None)
+    if c.kept is not None:
+        return (f"keeps a tensor it made in {c.kept} (a replay would not update it): return it instead")
+    return Guards(generation[0], c.names, c.cells, c.items, [(m, _state(m)) for m in modules.values()])
+
+
+class _Code(tuple):
+    """What a code object (with the functions nested in it) does with names: (the global
+    and attribute names it reads, those it assigns, whether it calls a list's or a dict's
+    mutating method)."""
+    __slots__ = ()
+
+    def __or__(self, other):
+        return _Code((self[0] | other[0], self[1] | other[1], self[2] or other[2]))
+
+
+_NO_CODE = _Code((frozenset(), frozenset(), False))
+_STORES = frozenset({"STORE_ATTR", "STORE_GLOBAL", "STORE_DEREF", "STORE_NAME", "DELETE_ATTR", "DELETE_GLOBAL",
+                     "DELETE_DEREF", "DELETE_NAME"})
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem",
+                       "sort", "reverse", "__setitem__", "__delitem__"})
+
+
+@functools.lru_cache(maxsize=1024)
+def _info(code):
+    names, stores = set(code.co_names), set()
+    for ins in dis.get_instructions(code):
+        if ins.opname in _STORES:
+            stores.add(ins.argval)
+    info = _Code((frozenset(names), frozenset(stores), not _MUTATORS.isdisjoint(names)))
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            info = info | _info(c)
+    return info
+
+
+class _Collector:
+    def __init__(self, compiled, made):
+        self.compiled = compiled
+        self.made = made
+        self.kept = None   # where the step left a tensor it made (not replayable), if it did
+        self.names, self.cells, self.items = [], [], []
+        self.roots = []
+        self.seen = set()
+        self.named = set()
+
+    def value(self, v, code, depth):
+        """What reaching v (from code doing `code`) adds to the guards."""
+        if depth > _DEPTH or isinstance(v, _SCALARS) or (id(v), code) in self.seen:
+            return
+        self.seen.add((id(v), code))
+        if isinstance(v, Module):
+            self.roots.append(v)
+        elif isinstance(v, (Tensor, Optimizer, type)):
+            return  # tensors: plan.ext; optimizers: their replayed step; classes: not guarded
+        elif isinstance(v, types.FunctionType):
+            self.function(v, depth)
+        elif isinstance(v, types.MethodType):  # its function reads attributes of its self
+            f = v.__func__
+            own = _info(f.__code__) if isinstance(f, types.FunctionType) else _NO_CODE
+            self.value(v.__self__, code | own, depth + 1)
+            self.value(f, code, depth + 1)
+        elif isinstance(v, (staticmethod, classmethod)):
+            self.value(v.__func__, code, depth)
+        elif isinstance(v, property):
+            for f in (v.fget, v.fset):
+                self.value(f, code, depth)
+        elif isinstance(v, functools.partial):
+            for x in (v.func, *v.args, *v.keywords.values()):
+                self.value(x, code, depth + 1)
+        elif isinstance(v, types.ModuleType):
+            if not _library(v.__name__):
+                self.namespace(v.__dict__, code, depth)
+        elif isinstance(v, (list, dict)):
+            # its items, unless the step changes it itself (a list it appends to: its own
+            # side effect, which replays do not repeat)
+            if type(v) in (list, dict) and not code[2]:
+                self.items.append((v, tuple(v.items()) if type(v) is dict else tuple(v)))
+            for x in (v.values() if isinstance(v, dict) else v):
+                self.value(x, code, depth + 1)
+        elif isinstance(v, tuple):
+            for x in v:
+                self.value(x, code, depth + 1)
+        elif isinstance(v, self.compiled):  # a compiled function the step calls
+            self.value(v.fn, code, depth + 1)
+        else:
+            d = getattr(v, "__dict__", None)
+            if type(d) is dict and not _library(type(v).__module__):
+                self.namespace(d, code, depth)
+                self.methods(type(v))
+
+    def methods(self, klass):
+        """The user code of klass and its bases: the functions its methods call read names too."""
+        for k in klass.__mro__:
+            if not _library(k.__module__) and k not in self.seen:
+                self.seen.add(k)
+                for attr in vars(k).values():
+                    self.value(attr, _NO_CODE, 1)
+
+    def function(self, f, depth):
+        code = f.__code__
+        if _library_code(code):
+            return
+        info = _info(code)
+        self.namespace(f.__globals__, info, depth)
+        for name, cell in zip(code.co_freevars, f.__closure__ or ()):
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue  # not yet bound: reading it raises in eager too
+            if name in info[1]:  # the step's own state (nonlocal): not a guard, but not a tensor it made
+                self._kept(v, name)
+            else:
+                self.cells.append((cell, v))
+            self.value(v, info, depth + 1)
+        for x in (*(f.__defaults__ or ()), *(f.__kwdefaults__ or {}).values()):
+            self.value(x, info, depth + 1)
+
+    def namespace(self, d, code, depth):
+        """Guard the entries of d (globals, an object's __dict__) that the code reads."""
+        for name in code[0]:
+            v = d.get(name, _MISSING)
+            if v is _MISSING or (id(d), name) in self.named:
+                continue
+            self.named.add((id(d), name))
+            if name in code[1]:
+                # the code assigns it: the step's own state, as a counter it increments (its
+                # Python runs only while recording); not guarded, or every recording of
+                # another signature would fail the others' guards
+                self._kept(v, name)
+            elif not (isinstance(v, (types.ModuleType, type, types.BuiltinFunctionType))
+                      or (isinstance(v, types.FunctionType) and _library_code(v.__code__))):
+                self.names.append((d, name, v))  # (a library module or function, a class: not rebound)
+            self.value(v, code, depth + 1)
+
+    def _kept(self, v, name):
+        if self.kept is None and id(v) in self.made:
+            self.kept = name
+
+
+def _library(module_name):
+    return (module_name or "").partition(".")[0] in _LIBRARIES
+
+
+def _library_code(code):
+    name = code.co_filename
+    return (name.startswith(_PACKAGE) and not name.startswith(_EXAMPLES)) or name.startswith(sys.prefix) \
+        or name.startswith(sys.base_prefix) or name.startswith("<frozen")
+
+
+def _state(m):
+    """What module m holds, as the plan's guards compare it."""
+    return (tuple(m.__dict__.items()), tuple(m._parameters.items()), tuple(m._buffers.items()),
+            tuple(m._modules.items()), _hooks(m._forward_hooks), _hooks(m._forward_pre_hooks))
+
+
+def _hooks(registry):
+    return tuple((k, tuple(v.items())) for k, v in registry.items())
+
+
+def _same(a, b):
+    """a and b hold the same objects: tuples item by item, numbers and strings by value."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if type(a) is tuple:
+        return len(a) == len(b) and all(map(_same, a, b))
+    return isinstance(a, _SCALARS) and a == b
