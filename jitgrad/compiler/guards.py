@@ -35,8 +35,10 @@ from jitgrad.optim.optimizer import Optimizer
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES = os.path.join(_PACKAGE, "examples")
-_LIBRARIES = frozenset(sys.stdlib_module_names) | {"jitgrad", "numpy", "numba", "torch", "scipy", "pytest",
-                                                   "_pytest"}
+# libraries whose code is not user code (its names are not guarded), and those whose objects'
+# attributes are not (the standard library's are: a types.SimpleNamespace, an argparse.Namespace)
+_OPAQUE = frozenset({"jitgrad", "numpy", "numba", "torch", "scipy", "pytest", "_pytest"})
+_LIBRARIES = frozenset(sys.stdlib_module_names) | _OPAQUE
 _MISSING = object()
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 _DEPTH = 6  # how far from the step's own names: function -> global -> attribute -> ...
@@ -182,7 +184,7 @@ class _Collector:
             self.value(v.fn, code, depth + 1)
         else:
             d = getattr(v, "__dict__", None)
-            if type(d) is dict and not _library(type(v).__module__):
+            if type(d) is dict and (type(v).__module__ or "").partition(".")[0] not in _OPAQUE:
                 self.namespace(d, code, depth)
                 self.methods(type(v))
 
