@@ -57,11 +57,13 @@ class Guards:
 
 def holds(g):
     """Whether a call may replay: what the step reaches is what it reached when recorded."""
-    if g.gen != generation[0]:
+    gen = generation[0]
+    if g.gen != gen:
+        # (read before looking: a change made while looking bumps it again, after itself)
         for m, state in g.modules:
             if not _same(_state(m), state):
                 return False
-        g.gen = generation[0]
+        g.gen = gen
     for d, name, v in g.names:
         if d.get(name, _MISSING) is not v:
             return False
@@ -77,11 +79,12 @@ def holds(g):
     return True
 
 
-def collect(fn, args, called, made):
+def collect(fn, args, called, made, given):
     """The guards of a plan recorded from fn(*args) (`called`: the modules the step called),
-    or a str: why the step cannot be replayed (`made`: ids of the tensors the step made)."""
+    or a str: why the step cannot be replayed. made: ids of the tensors the step made or
+    was given, given: those of the arguments."""
     from jitgrad.compiler.api import CompiledFunction
-    c = _Collector(CompiledFunction, made)
+    c = _Collector(CompiledFunction, made, given)
     c.value(fn, _NO_CODE, 0)
     f = getattr(fn, "__func__", fn)
     code = _info(f.__code__) if isinstance(f, types.FunctionType) else _NO_CODE
@@ -134,9 +137,9 @@ def _info(code):
 
 
 class _Collector:
-    def __init__(self, compiled, made):
+    def __init__(self, compiled, made, given):
         self.compiled = compiled
-        self.made = made
+        self.made, self.given = made, given
         self.kept = None   # where the step left a tensor it made (not replayable), if it did
         self.names, self.cells, self.items = [], [], []
         self.roots = []
@@ -176,6 +179,7 @@ class _Collector:
             if type(v) in (list, dict) and not code[2]:
                 self.items.append((v, tuple(v.items()) if type(v) is dict else tuple(v)))
             for x in (v.values() if isinstance(v, dict) else v):
+                self._kept(x, "a list or dict", code[2])
                 self.value(x, code, depth + 1)
         elif isinstance(v, tuple):
             for x in v:
@@ -208,8 +212,9 @@ class _Collector:
             except ValueError:
                 continue  # not yet bound: reading it raises in eager too
             if name in info[1]:  # the step's own state (nonlocal): not a guard, but not a tensor it made
-                self._kept(v, name)
+                self._kept(v, name, True)
             else:
+                self._kept(v, name, False)
                 self.cells.append((cell, v))
             self.value(v, info, depth + 1)
         for x in (*(f.__defaults__ or ()), *(f.__kwdefaults__ or {}).values()):
@@ -222,18 +227,20 @@ class _Collector:
             if v is _MISSING or (id(d), name) in self.named:
                 continue
             self.named.add((id(d), name))
-            if name in code[1]:
-                # the code assigns it: the step's own state, as a counter it increments (its
-                # Python runs only while recording); not guarded, or every recording of
-                # another signature would fail the others' guards
-                self._kept(v, name)
-            elif not (isinstance(v, (types.ModuleType, type, types.BuiltinFunctionType))
-                      or (isinstance(v, types.FunctionType) and _library_code(v.__code__))):
+            # a name the code assigns is the step's own state, as a counter it increments (its
+            # Python runs only while recording): not guarded, or every recording of another
+            # signature would fail the others' guards; but it must not hold a tensor of the step's
+            stored = name in code[1]
+            self._kept(v, name, stored)
+            if not (stored or isinstance(v, (types.ModuleType, type, types.BuiltinFunctionType))
+                    or (isinstance(v, types.FunctionType) and _library_code(v.__code__))):
                 self.names.append((d, name, v))  # (a library module or function, a class: not rebound)
             self.value(v, code, depth + 1)
 
-    def _kept(self, v, name):
-        if self.kept is None and id(v) in self.made:
+    def _kept(self, v, name, stored):
+        """Note it if v is a tensor the step made (or, stored by the step itself, was given):
+        eager's next call would read it; a replay would neither make it again nor store it."""
+        if self.kept is None and id(v) in self.made and (stored or id(v) not in self.given):
             self.kept = name
 
 

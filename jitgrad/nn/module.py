@@ -39,20 +39,23 @@ class _Registry(OrderedDict):
     containers, _apply, code writing m._modules[k] itself). Reads cost what a dict's do."""
     __slots__ = ()
 
+    # (the change first, then the bump: a guard that sees the new generation sees the change)
     def __setitem__(self, key, value):
-        _generation[0] += 1
         OrderedDict.__setitem__(self, key, value)
+        _generation[0] += 1
 
     def __delitem__(self, key):
-        _generation[0] += 1
         OrderedDict.__delitem__(self, key)
+        _generation[0] += 1
 
     def _bumped(name):  # noqa: N805  (a mutator of OrderedDict's that does not go through __setitem__)
         method = getattr(OrderedDict, name)
 
         def bumped(self, *args, **kwargs):
-            _generation[0] += 1
-            return method(self, *args, **kwargs)
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                _generation[0] += 1
         bumped.__name__ = name
         return bumped
 
@@ -100,10 +103,9 @@ class Module:
             self._parameters[name] = value
         elif isinstance(value, Module):
             self._modules[name] = value
-        else:
-            if self.__dict__.get(name, _MISSING) is not value:  # (m.train() of a module in train mode: no change)
-                _generation[0] += 1
+        elif self.__dict__.get(name, _MISSING) is not value:  # (m.train() of a module in train mode: no change)
             object.__setattr__(self, name, value)
+            _generation[0] += 1
 
     def __getattr__(self, name):
         d = self.__dict__
@@ -117,8 +119,8 @@ class Module:
             if name in d:
                 del d[name]
                 return
-        _generation[0] += 1
         object.__delattr__(self, name)
+        _generation[0] += 1
 
     def register_parameter(self, name, param):
         if param is not None and not isinstance(param, Parameter):

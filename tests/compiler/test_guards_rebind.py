@@ -79,7 +79,9 @@ class World:
         msg = f"call {self.calls}"
         close(outs["compiled"], outs["eager"], msg=msg)
         _torch_close(outs["torch"], outs["eager"], msg)
-        for k, (c, e, t) in enumerate(zip(*(self.watch(self.ns[name]) for name, _ in LIBS))):
+        watched = [self.watch(self.ns[name]) for name, _ in LIBS]
+        assert len({len(ts) for ts in watched}) == 1, f"{msg}: watched {[len(ts) for ts in watched]} tensors"
+        for k, (c, e, t) in enumerate(zip(*watched)):
             close(c, e, msg=f"{msg}: watched tensor {k}")
             _torch_close(t, e, f"{msg}: watched tensor {k}")
             assert (c.grad is None) == (e.grad is None) == (t.grad is None), f"{msg}: watched tensor {k}'s .grad"
@@ -410,16 +412,35 @@ rnn = Rnn()
 
 def step_module(x):
     return rnn(x)
+
+history = []
+
+def step_list(x):
+    out = (x * 2.0).tanh()
+    history.append(out)
+    return out.sum()
+
+class Diff(nn.Module):
+    def forward(self, x):
+        out = x - self.prev if hasattr(self, "prev") else x
+        self.prev = x
+        return (out ** 2).sum()
+
+diff = Diff()
+
+def step_argument(x):
+    return diff(x)
 """
 
 
-@pytest.mark.parametrize("where", ["attribute", "global", "module"])
+@pytest.mark.parametrize("where", ["attribute", "global", "module", "list", "argument"])
 def test_a_step_that_keeps_a_tensor_it_made_runs_eagerly(rng, where):
-    """The step carries state across calls in a Python name: a replay would not update it."""
+    """The step carries state across calls in a Python name or list (a tensor it made, or
+    was given): a replay would not update it."""
     def setup(T, ns):
         exec(compile(KEEP, "<keep>", "exec"), ns)  # noqa: S102
         ns["step"] = ns[f"step_{where}"]
-    w = World("", setup, lambda ns: [])
+    w = World("", setup, lambda ns: ns["history"])
     w.run(4, rng, shapes=((3,),))
     (entry,) = w.compiled.cache.values()
     assert type(entry).__name__ == "_Eager" and "keeps a tensor it made" in entry.breaks[0][0]
