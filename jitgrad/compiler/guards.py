@@ -26,6 +26,7 @@ import dis
 import functools
 import os
 import sys
+import sysconfig
 import types
 
 from jitgrad._core.capture import generation
@@ -39,6 +40,7 @@ _EXAMPLES = os.path.join(_PACKAGE, "examples")
 # attributes are not (the standard library's are: a types.SimpleNamespace, an argparse.Namespace)
 _OPAQUE = frozenset({"jitgrad", "numpy", "numba", "torch", "scipy", "pytest", "_pytest"})
 _LIBRARIES = frozenset(sys.stdlib_module_names) | _OPAQUE
+_INSTALLED = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
 _MISSING = object()
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 _DEPTH = 6  # how far from the step's own names: function -> global -> attribute -> ...
@@ -250,8 +252,8 @@ def _library(module_name):
 
 def _library_code(code):
     name = code.co_filename
-    return (name.startswith(_PACKAGE) and not name.startswith(_EXAMPLES)) or name.startswith(sys.prefix) \
-        or name.startswith(sys.base_prefix) or name.startswith("<frozen")
+    return (name.startswith(_PACKAGE) and not name.startswith(_EXAMPLES)) or name.startswith(_INSTALLED) \
+        or name.startswith("<frozen")
 
 
 def _state(m):

@@ -506,3 +506,105 @@ def test_random_changes_between_steps(rng):
         w.change(change())
         w.run(1, rng)
     assert w.recordings < w.calls  # some steps replayed
+
+
+# -- the mechanism: a generation counter, one compare per call ------------------------------------------------------
+
+
+def _containers():
+    nn = jitgrad.nn
+    return nn.Sequential(nn.Linear(2, 2), nn.Tanh(), nn.ModuleList([nn.Linear(2, 2)]),
+                         nn.ModuleDict({"a": nn.ReLU()}), nn.ParameterList([nn.Parameter(jitgrad.ones(2))]),
+                         nn.ParameterDict({"p": nn.Parameter(jitgrad.ones(2))}), nn.BatchNorm1d(2))
+
+
+MUTATIONS = {
+    "parameter assigned": lambda m: setattr(m[0], "weight", jitgrad.nn.Parameter(jitgrad.ones(2, 2))),
+    "parameter set to None": lambda m: setattr(m[0], "bias", None),
+    "register_parameter": lambda m: m[0].register_parameter("extra", jitgrad.nn.Parameter(jitgrad.ones(1))),
+    "buffer assigned": lambda m: setattr(m[6], "running_mean", jitgrad.zeros(2)),
+    "register_buffer": lambda m: m[1].register_buffer("b", jitgrad.ones(1)),
+    "plain attribute": lambda m: setattr(m[1], "scale", 2.0),
+    "plain attribute deleted": lambda m: (setattr(m[1], "s", 1), delattr(m[1], "s")),
+    "submodule assigned": lambda m: setattr(m[1], "inner", jitgrad.nn.ReLU()),
+    "submodule deleted": lambda m: delattr(m, "1"),
+    "add_module": lambda m: m.add_module("extra", jitgrad.nn.ReLU()),
+    "Sequential[i] =": lambda m: m.__setitem__(1, jitgrad.nn.ReLU()),
+    "del Sequential[i]": lambda m: m.__delitem__(1),
+    "Sequential.insert": lambda m: m.insert(0, jitgrad.nn.ReLU()),
+    "Sequential.append": lambda m: m.append(jitgrad.nn.ReLU()),
+    "ModuleList.append": lambda m: m[2].append(jitgrad.nn.ReLU()),
+    "ModuleList.extend": lambda m: m[2].extend([jitgrad.nn.ReLU()]),
+    "ModuleDict[k] =": lambda m: m[3].__setitem__("a", jitgrad.nn.Tanh()),
+    "ModuleDict.pop": lambda m: m[3].pop("a"),
+    "ModuleDict.clear": lambda m: m[3].clear(),
+    "ModuleDict.update": lambda m: m[3].update({"b": jitgrad.nn.Tanh()}),
+    "ParameterList[i] =": lambda m: m[4].__setitem__(0, jitgrad.nn.Parameter(jitgrad.zeros(2))),
+    "ParameterList.append": lambda m: m[4].append(jitgrad.nn.Parameter(jitgrad.zeros(2))),
+    "ParameterDict[k] =": lambda m: m[5].__setitem__("p", jitgrad.nn.Parameter(jitgrad.zeros(2))),
+    "_modules written directly": lambda m: m._modules.__setitem__("1", jitgrad.nn.ReLU()),
+    "_modules.move_to_end": lambda m: m._modules.move_to_end("0"),
+    "_buffers.pop": lambda m: m[6]._buffers.pop("running_var"),
+    "_parameters.setdefault": lambda m: m[0]._parameters.setdefault("new", jitgrad.nn.Parameter(jitgrad.ones(1))),
+    "module.double()": lambda m: m.double(),
+    "eval()": lambda m: m.eval(),
+    "a child's train(False)": lambda m: m[0].train(False),
+    "forward hook": lambda m: m[0].register_forward_hook(lambda *a: None),
+    "forward pre-hook": lambda m: m[2][0].register_forward_pre_hook(lambda *a: None),
+}
+
+
+@pytest.mark.parametrize("what", sorted(MUTATIONS))
+def test_every_way_to_change_a_module_moves_the_generation(what):
+    from jitgrad._core.capture import generation
+    m = _containers()
+    before = generation[0]
+    MUTATIONS[what](m)
+    assert generation[0] != before
+
+
+def test_hook_removal_moves_the_generation_and_using_a_module_does_not():
+    from jitgrad._core.capture import generation
+    m = _containers()
+    handle = m[0].register_forward_hook(lambda *a: None)
+    before = generation[0]
+    handle.remove()
+    assert generation[0] != before
+    x = jitgrad.ones(3, 2, requires_grad=True)
+    before = generation[0]
+    m[0](x)
+    m[6](x)          # a BatchNorm in training updates its statistics in place
+    m[2][0](x)
+    m.train()        # already training: nothing changes
+    list(m.parameters()), m.state_dict(), m[0].weight, repr(m)
+    x.register_hook(lambda g: g)  # a tensor's hook is not a module's
+    assert generation[0] == before
+
+
+def test_a_replay_compares_one_integer_for_the_modules(rng, monkeypatch):
+    """Replays do not look at the modules while nothing moved the generation; after a change
+    elsewhere (another module made) one call looks, finds nothing of its own changed, and
+    replays."""
+    from jitgrad.compiler import guards
+    w = World(TRAIN, setup_train, model_params)
+    w.run(2, rng)
+    looked = []
+    real = guards._state
+    monkeypatch.setattr(guards, "_state", lambda m: looked.append(m) or real(m))
+    w.run(3, rng)
+    assert looked == []
+    jitgrad.nn.Linear(2, 2)  # moves the generation
+    w.run(3, rng)
+    assert len(looked) == len(list(w.ns["compiled"]["model"].modules()))
+    assert w.recordings == 1
+
+
+def test_fullgraph_raises_for_a_step_that_keeps_a_tensor():
+    state = Config(jitgrad.zeros(3, dtype=jitgrad.float64))
+    h0 = state.scale  # noqa: F841  (alive: the first call's input)
+
+    def step(x):
+        state.scale = (state.scale * 0.5 + x).tanh()
+        return state.scale.sum()
+    with pytest.raises(RuntimeError, match="keeps a tensor it made in scale"):
+        jitgrad.compile(step, fullgraph=True)(jitgrad.ones(3, dtype=jitgrad.float64))
