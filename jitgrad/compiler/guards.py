@@ -16,11 +16,15 @@ again at every call, through names. So a plan is valid only while:
   such change. A call pays one integer compare for the modules;
 - the lists and dicts the step reads by name hold the same items.
 
-What is not seen (README, jitgrad.compile): attributes of classes, of library modules,
-and of objects reached more than one attribute away from such a name; the contents of
-numpy arrays and other mutable objects that are not lists or dicts; module or optimizer
-state changed without going through their attributes (object.__setattr__, __dict__).
-The optimizer's parameter groups are checked by its replayed step (optim/_replay.py).
+A step that leaves a tensor it made in such a place (state carried across calls), or that
+reads there a tensor it was also given as an argument, is not replayed (collect's str).
+
+What is not seen (README, jitgrad.compile): attributes of classes and of library modules
+and objects, objects reached other than by names, lists and dicts (a function's result);
+the contents of numpy arrays and of mutable objects that are not lists or dicts, and
+lists or dicts in a step that calls a mutating method (.append: its own side effect);
+module state changed around Module.__setattr__ (object.__setattr__, __dict__). The
+optimizer's parameter groups are checked by its replayed step (optim/_replay.py).
 """
 import dis
 import functools
@@ -100,11 +104,10 @@ def collect(fn, args, called, made, given):
             modules.setdefault(id(m), m)
     for m in modules.values():  # the user code of every module's class reads names too
         c.methods(type(m))
-        if c.kept is None:
-            c.kept = next((f"{type(m).__name__}.{k}" for k, v in (*m.__dict__.items(), *m._buffers.items())
-                           if id(v) in made), None)
-    if c.kept is not None:
-        return (f"keeps a tensor it made in {c.kept} (a replay would not update it): return it instead")
+        for k, v in (*m.__dict__.items(), *m._parameters.items(), *m._buffers.items()):
+            c.kept(v, f"{type(m).__name__}.{k}")
+    if c.why is not None:
+        return c.why
     return Guards(generation[0], c.names, c.cells, c.items, [(m, _state(m)) for m in modules.values()])
 
 
@@ -142,7 +145,7 @@ class _Collector:
     def __init__(self, compiled, made, given):
         self.compiled = compiled
         self.made, self.given = made, given
-        self.kept = None   # where the step left a tensor it made (not replayable), if it did
+        self.why = None    # why the step cannot be replayed (kept()), if it cannot
         self.names, self.cells, self.items = [], [], []
         self.roots = []
         self.seen = set()
@@ -181,7 +184,7 @@ class _Collector:
             if type(v) in (list, dict) and not code[2]:
                 self.items.append((v, tuple(v.items()) if type(v) is dict else tuple(v)))
             for x in (v.values() if isinstance(v, dict) else v):
-                self._kept(x, "a list or dict", code[2])
+                self.kept(x, "a list or dict")
                 self.value(x, code, depth + 1)
         elif isinstance(v, tuple):
             for x in v:
@@ -213,10 +216,8 @@ class _Collector:
                 v = cell.cell_contents
             except ValueError:
                 continue  # not yet bound: reading it raises in eager too
-            if name in info[1]:  # the step's own state (nonlocal): not a guard, but not a tensor it made
-                self._kept(v, name, True)
-            else:
-                self._kept(v, name, False)
+            self.kept(v, name)
+            if name not in info[1]:  # (one it assigns (nonlocal) is its own state: as namespace())
                 self.cells.append((cell, v))
             self.value(v, info, depth + 1)
         for x in (*(f.__defaults__ or ()), *(f.__kwdefaults__ or {}).values()):
@@ -233,17 +234,23 @@ class _Collector:
             # Python runs only while recording): not guarded, or every recording of another
             # signature would fail the others' guards; but it must not hold a tensor of the step's
             stored = name in code[1]
-            self._kept(v, name, stored)
+            self.kept(v, name)
             if not (stored or isinstance(v, (types.ModuleType, type, types.BuiltinFunctionType))
                     or (isinstance(v, types.FunctionType) and _library_code(v.__code__))):
                 self.names.append((d, name, v))  # (a library module or function, a class: not rebound)
             self.value(v, code, depth + 1)
 
-    def _kept(self, v, name, stored):
-        """Note it if v is a tensor the step made (or, stored by the step itself, was given):
-        eager's next call would read it; a replay would neither make it again nor store it."""
-        if self.kept is None and id(v) in self.made and (stored or id(v) not in self.given):
-            self.kept = name
+    def kept(self, v, where):
+        """v, found in `where`, must not be a tensor the step made or was given as an argument.
+        One it made and left there (state carried across calls): eager's next call reads it,
+        a replay would neither make it again nor store it. One it was given: the recording
+        took what the step read there for the argument, so a replay would read each call's
+        argument there."""
+        if self.why is None and id(v) in self.made:
+            self.why = (f"has in {where} a tensor given to it as an argument (the recording cannot tell the "
+                        "two apart: a replay would neither read nor leave a later call's argument there)"
+                        if id(v) in self.given else
+                        f"keeps a tensor it made in {where} (a replay would not update it): return it instead")
 
 
 def _library(module_name):
