@@ -322,17 +322,24 @@ def test_attributes_of_an_object_the_step_reads(rng):
 # -- optimizer parameter groups ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("frozen", [False, True], ids=["trained", "frozen"])
 @pytest.mark.parametrize("opt", ["SGD", "Adam"])
-def test_optimizer_parameter_groups_changed(rng, opt):
-    """Fine-tuning: the head first; then the body unfrozen with add_param_group; then a
-    group's parameters replaced and appended to."""
+def test_optimizer_parameter_groups_changed(rng, opt, frozen):
+    """Fine-tuning: the head first (the body frozen, or getting gradients it does not use);
+    then the body unfrozen with add_param_group; then a group's parameters replaced and
+    appended to."""
     def setup(T, ns):
         ns["model"] = mlp(T, 1)
+        ns["model"][0].requires_grad_(not frozen)
         kw = {"momentum": 0.9} if opt == "SGD" else {}
         ns["opt"] = getattr(T.optim, opt)(ns["model"][2].parameters(), lr=0.05, **kw)
+
+    def unfreeze(T, ns):
+        ns["model"][0].requires_grad_(True)
+        ns["opt"].add_param_group({"params": ns["model"][0].parameters(), "lr": 0.02})
     w = World(TRAIN, setup, model_params)
     w.run(3, rng)
-    w.change(lambda T, ns: ns["opt"].add_param_group({"params": ns["model"][0].parameters(), "lr": 0.02}))
+    w.change(unfreeze)
     w.run(3, rng)
     w.change(lambda T, ns: ns["opt"].param_groups[1].__setitem__("params", [ns["model"][0].weight]))
     w.run(3, rng)
