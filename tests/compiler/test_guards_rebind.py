@@ -319,6 +319,45 @@ def test_attributes_of_an_object_the_step_reads(rng):
     assert w.recordings == 3
 
 
+TRAINER = """
+def loss_fn(out, y):
+    return ((out - y) ** 2).mean() * weight
+
+def other_loss(out, y):
+    return (out - y).abs().mean()
+
+class Trainer:
+    def __init__(self, model, opt):
+        self.model, self.opt = model, opt
+
+    def step(self, x, y):
+        self.opt.zero_grad()
+        loss = loss_fn(self.model(x), y)
+        loss.backward()
+        self.opt.step()
+        return loss
+
+weight = 1.0
+trainer = Trainer(model, opt)
+step = trainer.step
+"""
+
+
+def test_a_compiled_method_and_the_functions_it_calls(rng):
+    """compile(trainer.step): its self's attributes, and the globals of the functions it calls."""
+    w = World(TRAINER, setup_train, lambda ns: list(ns["trainer"].model.parameters()))
+    w.run(2, rng)
+
+    def new_model(T, ns):
+        ns["trainer"].model = mlp(T, 4)
+        ns["trainer"].opt = T.optim.SGD(ns["trainer"].model.parameters(), lr=0.3)
+    for change in (new_model, lambda T, ns: ns.__setitem__("weight", 0.25),
+                   lambda T, ns: ns.__setitem__("loss_fn", ns["other_loss"])):
+        w.change(change)
+        w.run(2, rng)
+    assert w.recordings == 4
+
+
 # -- optimizer parameter groups ------------------------------------------------------------------------------------------
 
 
