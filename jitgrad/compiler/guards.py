@@ -5,10 +5,11 @@ the modules it called, the optimizer it stepped, Python numbers. Eager code find
 again at every call, through names. So a plan is valid only while:
 
 - every global, closure cell and attribute of a plain object that the step's code reads
-  by name still holds the object it held (identity; a number also by value). The names
-  are those of the code objects of the step and of the user functions it reaches (the
-  methods of the modules it reaches included), as torch.compile guards the globals and
-  closures it traced through. The step's code is read once, at recording;
+  by name still holds the object it held (identity). The names are those of the code
+  objects of the step and of the user functions it reaches (the methods of the objects
+  and modules it reaches included), as torch.compile guards the globals and closures it
+  traced through; the code is read once, at recording. A name the step's code assigns
+  (a counter it increments) is its own state, not guarded;
 - every module reached (called, or found through those names, and all of their
   submodules) holds the same attributes, parameters, buffers, submodules and forward
   hooks. Looking at them all is a walk over the model, so it happens only when the
@@ -91,13 +92,17 @@ def collect(fn, args, called, made, given):
     was given, given: those of the arguments."""
     from jitgrad.compiler.api import CompiledFunction
     c = _Collector(CompiledFunction, made, given)
-    c.value(fn, _NO_CODE, 0)
     f = getattr(fn, "__func__", fn)
-    code = _info(f.__code__) if isinstance(f, types.FunctionType) else _NO_CODE
+    if not isinstance(f, types.FunctionType):
+        f = getattr(type(fn), "__call__", None)  # a callable object: its __call__ runs
+    if isinstance(f, types.FunctionType):
+        c.runs(f.__code__)
+    names = _info(f.__code__).reads if isinstance(f, types.FunctionType) else frozenset()
+    c.value(fn, names, 0)
     for a in args:  # another argument (a module, an object) is keyed by identity; what it holds is guarded
-        c.value(a, code, 1)
+        c.value(a, names, 1)
     for m in called:
-        c.value(m, code, 1)
+        c.value(m, names, 1)
     modules = {}
     for root in c.roots:
         for m in root.modules():
@@ -108,20 +113,25 @@ def collect(fn, args, called, made, given):
             c.kept(v, f"{type(m).__name__}.{k}")
     if c.why is not None:
         return c.why
-    return Guards(generation[0], c.names, c.cells, c.items, [(m, _state(m)) for m in modules.values()])
+    # a name the step's code assigns is its own state, as a counter it increments (its Python
+    # runs only while recording): not guarded, or every recording of another signature would
+    # fail the others' guards (kept() made sure it holds no tensor of the step's); nor are the
+    # lists of a step that changes lists itself (.append: the same)
+    return Guards(generation[0], [(d, n, v) for d, n, v in c.names if n not in c.stores],
+                  [(cell, v) for n, cell, v in c.cells if n not in c.stores], [] if c.mutates else c.items,
+                  [(m, _state(m)) for m in modules.values()])
 
 
-class _Code(tuple):
-    """What a code object (with the functions nested in it) does with names: (the global
-    and attribute names it reads, those it assigns, whether it calls a list's or a dict's
-    mutating method)."""
-    __slots__ = ()
+class _Code:
+    """What a code object (with the functions nested in it) does with names: the global and
+    attribute names it reads, those it assigns, whether it calls a list's or a dict's
+    mutating method."""
+    __slots__ = ("reads", "stores", "mutates")
 
-    def __or__(self, other):
-        return _Code((self[0] | other[0], self[1] | other[1], self[2] or other[2]))
+    def __init__(self, reads, stores, mutates):
+        self.reads, self.stores, self.mutates = reads, stores, mutates
 
 
-_NO_CODE = _Code((frozenset(), frozenset(), False))
 _STORES = frozenset({"STORE_ATTR", "STORE_GLOBAL", "STORE_DEREF", "STORE_NAME", "DELETE_ATTR", "DELETE_GLOBAL",
                      "DELETE_DEREF", "DELETE_NAME"})
 _MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem",
@@ -130,18 +140,23 @@ _MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "
 
 @functools.lru_cache(maxsize=1024)
 def _info(code):
-    names, stores = set(code.co_names), set()
+    reads, stores = set(code.co_names), set()
     for ins in dis.get_instructions(code):
         if ins.opname in _STORES:
             stores.add(ins.argval)
-    info = _Code((frozenset(names), frozenset(stores), not _MUTATORS.isdisjoint(names)))
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
-            info = info | _info(c)
-    return info
+            inner = _info(c)
+            reads |= inner.reads
+            stores |= inner.stores
+    return _Code(frozenset(reads), frozenset(stores), not _MUTATORS.isdisjoint(reads))
 
 
 class _Collector:
+    """Walks from the step's function to what it reaches by name (value()), noting the guards.
+    `names` in each call: the names the code that reached the value reads (an object's
+    attributes are guarded for those)."""
+
     def __init__(self, compiled, made, given):
         self.compiled = compiled
         self.made, self.given = made, given
@@ -150,12 +165,20 @@ class _Collector:
         self.roots = []
         self.seen = set()
         self.named = set()
+        self.stores = set()     # names the step's code assigns (runs())
+        self.mutates = False    # whether it calls a list's or dict's mutating method
 
-    def value(self, v, code, depth):
-        """What reaching v (from code doing `code`) adds to the guards."""
-        if depth > _DEPTH or isinstance(v, _SCALARS) or (id(v), code) in self.seen:
+    def runs(self, code):
+        """`code` runs in the step (the step's function, the functions it calls by name)."""
+        info = _info(code)
+        self.stores |= info.stores
+        self.mutates |= info.mutates
+
+    def value(self, v, names, depth):
+        """What reaching v (from code reading `names`) adds to the guards."""
+        if depth > _DEPTH or isinstance(v, _SCALARS) or (id(v), names) in self.seen:
             return
-        self.seen.add((id(v), code))
+        self.seen.add((id(v), names))
         if isinstance(v, Module):
             self.roots.append(v)
         elif isinstance(v, (Tensor, Optimizer, type)):
@@ -164,81 +187,83 @@ class _Collector:
             self.function(v, depth)
         elif isinstance(v, types.MethodType):  # its function reads attributes of its self
             f = v.__func__
-            own = _info(f.__code__) if isinstance(f, types.FunctionType) else _NO_CODE
-            self.value(v.__self__, code | own, depth + 1)
-            self.value(f, code, depth + 1)
+            own = _info(f.__code__).reads if isinstance(f, types.FunctionType) else frozenset()
+            self.value(v.__self__, names | own, depth + 1)
+            self.value(f, names, depth + 1)
         elif isinstance(v, (staticmethod, classmethod)):
-            self.value(v.__func__, code, depth)
+            self.value(v.__func__, names, depth)
         elif isinstance(v, property):
             for f in (v.fget, v.fset):
-                self.value(f, code, depth)
+                self.value(f, names, depth)
         elif isinstance(v, functools.partial):
             for x in (v.func, *v.args, *v.keywords.values()):
-                self.value(x, code, depth + 1)
+                self.value(x, names, depth + 1)
         elif isinstance(v, types.ModuleType):
             if not _library(v.__name__):
-                self.namespace(v.__dict__, code, depth)
+                self.namespace(v.__dict__, names, depth)
         elif isinstance(v, (list, dict)):
-            # its items, unless the step changes it itself (a list it appends to: its own
-            # side effect, which replays do not repeat)
-            if type(v) in (list, dict) and not code[2]:
+            if type(v) in (list, dict):
                 self.items.append((v, tuple(v.items()) if type(v) is dict else tuple(v)))
             for x in (v.values() if isinstance(v, dict) else v):
                 self.kept(x, "a list or dict")
-                self.value(x, code, depth + 1)
+                self.value(x, names, depth + 1)
         elif isinstance(v, tuple):
             for x in v:
-                self.value(x, code, depth + 1)
+                self.value(x, names, depth + 1)
         elif isinstance(v, self.compiled):  # a compiled function the step calls
-            self.value(v.fn, code, depth + 1)
+            self.value(v.fn, names, depth + 1)
         else:
             d = getattr(v, "__dict__", None)
             if type(d) is dict and (type(v).__module__ or "").partition(".")[0] not in _OPAQUE:
-                self.namespace(d, code, depth)
+                self.namespace(d, names | _class_reads(type(v)), depth)  # (its methods read self's attributes)
                 self.methods(type(v))
 
     def methods(self, klass):
-        """The user code of klass and its bases: the functions its methods call read names too."""
+        """The user code of klass and its bases: the functions its methods call read names too
+        (what they assign is not the step's own state: __init__ assigns what the step reads,
+        a setter what the user changes between calls)."""
         for k in klass.__mro__:
             if not _library(k.__module__) and k not in self.seen:
                 self.seen.add(k)
                 for attr in vars(k).values():
-                    self.value(attr, _NO_CODE, 1)
+                    if isinstance(attr, types.FunctionType):
+                        self.function(attr, 1, runs=False)
+                    else:
+                        self.value(attr, frozenset(), 1)
 
-    def function(self, f, depth):
+    def function(self, f, depth, runs=True):
         code = f.__code__
         if _library_code(code):
             return
-        info = _info(code)
-        self.namespace(f.__globals__, info, depth)
+        if runs:
+            self.runs(code)
+        names = _info(code).reads
+        self.namespace(f.__globals__, names, depth)
         for name, cell in zip(code.co_freevars, f.__closure__ or ()):
             try:
                 v = cell.cell_contents
             except ValueError:
                 continue  # not yet bound: reading it raises in eager too
             self.kept(v, name)
-            if name not in info[1]:  # (one it assigns (nonlocal) is its own state: as namespace())
-                self.cells.append((cell, v))
-            self.value(v, info, depth + 1)
+            self.cells.append((name, cell, v))
+            self.value(v, names, depth + 1)
         for x in (*(f.__defaults__ or ()), *(f.__kwdefaults__ or {}).values()):
-            self.value(x, info, depth + 1)
+            self.value(x, names, depth + 1)
 
-    def namespace(self, d, code, depth):
-        """Guard the entries of d (globals, an object's __dict__) that the code reads."""
-        for name in code[0]:
+    def namespace(self, d, names, depth):
+        """Guard the entries of d (globals, an object's __dict__) that the code reads (but
+        library modules and functions, and classes: not rebound)."""
+        for name in names:
             v = d.get(name, _MISSING)
-            if v is _MISSING or (id(d), name) in self.named:
+            if v is _MISSING:
                 continue
-            self.named.add((id(d), name))
-            # a name the code assigns is the step's own state, as a counter it increments (its
-            # Python runs only while recording): not guarded, or every recording of another
-            # signature would fail the others' guards; but it must not hold a tensor of the step's
-            stored = name in code[1]
             self.kept(v, name)
-            if not (stored or isinstance(v, (types.ModuleType, type, types.BuiltinFunctionType))
+            if (id(d), name) not in self.named and not (
+                    isinstance(v, (types.ModuleType, type, types.BuiltinFunctionType))
                     or (isinstance(v, types.FunctionType) and _library_code(v.__code__))):
-                self.names.append((d, name, v))  # (a library module or function, a class: not rebound)
-            self.value(v, code, depth + 1)
+                self.named.add((id(d), name))
+                self.names.append((d, name, v))
+            self.value(v, names, depth + 1)
 
     def kept(self, v, where):
         """v, found in `where`, must not be a tensor the step made or was given as an argument.
@@ -251,6 +276,18 @@ class _Collector:
                         "two apart: a replay would neither read nor leave a later call's argument there)"
                         if id(v) in self.given else
                         f"keeps a tensor it made in {where} (a replay would not update it): return it instead")
+
+
+def _class_reads(klass):
+    """The names the user code of klass's methods reads."""
+    names = set()
+    for k in klass.__mro__:
+        if not _library(k.__module__):
+            for attr in vars(k).values():
+                f = getattr(attr, "__func__", attr)
+                if isinstance(f, types.FunctionType):
+                    names |= _info(f.__code__).reads
+    return frozenset(names)
 
 
 def _library(module_name):

@@ -358,6 +358,69 @@ def test_a_compiled_method_and_the_functions_it_calls(rng):
     assert w.recordings == 4
 
 
+CALLABLE = """
+class Step:
+    def __init__(self, model, opt):
+        self.model, self.opt = model, opt
+
+    def __call__(self, x, y):
+        self.opt.zero_grad()
+        loss = ((self.model(x) - y) ** 2).mean()
+        loss.backward()
+        self.opt.step()
+        return loss
+
+stepper = step = Step(model, opt)
+"""
+
+
+def test_a_compiled_callable_object(rng):
+    """compile(obj) of an object with __call__: the attributes its methods read."""
+    w = World(CALLABLE, setup_train, lambda ns: list(ns["stepper"].model.parameters()))
+    w.run(2, rng)
+
+    def new_model(T, ns):
+        ns["stepper"].model = mlp(T, 4)
+        ns["stepper"].opt = T.optim.SGD(ns["stepper"].model.parameters(), lr=0.3)
+    w.change(new_model)
+    w.run(2, rng)
+    assert w.recordings == 2
+
+
+SETTER = """
+class Scaler:
+    def __init__(self):
+        self.scale = 1.0
+
+    def set_scale(self, s):
+        self.scale = s
+
+scaler = Scaler()
+calls = 0
+
+def step(x):
+    global calls
+    calls += 1
+    loss = ((x @ w).tanh() ** 2).sum() * scaler.scale
+    loss.backward()
+    return loss
+"""
+
+
+def test_state_the_step_assigns_is_its_own_and_a_setter_is_not(rng):
+    """`calls += 1` in the step is its own counter (not guarded: a recording of another
+    signature does not invalidate the first's plan); an attribute a method assigns between
+    calls (set_scale) is what the step reads (guarded)."""
+    w = World(SETTER, setup_w, lambda ns: [ns["w0"]])
+    w.run(2, rng, shapes=((4, 3),))
+    w.run(2, rng, shapes=((5, 3),))
+    w.run(2, rng, shapes=((4, 3),))
+    assert w.recordings == 2 and w.ns["compiled"]["calls"] == 2
+    w.change(lambda T, ns: ns["scaler"].set_scale(2.5))
+    w.run(2, rng, shapes=((4, 3),))
+    assert w.recordings == 3
+
+
 # -- optimizer parameter groups ------------------------------------------------------------------------------------------
 
 
