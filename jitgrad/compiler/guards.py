@@ -95,9 +95,11 @@ def collect(fn, args, called, made, given):
     f = getattr(fn, "__func__", fn)
     if not isinstance(f, types.FunctionType):
         f = getattr(type(fn), "__call__", None)  # a callable object: its __call__ runs
-    if isinstance(f, types.FunctionType):
+    if not isinstance(f, types.FunctionType) or _library_code(f.__code__):
+        f = None  # (compile(module): Module.__call__; its forward is one of the methods walked)
+    if f is not None:
         c.runs(f.__code__)
-    names = _info(f.__code__).reads if isinstance(f, types.FunctionType) else frozenset()
+    names = _info(f.__code__).reads if f is not None else frozenset()
     c.value(fn, names, 0)
     for a in args:  # another argument (a module, an object) is keyed by identity; what it holds is guarded
         c.value(a, names, 1)
