@@ -1,12 +1,14 @@
 """jitgrad.compile: PyTorch's torch.compile API over record-once, replay-many plans.
 
-A compiled function keeps a plan per call signature (the arguments' shapes, dtypes and
-requires_grad, the values of Python-number arguments, grad mode). The first call of a
-signature runs the function eagerly while recording (compiler/recorder.py) and builds a
-plan (compiler/plan.py); later calls replay it (compiler/replay.py) as long as the
-guards hold. A recording that cannot be replayed (a graph break: .item(), an in-place
-op, a custom Function, ...) leaves that signature to run eagerly every call; under
-fullgraph=True it raises instead. `explain` says what broke and where.
+A compiled function keeps a plan per call signature (the arguments' shapes, dtypes,
+devices, requires_grad and aliasing, the values of Python-number arguments, grad mode).
+The first call of a signature runs the function eagerly while recording
+(compiler/recorder.py) and builds a plan (compiler/plan.py); later calls replay it
+(compiler/replay.py) as long as the guards hold (replay.check: the outside tensors;
+compiler/guards.py: what the step reaches by name). A recording that cannot be replayed
+(a graph break: .item(), an in-place op, a custom Function, ...) leaves that signature
+to run eagerly every call; under fullgraph=True it raises instead. `explain` says what
+broke and where.
 
 As under jax.jit, Python that touches no tensor (print, appending to a list) runs only
 while recording, and Python numbers the step computes with are constants of the plan:
