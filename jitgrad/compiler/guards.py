@@ -29,6 +29,7 @@ optimizer's parameter groups are checked by its replayed step (optim/_replay.py)
 """
 import dis
 import functools
+import operator
 import os
 import sys
 import sysconfig
@@ -58,7 +59,7 @@ class Guards:
         self.gen = gen           # generation[0] when the modules were last seen as recorded
         self.names = names       # (namespace dict, name, value)
         self.cells = cells       # (closure cell, value)
-        self.items = items       # (list or dict, its items then)
+        self.items = items       # (list or dict, (its keys, its values) then)
         self.modules = modules   # (module, _state(module) then)
 
 
@@ -80,8 +81,10 @@ def holds(g):
                 return False
         except ValueError:  # emptied (del of a closure variable)
             return False
-    for obj, items in g.items:
-        if len(obj) != len(items) or not _same(tuple(obj.items()) if type(obj) is dict else tuple(obj), items):
+    for obj, items in g.items:  # (identity at C speed first; numbers and strings by value)
+        cur = obj.values() if type(obj) is dict else obj
+        if len(obj) != len(items[1]) or (type(obj) is dict and tuple(obj) != items[0]) or not (
+                all(map(operator.is_, cur, items[1])) or _same(tuple(cur), items[1])):
             return False
     return True
 
@@ -204,8 +207,8 @@ class _Collector:
             if not _library(v.__name__):
                 self.namespace(v.__dict__, names, depth)
         elif isinstance(v, (list, dict)):
-            if type(v) in (list, dict):
-                self.items.append((v, tuple(v.items()) if type(v) is dict else tuple(v)))
+            if type(v) in (list, dict):  # (its keys, its values)
+                self.items.append((v, (tuple(v), tuple(v.values())) if type(v) is dict else (None, tuple(v))))
             for x in (v.values() if isinstance(v, dict) else v):
                 self.kept(x, "a list or dict")
                 self.value(x, names, depth + 1)

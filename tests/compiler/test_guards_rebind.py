@@ -421,6 +421,28 @@ def test_state_the_step_assigns_is_its_own_and_a_setter_is_not(rng):
     assert w.recordings == 3
 
 
+ITEMS = """
+def step(x):
+    loss = ((x @ ws[0]).tanh() ** 2).sum() * cfg["scale"]
+    loss.backward()
+    return loss
+"""
+
+
+def test_items_of_a_list_and_a_dict_the_step_reads(rng):
+    def setup(T, ns):
+        setup_w(T, ns)
+        ns["ws"], ns["cfg"] = [ns["w0"]], {"scale": 1.0}
+    w = World(ITEMS, setup, lambda ns: [ns["w0"], ns["w1"]])
+    w.run(2, rng, shapes=((4, 3),))
+    for change in (lambda T, ns: ns["cfg"].__setitem__("scale", 3.0),
+                   lambda T, ns: ns["ws"].__setitem__(0, ns["w1"]),
+                   lambda T, ns: ns["cfg"].__setitem__("unread", 1)):  # (another key: the dict changed)
+        w.change(change)
+        w.run(2, rng, shapes=((4, 3),))
+    assert w.recordings == 4
+
+
 # -- optimizer parameter groups ------------------------------------------------------------------------------------------
 
 
