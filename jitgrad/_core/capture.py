@@ -34,6 +34,11 @@ class _State:
 
 state = _State()
 
+# Bumped by every change to what a module holds (its attributes, parameters, buffers,
+# submodules, forward hooks: nn/module.py): a compiled function's plan looks again at the
+# modules it read only when this has moved since it last did (compiler/guards.py).
+generation = [0]
+
 
 def stop(reason):
     """Report a graph break (no-op outside a recording)."""

@@ -1,12 +1,14 @@
 """jitgrad.compile: PyTorch's torch.compile API over record-once, replay-many plans.
 
-A compiled function keeps a plan per call signature (the arguments' shapes, dtypes and
-requires_grad, the values of Python-number arguments, grad mode). The first call of a
-signature runs the function eagerly while recording (compiler/recorder.py) and builds a
-plan (compiler/plan.py); later calls replay it (compiler/replay.py) as long as the
-guards hold. A recording that cannot be replayed (a graph break: .item(), an in-place
-op, a custom Function, ...) leaves that signature to run eagerly every call; under
-fullgraph=True it raises instead. `explain` says what broke and where.
+A compiled function keeps a plan per call signature (the arguments' shapes, dtypes,
+devices, requires_grad and aliasing, the values of Python-number arguments, grad mode).
+The first call of a signature runs the function eagerly while recording
+(compiler/recorder.py) and builds a plan (compiler/plan.py); later calls replay it
+(compiler/replay.py) as long as the guards hold (replay.check: the outside tensors;
+compiler/guards.py: what the step reaches by name). A recording that cannot be replayed
+(a graph break: .item(), an in-place op, a custom Function, ...) leaves that signature
+to run eagerly every call; under fullgraph=True it raises instead. `explain` says what
+broke and where.
 
 As under jax.jit, Python that touches no tensor (print, appending to a list) runs only
 while recording, and Python numbers the step computes with are constants of the plan:
@@ -23,7 +25,7 @@ import numpy as np
 from jitgrad._core import modes
 from jitgrad._core.capture import state as _cap
 from jitgrad._core.forward import state as _fw
-from jitgrad.compiler import replay
+from jitgrad.compiler import guards, replay
 from jitgrad.compiler.plan import Plan, Unsupported
 from jitgrad.compiler.recorder import GraphBreak, Recorder
 from jitgrad.func._pytree import LeafSpec, tree_flatten, tree_unflatten
@@ -49,10 +51,11 @@ class _Eager:
 
 
 class _Entry:
-    __slots__ = ("plan", "outputs", "vids", "out_spec", "single")
+    __slots__ = ("plan", "outputs", "vids", "out_spec", "single", "guards")
 
-    def __init__(self, plan, outputs, out_spec):
+    def __init__(self, plan, outputs, out_spec, guards):
         self.plan = plan
+        self.guards = guards        # compiler/guards.py: what the step reached by name
         self.outputs = outputs      # per leaf of the result: ("value", value id) or ("const", x)
         self.vids = list(dict.fromkeys(k for kind, k in outputs if kind == "value"))
         self.single = isinstance(out_spec, LeafSpec) and len(self.vids) == 1
@@ -61,10 +64,15 @@ class _Entry:
 
 def _signature(flat):
     sig = []
-    for x in flat:
+    first = {}  # id -> position of the tensor's first occurrence: f(x, x) and f(x, y) are two signatures
+    for i, x in enumerate(flat):
         if isinstance(x, Tensor):
+            at = first.setdefault(id(x), i)
+            if at != i:
+                sig.append(("same as", at))
+                continue
             d = x._data
-            sig.append((d.shape, d.dtype, x._requires_grad))
+            sig.append((type(d), d.shape, d.dtype, x._requires_grad))
         elif x is None or isinstance(x, (bool, int, float, str, np.generic)):
             sig.append((type(x), x))
         elif isinstance(x, np.ndarray):  # its values are constants of the plan: keyed by them
@@ -106,8 +114,11 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)
         if not kwargs and all(type(a) is Tensor for a in args):  # the common call: tensors only
             flat = args
+            # (the array's type is the device: a CUDA tensor's is a DeviceArray; one tensor
+            # passed twice makes another signature: the plan reads it as one value)
             key = (modes.is_grad_enabled(), len(args),
-                   tuple((a._data.shape, a._data.dtype, a._requires_grad) for a in args))
+                   tuple((type(d), d.shape, d.dtype, a._requires_grad) for a in args for d in (a._data,)),
+                   len(args) > 1 and len(set(map(id, args))) < len(args) and _signature(args))
         else:
             flat, spec = tree_flatten((args, kwargs))
             key = (modes.is_grad_enabled(), spec, _signature(flat))
@@ -125,7 +136,7 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)
         tensors = flat if flat is args else [x for x in flat if isinstance(x, Tensor)]
         plan = entry.plan
-        if not replay.check(plan, tensors):
+        if not (guards.holds(entry.guards) and replay.check(plan, tensors)):
             del self.cache[key]
             return self._record(key, flat, args, kwargs)
         with self.lock:
@@ -191,7 +202,14 @@ class CompiledFunction:
             self.cache[key] = _Eager(rec.breaks)
             return result
 
-        self.cache[key] = _Entry(plan, outputs, out_spec)
+        # (rec.vid: the tensors the step made or was given, held while the recorder lives)
+        g = guards.collect(self.fn, args + tuple(kwargs.values()), [m for m, _, _ in plan.modules], rec.vid,
+                           {id(v.tensor) for v in rec.values if v.kind == "arg"})
+        if isinstance(g, str):
+            rec.stop(g)  # (raises under fullgraph=True)
+            self.cache[key] = _Eager(rec.breaks)
+        else:
+            self.cache[key] = _Entry(plan, outputs, out_spec, g)
         return result
 
 

@@ -15,6 +15,8 @@ is accumulated, rather than once per leaf.
 """
 import itertools
 
+from jitgrad._core.capture import generation
+
 _ids = itertools.count()
 # how many hooks on leaves (tensor, post-accumulate, AccumulateGrad) exist: while none do,
 # backward skips every per-leaf hook check
@@ -24,10 +26,11 @@ leaf_hooks = [0]
 class RemovableHandle:
     """Returned by register_*hook; `remove()` unregisters the hook."""
 
-    def __init__(self, registry, key, on_leaf=False):
+    def __init__(self, registry, key, on_leaf=False, watched=False):
         self._registry = registry
         self._key = key
         self._on_leaf = on_leaf
+        self._watched = watched
         self.id = key[1]
 
     def remove(self):
@@ -36,6 +39,8 @@ class RemovableHandle:
             del hooks[self.id]
             if self._on_leaf:
                 leaf_hooks[0] -= 1
+            if self._watched:
+                generation[0] += 1
             if not hooks:
                 del self._registry[self._key[0]]
 
@@ -46,13 +51,16 @@ class RemovableHandle:
         self.remove()
 
 
-def add_hook(registry, where, fn, on_leaf=False):
-    """registry: a dict where -> {hook id: fn} (dicts keep registration order)."""
+def add_hook(registry, where, fn, on_leaf=False, watched=False):
+    """registry: a dict where -> {hook id: fn} (dicts keep registration order). watched: a
+    module's hooks, which compiled plans guard (adding or removing one bumps the generation)."""
     hid = next(_ids)
     registry.setdefault(where, {})[hid] = fn
     if on_leaf:
         leaf_hooks[0] += 1
-    return RemovableHandle(registry, (where, hid), on_leaf)
+    if watched:
+        generation[0] += 1
+    return RemovableHandle(registry, (where, hid), on_leaf, watched)
 
 
 class LeafGroup:

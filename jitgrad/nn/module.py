@@ -7,6 +7,7 @@ import numpy as np
 from jitgrad._core import device as _device
 from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
+from jitgrad._core.capture import generation as _generation
 from jitgrad._core.capture import state as _cap
 from jitgrad.graph.hooks import add_hook
 from jitgrad.graph.tensor import Tensor
@@ -32,6 +33,40 @@ def _to_args(args, kwargs):
     return (None if dev is None else _device.check(dev, "to")), dt
 
 
+class _Registry(OrderedDict):
+    """A module's parameters, buffers or submodules: every change bumps the generation that
+    jitgrad.compile's plans watch (compiler/guards.py), whoever makes it (__setattr__, the
+    containers, _apply, code writing m._modules[k] itself). Reads cost what a dict's do."""
+    __slots__ = ()
+
+    # (the change first, then the bump: a guard that sees the new generation sees the change)
+    def __setitem__(self, key, value):
+        OrderedDict.__setitem__(self, key, value)
+        _generation[0] += 1
+
+    def __delitem__(self, key):
+        OrderedDict.__delitem__(self, key)
+        _generation[0] += 1
+
+    def _bumped(name):  # noqa: N805  (a mutator of OrderedDict's that does not go through __setitem__)
+        method = getattr(OrderedDict, name)
+
+        def bumped(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                _generation[0] += 1
+        bumped.__name__ = name
+        return bumped
+
+    pop, popitem, clear, setdefault, update, move_to_end, __ior__ = map(
+        _bumped, ("pop", "popitem", "clear", "setdefault", "update", "move_to_end", "__ior__"))
+    del _bumped
+
+
+_MISSING = object()
+
+
 def _addindent(s, n):
     lines = s.split("\n")
     if len(lines) == 1:
@@ -43,9 +78,9 @@ class Module:
     training = True
 
     def __init__(self):
-        object.__setattr__(self, "_parameters", OrderedDict())
-        object.__setattr__(self, "_buffers", OrderedDict())
-        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_parameters", _Registry())
+        object.__setattr__(self, "_buffers", _Registry())
+        object.__setattr__(self, "_modules", _Registry())
         object.__setattr__(self, "_forward_hooks", {})
         object.__setattr__(self, "_forward_pre_hooks", {})
         object.__setattr__(self, "training", True)
@@ -68,8 +103,9 @@ class Module:
             self._parameters[name] = value
         elif isinstance(value, Module):
             self._modules[name] = value
-        else:
+        elif self.__dict__.get(name, _MISSING) is not value:  # (m.train() of a module in train mode: no change)
             object.__setattr__(self, name, value)
+            _generation[0] += 1
 
     def __getattr__(self, name):
         d = self.__dict__
@@ -84,6 +120,7 @@ class Module:
                 del d[name]
                 return
         object.__delattr__(self, name)
+        _generation[0] += 1
 
     def register_parameter(self, name, param):
         if param is not None and not isinstance(param, Parameter):
@@ -280,10 +317,10 @@ class Module:
         return out
 
     def register_forward_hook(self, hook):
-        return add_hook(self._forward_hooks, 0, hook)
+        return add_hook(self._forward_hooks, 0, hook, watched=True)
 
     def register_forward_pre_hook(self, hook):
-        return add_hook(self._forward_pre_hooks, 0, hook)
+        return add_hook(self._forward_pre_hooks, 0, hook, watched=True)
 
     # -- printing ----------------------------------------------------------------------
     def extra_repr(self):

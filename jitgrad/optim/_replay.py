@@ -12,6 +12,7 @@ and refreshes the scalars from the groups (a scheduler may change lr between cal
 (numpy updates, maximize, an array the kernel cannot take).
 """
 import math
+import operator
 
 import numpy as np
 
@@ -65,15 +66,27 @@ class FastStep:
 
     def __init__(self, opt, kind, groups):
         self.opt, self.kind, self.groups = opt, kind, groups
+        # the optimizer's groups and their parameters when the table was made: a group added
+        # (add_param_group) or a group's parameters changed (param_groups[0]["params"] = [...],
+        # .append(p)) must make step() run, as eager's would, over the groups as they are now
+        self.layout = [(grp, tuple(grp["params"])) for grp in opt.param_groups]
 
     def ready(self, grads_set):
-        """Every parameter still has the arrays of the table, and its .grad is the plan's
-        view (grads_set) or still None (the fused replay sets it after its one call)."""
+        """The optimizer's groups and their parameters are those of the table, every parameter
+        still has the arrays of the table, and its .grad is the plan's view (grads_set) or
+        still None (the fused replay sets it after its one call)."""
+        groups = self.opt.param_groups
+        if len(groups) != len(self.layout):
+            return False
+        for grp, (grp0, params) in zip(groups, self.layout):
+            ps = grp["params"]
+            if grp is not grp0 or len(ps) != len(params) or not all(map(operator.is_, ps, params)):
+                return False
         state_of = self.opt.state
         for g in self.groups:
-            # still a group of the optimizer's (not replaced), not maximizing (make() has no form for
-            # it), with the state arrays the table has (SGD: a momentum buffer iff momentum)
-            if g.group["maximize"] or not any(g.group is grp for grp in self.opt.param_groups):
+            # not maximizing (make() has no form for it), with the state arrays the table
+            # has (SGD: a momentum buffer iff momentum)
+            if g.group["maximize"]:
                 return False
             if self.kind == SGD_KIND and bool(g.group["momentum"]) != bool(g.keys):
                 return False

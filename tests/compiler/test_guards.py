@@ -4,7 +4,8 @@ Each test counts how often the step's Python body runs (a Python side effect run
 while recording, or on an eager fallback): replays do not run it. The guards are the
 call's signature (arguments' shapes, dtypes, requires_grad, Python-number values, grad
 mode) and what the signature cannot see (a parameter's array and requires_grad, the
-modules' train/eval mode).
+modules' train/eval mode). What the step reaches by name (globals, closures, modules,
+optimizers, objects' attributes): test_guards_rebind.py.
 """
 import warnings
 
