@@ -497,20 +497,53 @@ def _targets(target):
     return t.astype(np.int64, copy=False) if _on_device(t) else np.asarray(t, dtype=np.int64)
 
 
+def check_nll_args(input, target, weight):
+    """torch's checks of nll_loss's arguments, in torch's order (nll_loss_nd, then nll_loss or
+    nll_loss2d): dims, batch, target shape, target dtype, weight size."""
+    shape, tshape = tuple(input.shape), tuple(target.shape)
+    if not shape:
+        raise ValueError("Expected 1 or more dimensions (got 0)")
+    if len(shape) != 1 and (len(tshape) < 1 or shape[0] != tshape[0]):
+        raise ValueError(f"Expected input batch_size ({shape[0]}) to match target batch_size "
+                         f"({tshape[0] if tshape else 0}).")
+    c = shape[0] if len(shape) == 1 else shape[1]
+    if len(shape) == 4:
+        if len(tshape) != 3:
+            raise RuntimeError(f"only batches of spatial targets supported (3D tensors) but got targets of dimension: "
+                               f"{len(tshape)}")
+        if tshape != shape[:1] + shape[2:]:
+            raise RuntimeError(f"size mismatch (got input: {size_str(shape)} , target: {size_str(tshape)}")
+    elif len(shape) > 2:
+        if tshape[1:] != shape[2:]:
+            raise RuntimeError(f"Expected target size {size_str(shape[:1] + shape[2:])}, got {size_str(tshape)}")
+    elif len(tshape) > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    elif len(shape) == 1 and tshape not in ((), (1,)):
+        raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {tshape[0]}")
+    tdtype = target._data.dtype if isinstance(target, Tensor) else np.asarray(target).dtype
+    if tdtype not in (np.int64, np.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {scalar_name(tdtype)}")
+    if weight is not None and (weight.ndim != 1 or weight.shape[0] != c):
+        raise RuntimeError("weight tensor should be defined either for all or no classes" if len(shape) > 2 else
+                           f"weight tensor should be defined either for all {c} classes or no classes but got "
+                           f"weight tensor of shape: {size_str(weight.shape)}")
+
+
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """-weight[t] * input[n, t] with t = target[n]; ignored targets contribute nothing and,
     for the mean, the sum is divided by the total weight of the targets that count."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    check_nll_args(input, target, weight)
+    if input.ndim > 2:                                # (N, C, d1, ...): each position is a sample
+        c = input.shape[1]
+        out = nll_loss(input.movedim(1, -1).reshape(-1, c), target.reshape(-1), weight, None, ignore_index, None,
+                       reduction)
+        return out.reshape(tuple(target.shape)) if reduction == "none" else out
     t = _targets(target)
-    if input.ndim == 1:                               # one sample: (C,) input, () target
+    if input.ndim == 1:                               # one sample: (C,) input, () or (1,) target
         t1 = _index_tensor(target, t).reshape(1) if _cap.on else t.reshape(1)
         out = nll_loss(input.unsqueeze(0), t1, weight, None, ignore_index, None, reduction)
-        return out.reshape(()) if reduction == "none" else out
-    if input.ndim != 2:
-        raise ValueError(f"Expected 2 dimensions (got {input.ndim})")
-    if t.shape != (input.shape[0],):
-        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
-                         f"({t.shape[0] if t.ndim else 0}).")
+        return out.reshape(tuple(t.shape)) if reduction == "none" else out
     x = input._data
     cw = None if weight is None else _as_array(weight._data if isinstance(weight, Tensor) else weight)
     _same_device(x, t, cw)
