@@ -12,7 +12,7 @@ Each op is one primitive of the engine, one graph node named like PyTorch's:
 
 
 from jitgrad._core import dtype as _dtype
-from jitgrad._core.messages import size_str, tensor_type
+from jitgrad._core.messages import c_name, scalar_name, size_str, tensor_type
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import Tensor, empty
 from jitgrad.nn import init
@@ -78,13 +78,20 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise RuntimeError(f"weight should have at least three dimensions, got {w.ndim}" if w.ndim < 3 else
                            f"Expected {w.ndim}-dimensional input for {w.ndim}-dimensional weight "
                            f"{size_str(w.shape)}, but got {x.ndim}-dimensional input of size {size_str(x.shape)} instead")
+    b = None if bias is None else bias._data
+    if not any(isinstance(a, DeviceArray) for a in (x, w, b)):
+        # torch's CPU kernels check the bias's dtype first, then the weight's
+        if b is not None and b.dtype != x.dtype:
+            raise RuntimeError(f"Input type ({c_name(x.dtype)}) and bias type ({c_name(b.dtype)}) should be the same")
+        if w.dtype != x.dtype:
+            raise RuntimeError(f"expected scalar type {scalar_name(x.dtype)} but found {scalar_name(w.dtype)}")
     if _type_name(x) != _type_name(w):
         raise RuntimeError(f"Input type ({_type_name(x)}) and weight type "
                            f"({_type_name(w)}) should be the same or input should "
                            "be a MKLDNN tensor and weight is a dense tensor")
-    if bias is not None and _type_name(bias._data) != _type_name(x):
+    if b is not None and _type_name(b) != _type_name(x):
         raise RuntimeError(f"Input type ({_type_name(x)}) and bias type "
-                           f"({_type_name(bias._data)}) should be the same")
+                           f"({_type_name(b)}) should be the same")
     if x.dtype.kind != "f":
         raise RuntimeError(f"\"conv2d\" not implemented for '{x.dtype.name}'")
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
@@ -96,6 +103,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
     kernel = tuple(w.shape[2:])
+    if min(kernel) <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got kernel_height: {kernel[0]} "
+                           f"kernel_width: {kernel[1]}")
     pads = _conv_pads(padding, kernel, dilation, stride)
     batched = x if x.ndim == 4 else x[None]
     cin = batched.shape[1]
@@ -202,6 +212,8 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else \
         _pair(stride, "stride")
     padding, dilation = _pair(padding, "padding"), _pair(dilation, "dilation")
+    if 0 in stride:  # torch checks this first (a zero kernel_size is also the default stride)
+        raise RuntimeError("stride should not be zero")
     if min(kernel) <= 0:
         raise RuntimeError(f"kernel size should be greater than zero, but got kH: {kernel[0]} kW: {kernel[1]}")
     if min(stride) <= 0:

@@ -10,6 +10,7 @@ from jitgrad._core.messages import scalar_name, size_str, torch_size
 from jitgrad.graph.tensor import Tensor, _rng, place
 from jitgrad.ops import functional as _F
 from jitgrad.ops import nn as _nn
+from jitgrad.ops._common import _operand_error
 from jitgrad.ops.elementwise import relu as _relu
 from jitgrad.ops.elementwise import sigmoid, tanh  # noqa: F401
 from jitgrad.ops.gathers import one_hot  # noqa: F401
@@ -37,6 +38,10 @@ relu_ = _INPLACE["relu_"]
 
 
 def relu(input, inplace=False):
+    if not isinstance(input, Tensor):
+        raise _operand_error("relu", input, 1)
+    if input._data.dtype == np.bool_:
+        raise RuntimeError("Boolean inputs not supported for relu")
     return relu_(input) if inplace else _relu(input)
 
 

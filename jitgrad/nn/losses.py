@@ -18,6 +18,16 @@ def _same_size(input, target):
                          f"({torch_size(input.shape)}) is deprecated. Please ensure they have the same size.")
 
 
+def _expandable(shape, to):
+    """torch's error where weight.expand(target's shape) fails."""
+    shape, to = tuple(shape), tuple(to)
+    for i in range(1, len(shape) + 1):
+        if shape[-i] != 1 and (i > len(to) or shape[-i] != to[-i]):
+            raise RuntimeError(f"Attempting to broadcast a dimension of length {shape[-i]} at {-i}! Mismatching "
+                               f"argument at index 1 had {torch_size(shape)}; but expected shape should be "
+                               f"broadcastable to {list(to)}")
+
+
 def _clamped_log(x):
     # torch clamps each log at -100 so that a probability of 0 or 1 gives a finite loss;
     # log(0)'s divide-by-zero is expected there, not a warning for the user
@@ -57,6 +67,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         raise RuntimeError("all elements of input should be between 0 and 1")
     loss = _BinaryCrossEntropy.apply(input, target)
     if weight is not None:
+        _expandable(weight.shape, target.shape)
         loss = loss * weight
     return _reduce(loss, reduction)
 

@@ -1,6 +1,7 @@
 """nn.Module: parameters, submodules and buffers registered by attribute assignment, with
 PyTorch's naming, state dicts, train/eval, forward hooks and repr."""
 from collections import OrderedDict, namedtuple
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -280,6 +281,8 @@ class Module:
         return out
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
         own = OrderedDict(self._state())
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]

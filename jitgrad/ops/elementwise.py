@@ -268,6 +268,7 @@ RPOW = elementwise("rpow", "PowBackward2",                                  # p0
 
 
 _POW_OPERAND = (Tensor,) + _NUMBER + _ARRAYLIKE
+_NEGATIVE_POWER = "Integers to negative integer powers are not allowed."
 
 
 def pow(a, b):  # noqa: A001
@@ -278,8 +279,12 @@ def pow(a, b):  # noqa: A001
         out = np.power(np.asarray(a, dtype=_scalar_dtype(b, a) if isinstance(a, float) else b._data.dtype), b._data)
         return _ew(RPOW, asarray(out, dtype=b._data.dtype), b, p0=float(a))
     if isinstance(b, Tensor):
+        if a._data.dtype.kind in "iu" and b._data.dtype.kind in "iu":
+            return _binary(POW_TT, _int_power, a, b)
         return _binary(POW_TT, np.power, a, b)
     ad = a._data
+    if ad.dtype.kind in "iu" and isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b < 0:
+        raise RuntimeError(_NEGATIVE_POWER)  # numpy's is a ValueError
     if ad.dtype.kind != "f" and isinstance(b, float):
         a = _as_float(a)
         ad = a._data
@@ -287,6 +292,16 @@ def pow(a, b):  # noqa: A001
     if out.dtype != ad.dtype:
         out = out.astype(ad.dtype)
     return _ew(POW, out, a, p0=float(b))
+
+
+def _int_power(a, b):
+    """torch's integer tensor ** integer tensor: a negative exponent gives the truncated
+    1 / a ** -b (0 unless the base is 1 or -1), where numpy refuses the whole array."""
+    neg = b < 0
+    if not neg.any():
+        return np.power(a, b)
+    out = np.power(a, np.where(neg, 0, b))
+    return np.where(neg, np.where(a == 1, 1, np.where(a == -1, 1 - 2 * (b & 1), 0)), out).astype(out.dtype)
 
 
 def _pow_scalar(ad, e):
@@ -322,7 +337,17 @@ def _sigmoid(x):
 
 
 # --- unary: one entry each, function and Tensor method included ------------------------------
-neg = defop("neg", "NegBackward0", np.negative, "-grad", int_ok=True, fwd="-self")
+def _negative(x):
+    try:
+        return np.negative(x)
+    except TypeError:  # numpy's for a bool array: torch's is a RuntimeError
+        if x.dtype != np.bool_:
+            raise
+        raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+                           "invert a mask, use the `~` or `logical_not()` operator instead.") from None
+
+
+neg = defop("neg", "NegBackward0", _negative, "-grad", int_ok=True, fwd="-self")
 exp = defop("exp", "ExpBackward0", np.exp, "grad * result", saves=("result",), fwd="exp(self)")
 log = defop("log", "LogBackward0", np.log, "grad / self", saves=("self",), fwd="log(self)")
 log1p = defop("log1p", "Log1PBackward0", np.log1p, "grad / (self + 1.0)", saves=("self",), fwd="log1p(self)")

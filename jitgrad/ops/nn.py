@@ -91,6 +91,10 @@ def _normalise(spec, x, dim, dtype, log):
     (kernels/norm.py: bitwise the same, and one compiled call instead of five numpy ones)."""
     if dtype is not None:
         x = to_dtype(x, dtype)
+    elif x._data.dtype.kind not in "fc":  # torch has no integer kernel (and does not promote)
+        last = _wrap_dim(dim, x._data.ndim) == max(x._data.ndim - 1, 0)
+        name = ("log_" if log else "") + ("softmax_lastdim_kernel_impl" if last else "softmax_kernel_impl")
+        raise NotImplementedError(f"\"{name}\" not implemented for '{scalar_name(x._data.dtype)}'")
     x = _as_float(x)
     d = x._data
     dim = _wrap_dim(dim, d.ndim)
@@ -197,6 +201,17 @@ GELU = elementwise("gelu", "GeluBackward0",
 # --- LayerNorm -------------------------------------------------------------------------------
 
 
+def check_mixed_dtypes(dtype, *params):
+    """torch's check (CPU) that a normalisation's weight, bias and running statistics have
+    the input's dtype: its error for a float32 input with float64 parameters, and for any
+    other mix."""
+    dtypes = [p._data.dtype for p in params if p is not None]
+    if any(d != dtype for d in dtypes):
+        if any(d != np.float32 for d in dtypes):
+            raise RuntimeError("mixed dtype (CPU): expect parameter to have scalar type of Float")
+        raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
+
+
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last len(normalized_shape) dims,
     var with correction 0: one NativeLayerNormBackward0 node with torch's three inputs
@@ -215,11 +230,10 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
                            f"[*, {', '.join(str(d) for d in normalized_shape)}], but got input of size"
                            f"{size_str(shape)}")
     x = input._data
+    check_mixed_dtypes(x.dtype, weight, bias)
     if x.dtype.kind != "f":
         raise NotImplementedError(f"\"LayerNormKernelImpl\" not implemented for '{scalar_name(x.dtype)}'")
     _same_device(x, *(None if p is None else p._data for p in (weight, bias)))
-    if any(p is not None and p._data.dtype != x.dtype for p in (weight, bias)):
-        raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
     k = int(np.prod(normalized_shape, dtype=np.int64))
     out, mean, rstd = _layer_norm_data(x, k, None if weight is None else weight._data,
                                        None if bias is None else bias._data, float(eps))
@@ -868,8 +882,10 @@ def _normalize(spec, input, weight, bias, n, c, groups, per_sample, eps, running
     (mean, var) Tensors. Returns (the result, (the mean, the biased variance) per
     statistic, None for given statistics), which batch norm's running statistics take."""
     x = input._data
+    if spec is not BATCH_NORM:  # batch_norm checks (its running statistics too) after the dtype
+        check_mixed_dtypes(x.dtype, weight, bias)
     if x.dtype.kind != "f":
-        name = "batch_norm" if spec is BATCH_NORM else "group_norm"
+        name = "batch_norm" if spec is BATCH_NORM else "GroupNormKernelImpl"
         raise NotImplementedError(f"\"{name}\" not implemented for '{scalar_name(x.dtype)}'")
     _same_device(x, *(None if p is None else p._data for p in (weight, bias)))
     out, mean_, rstd_, var = _norm_data(x, n, c, groups, per_sample, None if weight is None else weight._data,
@@ -1013,6 +1029,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if not training and (running_mean is None or running_var is None):
         raise RuntimeError(f"{'running_mean' if running_mean is None else 'running_var'} must be defined in "
                            "evaluation mode")
+    if input._data.dtype.kind == "f":  # torch's not-implemented error for an integer input comes first
+        check_mixed_dtypes(input._data.dtype, weight, bias, running_mean, running_var)
     running = None if training else (running_mean, running_var)
     out, stats = _normalize(BATCH_NORM, input, weight, bias, n, c, c, 0, eps, running)
     if training and (running_mean is not None or running_var is not None):
@@ -1167,7 +1185,10 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) else \
         _pool_pair(stride, "stride")
     pad = _pool_pair(padding, "padding")
-    if input.ndim not in (3, 4):
+    if input.ndim < 3:  # torch reads the size of dim -3 first
+        n = max(input.ndim, 1)
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got -3)")
+    if input.ndim > 4:
         raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
     if min(stride) == 0:
         raise RuntimeError("stride should not be zero")
@@ -1209,9 +1230,17 @@ def adaptive_avg_pool2d(input, output_size):
         size = tuple(output_size)
     else:
         size = (output_size, output_size)
+    if any(s is not None and s < 0 for s in size):
+        given = ", ".join(str(s) for s in size)
+        raise RuntimeError("adaptive_avg_pool2d: elements of output_size must be greater than or equal to 0 but "
+                           f"received {{{given}}}")
     shape = tuple(input.shape)
     if len(shape) not in (3, 4):
         raise RuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got {size_str(shape)}")
+    for i in (len(shape) - 2, len(shape) - 1):
+        if shape[i] == 0:
+            raise RuntimeError("adaptive_avg_pool2d(): Expected input to have non-zero size for non-batch dimensions, "
+                               f"but input has sizes {size_str(shape)} with dimension {i} being empty")
     h, w = shape[-2:]
     ho, wo = (h if size[0] is None else int(size[0])), (w if size[1] is None else int(size[1]))
     if ho == 1 and wo == 1 and input._data.dtype.kind == "f":

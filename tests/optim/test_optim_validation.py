@@ -4,7 +4,7 @@ Each case builds an optimizer (or adds a parameter group) with one bad argument:
 learning rate, epsilon, weight decay, momentum, alpha or beta, a non-leaf or non-tensor
 parameter, params in a set, a parameter in two groups. jitgrad must raise torch's exception
 type with a message that starts like torch's, or accept what torch accepts (see
-tests/nn/test_validation.py for the comparison)."""
+tests/nn/test_nn_validation.py for the comparison)."""
 import warnings
 
 import pytest
