@@ -103,6 +103,9 @@ class ParameterDict(Module):
         return self._parameters[key]
 
     def __setitem__(self, key, value):
+        if not isinstance(key, str):
+            raise TypeError(f"Index given to ParameterDict cannot be used as a key as it is not a string (type is "
+                            f"'{type(key).__name__}'). Open an issue on github if you need non-string keys.")
         self.register_parameter(key, _as_parameter(value))
 
     def __delitem__(self, key):

@@ -76,6 +76,9 @@ def dropout(input, p=0.5, training=True, inplace=False):
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return input
+    if input._data.dtype.kind not in "fc":  # the mask is float: torch will not write it into an integer tensor
+        raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                           f"{scalar_name(input._data.dtype)}")
     if p == 1:
         return input * 0.0
     shape, dtype, device = input._data.shape, input._data.dtype, input.device

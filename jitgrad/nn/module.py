@@ -208,6 +208,8 @@ class Module:
 
     # -- modes and state ---------------------------------------------------------------
     def train(self, mode=True):
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
         self.training = bool(mode)
         for m in self.children():
             m.train(mode)

@@ -267,7 +267,12 @@ def linear(input, weight, bias=None):
     x, w = input._data, wt._data
     spec = LINEAR_MM if bias is None else ADDMM
     if x.ndim == 2 and w.ndim == 2:
-        return _mm_into(spec, bias, input, wt, weight=weight)
+        try:
+            return _mm_into(spec, bias, input, wt, weight=weight)
+        except ValueError:  # numpy's, for a bias that does not broadcast: torch's is expand()'s
+            if bias is not None:
+                bias.expand(x.shape[0], w.shape[1])
+            raise
     if x.ndim == 0 or w.ndim == 0:
         raise RuntimeError(f"both arguments to linear need to be at least 1D, but they are {x.ndim}D and {w.ndim}D")
     if x.ndim == 0 or x.shape[-1] != wt._data.shape[0] or (bias is None and x.ndim == 1):

@@ -382,6 +382,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise RuntimeError("'weight' must be 2-D")
     num, dim = weight.shape
     device = _same_device(weight._data, idx)
+    if num == 0 and idx.size:
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     if not device and idx.size and (idx.min() < 0 or idx.max() >= num):  # the device kernel checks its reads
         raise IndexError("index out of range in self")
     padding_idx = _padding_index(padding_idx, num)
@@ -1019,6 +1021,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         raise IndexError(f"Dimension out of range (expected to be in range of [{-max(len(shape), 1)}, "
                          f"{max(len(shape), 1) - 1}], but got 1)")
     n, c = shape[:2]
+    if c == 0:  # torch fails picking channel 0's statistics
+        raise IndexError("select(): index 0 out of range for tensor of size [0] at dimension 0")
     size = int(np.prod(shape, dtype=np.int64)) // c if c else 0
     if training and size == 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {torch_size(shape)}")

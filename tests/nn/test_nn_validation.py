@@ -58,6 +58,18 @@ NN = {
     "buffer = int": lambda T: setattr(T.nn.BatchNorm1d(2), "running_mean", 3),
     "buffer = None": lambda T: setattr(T.nn.BatchNorm1d(2), "running_mean", None),
     "load_state_dict(int)": lambda T: T.nn.Linear(1, 1).load_state_dict(3),
+    "load_state_dict(wrong shape)": lambda T: T.nn.Linear(1, 1).load_state_dict({"weight": x(T, 2, 2),
+                                                                                 "bias": x(T, 1)}),
+    "load_state_dict(missing key)": lambda T: T.nn.Linear(1, 1).load_state_dict({"weight": x(T, 1, 1)}),
+    "train('x')": lambda T: T.nn.Linear(1, 1).train("x"),
+    "train(1)": lambda T: T.nn.Linear(1, 1).train(1),
+    "ParameterList([int])": lambda T: T.nn.ParameterList([3]),
+    "ParameterList([tensor])": lambda T: T.nn.ParameterList([x(T, 1)]),
+    "ParameterDict({a: int})": lambda T: T.nn.ParameterDict({"a": 3}),
+    "ParameterDict({int: tensor})": lambda T: T.nn.ParameterDict({1: x(T, 1)}),
+    "Sequential.append(int)": lambda T: T.nn.Sequential().append(3),
+    "ModuleDict({int: module})": lambda T: T.nn.ModuleDict({1: T.nn.ReLU()}),
+    "ModuleDict({'a.b': module})": lambda T: T.nn.ModuleDict({"a.b": T.nn.ReLU()}),
     "Module.to(int dtype)": lambda T: T.nn.Linear(1, 1).to(T.int64),
     "Parameter(int)": lambda T: T.nn.Parameter(3),
     "Parameter(list)": lambda T: T.nn.Parameter([1.0]),
@@ -123,6 +135,9 @@ NN = {
     "AdaptiveAvgPool2d: int input": lambda T: T.nn.AdaptiveAvgPool2d(2)(x(T, 1, 1, 4, 4, dtype=T.int64)),
     # -- normalisation
     "BatchNorm1d(0)": lambda T: T.nn.BatchNorm1d(0),
+    "BatchNorm1d(0) call": lambda T: T.nn.BatchNorm1d(0)(x(T, 2, 3)),
+    "BatchNorm1d(0) call, no channels": lambda T: T.nn.BatchNorm1d(0)(x(T, 2, 0)),
+    "BatchNorm2d(0) call, no channels": lambda T: T.nn.BatchNorm2d(0)(x(T, 2, 0, 2, 2)),
     "BatchNorm1d(-1)": lambda T: T.nn.BatchNorm1d(-1),
     "BatchNorm2d(-1)": lambda T: T.nn.BatchNorm2d(-1),
     "BatchNorm1d: 4-d input": lambda T: T.nn.BatchNorm1d(3)(x(T, 2, 3, 1, 1)),
@@ -162,6 +177,8 @@ NN = {
     "F.layer_norm: wrong weight": lambda T: T.nn.functional.layer_norm(x(T, 2, 3), (3,), x(T, 4)),
     # -- embedding
     "Embedding(0, 2)": lambda T: T.nn.Embedding(0, 2),
+    "Embedding(0, 2) call": lambda T: T.nn.Embedding(0, 2)(idx(T, 0)),
+    "Embedding(0, 2) call, no indices": lambda T: T.nn.Embedding(0, 2)(idx(T)),
     "Embedding(-1, 2)": lambda T: T.nn.Embedding(-1, 2),
     "Embedding(3, -2)": lambda T: T.nn.Embedding(3, -2),
     "Embedding(padding_idx=3)": lambda T: T.nn.Embedding(3, 2, padding_idx=3),
@@ -178,6 +195,8 @@ NN = {
     "Dropout(-0.1)": lambda T: T.nn.Dropout(-0.1),
     "Dropout(1.5)": lambda T: T.nn.Dropout(1.5),
     "F.dropout(p=2)": lambda T: T.nn.functional.dropout(x(T, 2), 2.0),
+    "Dropout: int input": lambda T: T.nn.Dropout()(x(T, 4, dtype=T.int64)),
+    "Dropout: int input, eval": lambda T: T.nn.Dropout().eval()(x(T, 4, dtype=T.int64)),
     "Softmax(5) call": lambda T: T.nn.Softmax(5)(x(T, 2, 3)),
     "LogSoftmax(-3) call": lambda T: T.nn.LogSoftmax(-3)(x(T, 2, 3)),
     "Softmax: int input": lambda T: T.nn.Softmax(1)(x(T, 2, 3, dtype=T.int64)),
@@ -270,7 +289,11 @@ NN = {
 
 
 # torch computes these; jitgrad does not yet (not validation: a missing integer kernel)
-KNOWN_GAPS = {"AvgPool2d: int input": "avg_pool2d of an integer tensor (torch: integer division by the window)"}
+KNOWN_GAPS = {
+    "AvgPool2d: int input": "avg_pool2d of an integer tensor (torch: integer division by the window)",
+    # torch keeps a non-tensor as a plain attribute of the container; jitgrad refuses it
+    "ParameterList([int])": "a non-tensor in a ParameterList", "ParameterDict({a: int})": "a non-tensor in a ParameterDict",
+}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_GAPS[n], strict=True))
@@ -296,9 +319,8 @@ def _expanded_grad(T):
     (p * 2).sum().backward()
 
 
-def _functional_call(T):
-    m = T.nn.Linear(2, 3)
-    T.func.functional_call(m, {"weight": x(T, 4, 4)}, (x(T, 1, 2),))
+def _functional_call(T, **tensors):
+    T.func.functional_call(T.nn.Linear(2, 3), {k: v(T) for k, v in tensors.items()}, (x(T, 1, 2),))
 
 
 OTHER = {
@@ -328,7 +350,15 @@ OTHER = {
     "-bool": lambda T: -x(T, 2, dtype=T.bool),
     "bool.neg()": lambda T: x(T, 2, dtype=T.bool).neg(),
     "accumulate into an expanded .grad": _expanded_grad,
-    "functional_call: wrong-shaped weight": _functional_call,
+    "functional_call: wrong-shaped weight": lambda T: _functional_call(T, weight=lambda T: x(T, 4, 4)),
+    "functional_call: transposed weight": lambda T: _functional_call(T, weight=lambda T: x(T, 2, 3)),
+    "functional_call: wrong-shaped bias": lambda T: _functional_call(T, bias=lambda T: x(T, 2)),
+    "functional_call: broadcast bias": lambda T: _functional_call(T, bias=lambda T: x(T, 1)),
+    "functional_call: double weight": lambda T: _functional_call(T, weight=lambda T: x(T, 3, 2, dtype=T.float64)),
+    "functional_call: int weight": lambda T: _functional_call(T, weight=lambda T: x(T, 3, 2, dtype=T.int64)),
+    "functional_call: unknown name, strict": lambda T: T.func.functional_call(
+        T.nn.Linear(2, 3), {"w": x(T, 3, 2)}, (x(T, 1, 2),), strict=True),
+    "functional_call: not a tensor": lambda T: _functional_call(T, weight=lambda T: 3.0),
     "init.normal_(int)": lambda T: T.nn.init.normal_(x(T, 2, dtype=T.int64)),
     "init.uniform_(int)": lambda T: T.nn.init.uniform_(x(T, 2, dtype=T.int64)),
     "init.xavier_uniform_(1-d)": lambda T: T.nn.init.xavier_uniform_(x(T, 2)),

@@ -121,6 +121,10 @@ def test_sgd_default_lr_is_torchs():
 SCHEDULERS = {
     "StepLR over a non-optimizer": lambda T: T.optim.lr_scheduler.StepLR(3, step_size=1),
     "CosineAnnealingLR over a non-optimizer": lambda T: T.optim.lr_scheduler.CosineAnnealingLR([], T_max=2),
+    "StepLR resumed without initial_lr": lambda T: T.optim.lr_scheduler.StepLR(T.optim.SGD(ps(T)), step_size=1,
+                                                                              last_epoch=3),
+    "StepLR(step_size=0)": lambda T: T.optim.lr_scheduler.StepLR(T.optim.SGD(ps(T)), step_size=0).step(),
+    "CosineAnnealingLR(T_max=0)": lambda T: T.optim.lr_scheduler.CosineAnnealingLR(T.optim.SGD(ps(T)), T_max=0).step(),
 }
 
 
