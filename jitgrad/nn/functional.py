@@ -37,11 +37,15 @@ linear = _F.linear
 relu_ = _INPLACE["relu_"]
 
 
+_NOT_TENSORS = (int, float, complex, list, tuple, np.ndarray, type(None))
+
+
 def relu(input, inplace=False):
-    if not isinstance(input, Tensor):
+    if isinstance(input, Tensor):
+        if input._data.dtype.kind == "b":
+            raise RuntimeError("Boolean inputs not supported for relu")
+    elif isinstance(input, _NOT_TENSORS):  # (a vmap BatchedTensor goes on to its batching rule)
         raise _operand_error("relu", input, 1)
-    if input._data.dtype == np.bool_:
-        raise RuntimeError("Boolean inputs not supported for relu")
     return relu_(input) if inplace else _relu(input)
 
 

@@ -101,8 +101,10 @@ class Module:
                     return
                 del d[name]
         if isinstance(value, Parameter):
+            self.__dict__.pop(name, None)  # a plain attribute of that name would hide it from reads
             self._parameters[name] = value
         elif isinstance(value, Module):
+            self.__dict__.pop(name, None)
             self._modules[name] = value
         else:
             object.__setattr__(self, name, value)

@@ -34,7 +34,9 @@ def _floating(input, kernel):
     """torch's NotImplementedError for an activation whose kernel has no integer or bool
     version (computing it in float would hand back a float where torch refuses)."""
     if not isinstance(input, Tensor):
-        raise _operand_error(kernel.split("_cpu")[0], input, 1)
+        if isinstance(input, (int, float, complex, list, tuple, np.ndarray, type(None))):
+            raise _operand_error(kernel.split("_cpu")[0], input, 1)
+        return  # a vmap BatchedTensor: its batching rule runs this again on each Tensor
     if input._data.dtype.kind not in "fc":
         raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_name(input._data.dtype)}\'')
 
@@ -149,6 +151,10 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    if isinstance(x1, Tensor) and isinstance(x2, Tensor):
+        common = np.result_type(x1._data.dtype, x2._data.dtype)
+        if common.kind not in "fc":
+            raise RuntimeError(f"expected common dtype to be floating point, yet common dtype is {scalar_name(common)}")
     n1 = ew.clamp(vector_norm(x1, 2, dim, keepdim=True), min=eps)
     n2 = ew.clamp(vector_norm(x2, 2, dim, keepdim=True), min=eps)
     return reduce.sum(ew.mul(ew.div(x1, n1), ew.div(x2, n2)), dim)

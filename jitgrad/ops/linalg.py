@@ -261,10 +261,12 @@ def linear(input, weight, bias=None):
     """input @ weight.t() + bias as torch records it: AddmmBackward0 (MmBackward0 without a
     bias) over TBackward0 of the weight; other than 2-D input with a bias is viewed as 2-D
     around the addmm; without a bias it is a matmul."""
-    if not isinstance(input, Tensor):
-        raise _operand_error("linear", input, 1)
+    try:
+        x = input._data
+    except AttributeError:
+        raise _operand_error("linear", input, 1) from None
     wt = t(weight)
-    x, w = input._data, wt._data
+    w = wt._data
     spec = LINEAR_MM if bias is None else ADDMM
     if x.ndim == 2 and w.ndim == 2:
         try:
