@@ -143,6 +143,12 @@ def _group_with_checked_params(group, defaults):
         raise TypeError("optimizer parameters need to be organized in ordered collections, but the ordering of "
                         "tensors in sets will change between runs. Please use a list instead.")
     group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
+    # torch 2.x takes named parameters, (name, tensor) pairs, and keeps the names
+    names = [p[0] for p in group["params"] if isinstance(p, tuple)]
+    if names:
+        if len(names) != len(group["params"]):
+            raise ValueError("all optimizer params should be with/without names. Some param names are missing")
+        group["params"], group["param_names"] = [p[1] for p in group["params"]], names
     for p in group["params"]:
         if not isinstance(p, Tensor):
             raise TypeError("optimizer can only optimize Tensors, but one of the params is " + typename(p))
@@ -161,6 +167,9 @@ def _check_params_unique(group, groups):
                       "an error; see github.com/pytorch/pytorch/issues/40967 for more information", stacklevel=4)
     if any(id(p) in unique for g in groups for p in g["params"]):
         raise ValueError("some parameters appear in more than one parameter group")
+    if any(("param_names" in g) != ("param_names" in group) for g in groups):
+        raise ValueError("all optimizer param groups should be with/without names. cannot add param group "
+                         f"{'with' if 'param_names' in group else 'without'} names to the optimizer")
 
 
 def _check_hyperparameters(checks):

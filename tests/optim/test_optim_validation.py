@@ -7,6 +7,7 @@ type with a message that starts like torch's, or accept what torch accepts (see
 tests/nn/test_nn_validation.py for the comparison)."""
 import warnings
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -65,6 +66,10 @@ PARAMS = {
         T.ones(2, requires_grad=True)),
     "a group's own negative lr": lambda T: [{"params": ps(T), "lr": -1.0}],
     "a generator": lambda T: (p for p in ps(T)),
+    "named parameters": lambda T: [("a", T.ones(2, requires_grad=True)), ("b", T.ones(1, requires_grad=True))],
+    "some named parameters": lambda T: [("a", T.ones(2, requires_grad=True)), T.ones(1, requires_grad=True)],
+    "named and unnamed groups": lambda T: [{"params": [("a", T.ones(2, requires_grad=True))]},
+                                           {"params": [T.ones(1, requires_grad=True)]}],
 }
 CONSTRUCT = {f"{opt} over {what}": (opt, what) for opt in OPTIMIZERS for what in PARAMS}
 
@@ -133,3 +138,23 @@ def test_schedulers_checked_as_torch(case):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         same_error(SCHEDULERS[case])
+
+
+def _named_step(T):
+    T.manual_seed(0)
+    m = T.nn.Linear(3, 2).double()
+    with T.no_grad():
+        m.weight.copy_(T.arange(6.0, dtype=T.float64).reshape(2, 3) / 10)
+        m.bias.fill_(0.5)
+    opt = T.optim.Adam(m.named_parameters(), lr=0.1)
+    m(T.ones(4, 3, dtype=T.float64)).pow(2).sum().backward()
+    opt.step()
+    sd = opt.state_dict()
+    return m.weight.detach().numpy().tolist(), sd["param_groups"][0]["param_names"], sorted(sd["state"])
+
+
+def test_named_parameters_as_torch():
+    """torch 2.x optimizers take model.named_parameters() and keep the names in the state dict."""
+    (jw, jnames, jstate), (tw, tnames, tstate) = _named_step(jitgrad), _named_step(torch)
+    np.testing.assert_allclose(jw, tw, rtol=1e-6, atol=1e-12)
+    assert (jnames, jstate) == (tnames, tstate) == (["weight", "bias"], [0, 1])
