@@ -1214,7 +1214,21 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                            "Output size is too small")
     planes = int(np.prod(shape[:-2], dtype=np.int64))
     fixed = 0 if divisor_override is None else int(divisor_override)
+    if input._data.dtype == np.int64 and not _on_device(input._data):
+        _stop("avg_pool2d of an integer tensor")
+        return _wrap(_avg_pool_long(input._data, rows, cols, fixed))
     return _avg_pool(AVG_POOL2D, input, _pool_ints(AVG_POOL2D, planes, h, w, fixed, rows, cols), (ho, wo))
+
+
+def _avg_pool_long(x, rows, cols, fixed):
+    """torch's avg_pool2d of an int64 array (the one integer dtype it pools): each window's
+    exact sum, from a summed-area table, divided by its divisor truncating toward zero."""
+    table = np.zeros(x.shape[:-2] + (x.shape[-2] + 1, x.shape[-1] + 1), np.int64)
+    table[..., 1:, 1:] = x.cumsum(-2).cumsum(-1)
+    (r0, r1, dr), (c0, c1, dc) = rows[:, :, None], cols[:, None, :]
+    s = table[..., r1, c1] - table[..., r0, c1] - table[..., r1, c0] + table[..., r0, c0]
+    q = np.abs(s) // (fixed if fixed else dr * dc)
+    return np.where(s < 0, -q, q)
 
 
 def _adaptive_windows(n, out):

@@ -8,6 +8,7 @@ accepts the input, accept it too. A new module or argument check belongs in this
 import os
 import tempfile
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -134,6 +135,9 @@ NN = {
     "AvgPool2d: 2-d input": lambda T: T.nn.AvgPool2d(2)(x(T, 4, 4)),
     "AvgPool2d: too small": lambda T: T.nn.AvgPool2d(5)(x(T, 1, 1, 4, 4)),
     "AvgPool2d: int input": lambda T: T.nn.AvgPool2d(2)(x(T, 1, 1, 4, 4, dtype=T.int64)),
+    "AvgPool2d: int32 input": lambda T: T.nn.AvgPool2d(2)(x(T, 1, 1, 4, 4, dtype=T.int32)),
+    "AvgPool2d: bool input": lambda T: T.nn.AvgPool2d(2)(x(T, 1, 1, 4, 4, dtype=T.bool)),
+    "AdaptiveAvgPool2d: long input": lambda T: T.nn.AdaptiveAvgPool2d(3)(x(T, 1, 1, 4, 4, dtype=T.int64)),
     "AdaptiveAvgPool2d(-1) call": lambda T: T.nn.AdaptiveAvgPool2d(-1)(x(T, 1, 1, 4, 4)),
     "AdaptiveAvgPool2d((1, 2, 3)) call": lambda T: T.nn.AdaptiveAvgPool2d((1, 2, 3))(x(T, 1, 1, 4, 4)),
     "AdaptiveAvgPool2d: 2-d input": lambda T: T.nn.AdaptiveAvgPool2d(2)(x(T, 4, 4)),
@@ -301,14 +305,7 @@ NN = {
 }
 
 
-# torch computes these; jitgrad does not yet (not validation: a missing integer kernel)
-KNOWN_GAPS = {
-    "AvgPool2d: int input": "avg_pool2d of an integer tensor (torch: integer division by the window)",
-}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_GAPS[n], strict=True))
-                                  if n in KNOWN_GAPS else n for n in NN])
+@pytest.mark.parametrize("name", list(NN))
 def test_nn_errors_match_torch(name):
     same_error(NN[name])
 
@@ -425,3 +422,15 @@ def test_a_parameter_replaces_a_plain_attribute():
         m.w, m.c = T.nn.Parameter(T.ones(1)), T.nn.ReLU()
         assert isinstance(m.w, T.nn.Parameter) and isinstance(m.c, T.nn.ReLU)
         assert [n for n, _ in m.named_parameters()] == ["w"] and [n for n, _ in m.named_children()] == ["c"]
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=2, stride=1, padding=1),
+                                dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+                                dict(kernel_size=2, stride=1, divisor_override=3), dict(kernel_size=2, ceil_mode=True),
+                                dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), ceil_mode=True)])
+def test_avg_pool2d_of_long_tensors(kw):
+    """torch pools int64 tensors (sums divided toward zero); was NotImplementedError."""
+    x = np.random.default_rng(0).integers(-50, 50, (2, 3, 5, 7))
+    out = [T.nn.functional.avg_pool2d(T.tensor(x), **kw) for T in (jitgrad, torch)]
+    assert out[0].dtype == jitgrad.int64
+    np.testing.assert_array_equal(out[0].numpy(), out[1].numpy())
