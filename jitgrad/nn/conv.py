@@ -10,6 +10,7 @@ Each op is one primitive of the engine, one graph node named like PyTorch's:
   backward scatters the gradient there with the kernel max(dim) and indexing share.
 """
 
+import numpy as np
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core.messages import c_name, scalar_name, size_str, tensor_type
@@ -66,6 +67,23 @@ def _type_name(a):
     return name.replace("torch.", "torch.cuda.", 1) if isinstance(a, DeviceArray) else name
 
 
+def _mkldnn(x, w, stride, dilation, groups):
+    """Whether torch's CPU conv2d would take its mkldnn kernel (aten's use_mkldnn, with one
+    thread): a float32 input, and a conv it finds worth it. Only the words of the dtype
+    error depend on it."""
+    if x.dtype != np.float32:
+        return False
+    try:
+        strided, dilated = _pair(stride) != (1, 1), _pair(dilation) != (1, 1)
+        groups = int(groups)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+    n = x.shape[0] if x.ndim == 4 else 1
+    kh, kw = w.shape[2:]
+    return (strided or dilated or n >= 16 or (kh, kw) != (1, 1)) and (
+        groups > 1 or (kw > 3 and kh > 3) or n > 1 or x.size > 20480)
+
+
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D cross-correlation of input (N, C, H, W) or (C, H, W) with weight (Cout, C/groups, kh, kw)."""
     if not isinstance(input, Tensor) or not isinstance(weight, Tensor):
@@ -80,10 +98,11 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                            f"{size_str(w.shape)}, but got {x.ndim}-dimensional input of size {size_str(x.shape)} instead")
     b = None if bias is None else bias._data
     if not any(isinstance(a, DeviceArray) for a in (x, w, b)):
-        # torch's CPU kernels check the bias's dtype first, then the weight's
+        # torch's CPU conv2d checks the bias's dtype first, then the weight's, in words that
+        # depend on the kernel it picks
         if b is not None and b.dtype != x.dtype:
             raise RuntimeError(f"Input type ({c_name(x.dtype)}) and bias type ({c_name(b.dtype)}) should be the same")
-        if w.dtype != x.dtype:
+        if w.dtype != x.dtype and not _mkldnn(x, w, stride, dilation, groups):
             raise RuntimeError(f"expected scalar type {scalar_name(x.dtype)} but found {scalar_name(w.dtype)}")
     if _type_name(x) != _type_name(w):
         raise RuntimeError(f"Input type ({_type_name(x)}) and weight type "

@@ -107,6 +107,14 @@ NN = {
     "Conv2d(padding='same', stride=2)": lambda T: T.nn.Conv2d(1, 1, 3, padding="same", stride=2),
     "Conv2d(padding_mode='x')": lambda T: T.nn.Conv2d(1, 1, 3, padding_mode="x"),
     "Conv2d: double input, no bias": lambda T: T.nn.Conv2d(1, 1, 1, bias=False)(x(T, 1, 1, 3, 3, dtype=T.float64)),
+    "F.conv2d: double weight, one sample": lambda T: T.nn.functional.conv2d(x(T, 1, 1, 5, 5),
+                                                                             x(T, 1, 1, 3, 3, dtype=T.float64)),
+    "F.conv2d: double weight, two samples": lambda T: T.nn.functional.conv2d(x(T, 2, 1, 5, 5),
+                                                                              x(T, 1, 1, 3, 3, dtype=T.float64)),
+    "F.conv2d: double weight and bias, 16 samples": lambda T: T.nn.functional.conv2d(
+        x(T, 16, 1, 3, 3), x(T, 1, 1, 1, 1, dtype=T.float64), x(T, 1, dtype=T.float64)),
+    "F.conv2d: double weight, groups 2": lambda T: T.nn.functional.conv2d(
+        x(T, 1, 2, 5, 5), x(T, 2, 1, 3, 3, dtype=T.float64), groups=2),
     "F.conv2d: double bias": lambda T: T.nn.functional.conv2d(x(T, 1, 1, 3, 3), x(T, 1, 1, 1, 1),
                                                               x(T, 1, dtype=T.float64)),
     "Conv2d(stride=0) call": lambda T: T.nn.Conv2d(1, 1, 1, stride=0)(x(T, 1, 1, 3, 3)),
