@@ -44,6 +44,17 @@ _META = "__jitgrad__"
 _FORMAT = 1  # bumped if the layout changes, so old readers refuse new files clearly
 
 
+def _open_for_writing(path):
+    """open(path, "wb") with torch.save's RuntimeErrors for a path it cannot write."""
+    parent = os.path.dirname(os.fspath(path))
+    if parent and not os.path.isdir(parent):
+        raise RuntimeError(f"Parent directory {parent} does not exist.")
+    try:
+        return open(path, "wb")
+    except OSError as e:  # a directory, no permission: torch's file writer reports its strerror
+        raise RuntimeError(f"open file failed with strerror: {e.strerror}") from e
+
+
 def save(obj, f):
     """Write obj (a Tensor, ndarray, scalar, or dicts/lists/tuples of them) to a path or binary file."""
     arrays = {}
@@ -52,7 +63,7 @@ def save(obj, f):
     members[_META] = np.array(meta)  # a 0-d unicode array: readable with allow_pickle=False
     if isinstance(f, (str, os.PathLike)):
         # opened here: given a path, np.savez would append ".npz" to names that lack it
-        with open(f, "wb") as fh:
+        with _open_for_writing(f) as fh:
             np.savez(fh, **members)
     else:
         np.savez(f, **members)

@@ -76,3 +76,14 @@ NONLEAF_GRAD_WARNING = (
     "populated during autograd.backward(). If you indeed want the .grad field to be populated for a non-leaf "
     "Tensor, use .retain_grad() on the non-leaf Tensor. If you access the non-leaf Tensor by mistake, make sure "
     "you access the leaf Tensor instead. See github.com/pytorch/pytorch/pull/30531 for more information.")
+
+
+def typename(obj):
+    """torch.typename: 'torch.FloatTensor' (torch.cuda.* on a GPU) for a tensor, 'int' for a
+    builtin, 'module.Class' otherwise: how torch's argument errors name what they were given."""
+    data = getattr(obj, "_data", None)
+    if data is not None and hasattr(obj, "grad_fn"):  # a Tensor (no import: this module is below it)
+        name = tensor_type(data.dtype)
+        return name if getattr(data, "device", "cpu") == "cpu" else name.replace("torch.", "torch.cuda.", 1)
+    cls = type(obj)
+    return cls.__qualname__ if cls.__module__ in ("", "builtins") else f"{cls.__module__}.{cls.__qualname__}"

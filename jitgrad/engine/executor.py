@@ -311,7 +311,11 @@ def _accumulate(t, grad, create_graph, owned):
         # in place, as on the host (a view of .grad sees it); numba.cuda is loaded by now
         importlib.import_module("jitgrad.gpu.sweep").add_into(old._data, grad._data)
     else:
-        old._data += grad._data
+        try:
+            old._data += grad._data
+        except ValueError:  # a read-only .grad: torch's error where it is an expand() result
+            importlib.import_module("jitgrad.ops.inplace")._check_writable(old)
+            raise
 
 
 def check_outputs(node, grads):

@@ -59,8 +59,8 @@ class Mish(SiLU):
 class Hardtanh(Module):
     def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
         super().__init__()
-        if min_val > max_val:
-            raise ValueError("min_val cannot be greater than max_val")
+        if not max_val > min_val:  # torch asserts it
+            raise AssertionError(f"max_val ({max_val}) must be greater than min_val ({min_val})")
         self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
 
     def forward(self, input):

@@ -1,6 +1,7 @@
 """ModuleDict, ParameterList and ParameterDict: modules and parameters held by key or
 position, registered so that parameters(), state_dict() and .to() see them."""
 from collections import OrderedDict
+from collections.abc import Mapping
 
 from jitgrad.graph.tensor import Tensor
 from jitgrad.nn.module import Module
@@ -60,27 +61,38 @@ def _as_parameter(value):
 
 
 class ParameterList(Module):
+    """Values held by position as torch's: a tensor becomes a registered Parameter named
+    "0", "1", ...; anything else is kept as a plain attribute of that name (torch's too)."""
+
     def __init__(self, values=None):
         super().__init__()
+        self._size = 0
         for v in values or ():
             self.append(v)
 
     def __len__(self):
-        return len(self._parameters)
+        return self._size
+
+    def _name(self, i):
+        i = int(i)
+        if not -self._size <= i < self._size:
+            raise IndexError(f"index {i} is out of range")
+        return str(i % self._size)
 
     def __iter__(self):
-        return iter(self._parameters.values())
+        return iter([self[i] for i in range(self._size)])
 
     def __getitem__(self, i):
-        params = list(self._parameters.values())
-        return ParameterList(params[i]) if isinstance(i, slice) else params[i]
+        if isinstance(i, slice):
+            return ParameterList([self[j] for j in range(self._size)[i]])
+        return getattr(self, self._name(i))
 
     def __setitem__(self, i, value):
-        key = list(self._parameters)[i]
-        self.register_parameter(key, _as_parameter(value))
+        setattr(self, self._name(i), _as_parameter(value))
 
     def append(self, value):
-        self.register_parameter(str(len(self)), _as_parameter(value))
+        self._size += 1
+        setattr(self, str(self._size - 1), _as_parameter(value))
         return self
 
     def extend(self, values):
@@ -89,47 +101,69 @@ class ParameterList(Module):
         return self
 
     def extra_repr(self):
-        return "\n".join(f"({i}): Parameter containing: [{p.dtype!r} of size {tuple(p.shape)}]"
-                         for i, p in enumerate(self))
+        return "\n".join(f"({i}): Parameter containing: [{p.dtype!r} of size {tuple(p.shape)}]" if isinstance(p, Tensor)
+                         else f"({i}): Object of type: {type(p).__name__}" for i, p in enumerate(self))
 
 
 class ParameterDict(Module):
+    """Values held by string key as torch's: a tensor becomes a registered Parameter of that
+    name, anything else a plain attribute; the keys keep their order in _keys."""
+
     def __init__(self, parameters=None):
         super().__init__()
+        self._keys = {}
         if parameters is not None:
             self.update(parameters)
 
     def __getitem__(self, key):
-        return self._parameters[key]
+        return getattr(self, key)  # as torch: a missing key is an AttributeError
 
     def __setitem__(self, key, value):
-        self.register_parameter(key, _as_parameter(value))
+        if not isinstance(key, str):
+            raise TypeError(f"Index given to ParameterDict cannot be used as a key as it is not a string (type is "
+                            f"'{type(key).__name__}'). Open an issue on github if you need non-string keys.")
+        value = _as_parameter(value)
+        if isinstance(value, Parameter):  # torch registers it, with the name checks that brings
+            self.__dict__.pop(key, None)
+            self.register_parameter(key, value)
+        else:
+            setattr(self, key, value)
+        self._keys[key] = None
 
     def __delitem__(self, key):
-        del self._parameters[key]
+        del self._keys[key]
+        delattr(self, key)
 
     def __len__(self):
-        return len(self._parameters)
+        return len(self._keys)
 
     def __iter__(self):
-        return iter(self._parameters)
+        return iter(self._keys)
 
     def __contains__(self, key):
-        return key in self._parameters
+        return key in self._keys
 
     def keys(self):
-        return self._parameters.keys()
+        return self._keys.keys()
 
     def values(self):
-        return self._parameters.values()
+        return [self[k] for k in self._keys]
 
     def items(self):
-        return self._parameters.items()
+        return [(k, self[k]) for k in self._keys]
 
     def pop(self, key):
-        return self._parameters.pop(key)
+        value = self[key]
+        del self[key]
+        return value
 
     def update(self, parameters):
-        pairs = parameters.items() if hasattr(parameters, "items") else parameters
-        for key, value in OrderedDict(pairs).items():
+        # as torch: an ordered mapping keeps its order, any other mapping is sorted by key
+        if isinstance(parameters, (OrderedDict, ParameterDict)):
+            pairs = list(parameters.items())
+        elif isinstance(parameters, Mapping):
+            pairs = sorted(parameters.items())
+        else:
+            pairs = list(parameters)
+        for key, value in pairs:
             self[key] = value

@@ -10,9 +10,10 @@ Each op is one primitive of the engine, one graph node named like PyTorch's:
   backward scatters the gradient there with the kernel max(dim) and indexing share.
 """
 
+import numpy as np
 
 from jitgrad._core import dtype as _dtype
-from jitgrad._core.messages import size_str, tensor_type
+from jitgrad._core.messages import c_name, scalar_name, size_str, tensor_type
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import Tensor, empty
 from jitgrad.nn import init
@@ -66,6 +67,23 @@ def _type_name(a):
     return name.replace("torch.", "torch.cuda.", 1) if isinstance(a, DeviceArray) else name
 
 
+def _mkldnn(x, w, stride, dilation, groups):
+    """Whether torch's CPU conv2d would take its mkldnn kernel (aten's use_mkldnn, with one
+    thread): a float32 input, and a conv it finds worth it. Only the words of the dtype
+    error depend on it."""
+    if x.dtype != np.float32:
+        return False
+    try:
+        strided, dilated = _pair(stride) != (1, 1), _pair(dilation) != (1, 1)
+        groups = int(groups)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+    n = x.shape[0] if x.ndim == 4 else 1
+    kh, kw = w.shape[2:]
+    return (strided or dilated or n >= 16 or (kh, kw) != (1, 1)) and (
+        groups > 1 or (kw > 3 and kh > 3) or n > 1 or x.size > 20480)
+
+
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D cross-correlation of input (N, C, H, W) or (C, H, W) with weight (Cout, C/groups, kh, kw)."""
     if not isinstance(input, Tensor) or not isinstance(weight, Tensor):
@@ -80,13 +98,21 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise RuntimeError(f"weight should have at least three dimensions, got {w.ndim}" if w.ndim < 3 else
                            f"Expected {w.ndim}-dimensional input for {w.ndim}-dimensional weight "
                            f"{size_str(w.shape)}, but got {x.ndim}-dimensional input of size {size_str(x.shape)} instead")
+    b = None if bias is None else bias._data
+    if not any(isinstance(a, DeviceArray) for a in (x, w, b)):
+        # torch's CPU conv2d checks the bias's dtype first, then the weight's, in words that
+        # depend on the kernel it picks
+        if b is not None and b.dtype != x.dtype:
+            raise RuntimeError(f"Input type ({c_name(x.dtype)}) and bias type ({c_name(b.dtype)}) should be the same")
+        if w.dtype != x.dtype and not _mkldnn(x, w, stride, dilation, groups):
+            raise RuntimeError(f"expected scalar type {scalar_name(x.dtype)} but found {scalar_name(w.dtype)}")
     if _type_name(x) != _type_name(w):
         raise RuntimeError(f"Input type ({_type_name(x)}) and weight type "
                            f"({_type_name(w)}) should be the same or input should "
                            "be a MKLDNN tensor and weight is a dense tensor")
-    if bias is not None and _type_name(bias._data) != _type_name(x):
+    if b is not None and _type_name(b) != _type_name(x):
         raise RuntimeError(f"Input type ({_type_name(x)}) and bias type "
-                           f"({_type_name(bias._data)}) should be the same")
+                           f"({_type_name(b)}) should be the same")
     if x.dtype.kind != "f":
         raise RuntimeError(f"\"conv2d\" not implemented for '{x.dtype.name}'")
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
@@ -98,6 +124,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
     kernel = tuple(w.shape[2:])
+    if min(kernel) <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got kernel_height: {kernel[0]} "
+                           f"kernel_width: {kernel[1]}")
     pads = _conv_pads(padding, kernel, dilation, stride)
     batched = x if x.ndim == 4 else x[None]
     cin = batched.shape[1]
@@ -206,6 +235,8 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else \
         _pair(stride, "stride")
     padding, dilation = _pair(padding, "padding"), _pair(dilation, "dilation")
+    if 0 in stride:  # torch checks this first (a zero kernel_size is also the default stride)
+        raise RuntimeError("stride should not be zero")
     if min(kernel) <= 0:
         raise RuntimeError(f"kernel size should be greater than zero, but got kH: {kernel[0]} kW: {kernel[1]}")
     if min(stride) <= 0:

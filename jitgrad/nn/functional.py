@@ -7,10 +7,13 @@ import numpy as np
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core.capture import state as _cap
+from jitgrad._core.messages import scalar_name as _scalar_name
+from jitgrad._core.messages import size_str as _size_str
 from jitgrad._core.messages import torch_size
 from jitgrad.graph.tensor import Tensor, _rng, place
 from jitgrad.ops import functional as _F
 from jitgrad.ops import nn as _nn
+from jitgrad.ops._common import _operand_error
 from jitgrad.ops.elementwise import relu as _relu
 from jitgrad.ops.elementwise import sigmoid, tanh  # noqa: F401
 from jitgrad.ops.gathers import one_hot  # noqa: F401
@@ -37,7 +40,15 @@ linear = _F.linear
 relu_ = _INPLACE["relu_"]
 
 
+_NOT_TENSORS = (int, float, complex, list, tuple, np.ndarray, type(None))
+
+
 def relu(input, inplace=False):
+    if isinstance(input, Tensor):
+        if input._data.dtype.kind == "b":
+            raise RuntimeError("Boolean inputs not supported for relu")
+    elif isinstance(input, _NOT_TENSORS):  # (a vmap BatchedTensor goes on to its batching rule)
+        raise _operand_error("relu", input, 1)
     return relu_(input) if inplace else _relu(input)
 
 
@@ -72,6 +83,9 @@ def dropout(input, p=0.5, training=True, inplace=False):
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return input
+    if input._data.dtype.kind not in "fc":  # the mask is float: torch will not write it into an integer tensor
+        raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                           f"{_scalar_name(input._data.dtype)}")
     if p == 1:
         return input * 0.0
     shape, dtype, device = input._data.shape, input._data.dtype, input.device
@@ -91,14 +105,24 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                   reduction="mean", label_smoothing=0.0):
+    """torch's three forms: class probabilities (a target of the input's shape), class indices
+    with label smoothing (label_smoothing > 0; a negative one is ignored, as torch does), and
+    plain class indices (log_softmax + nll_loss)."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
-    logp = log_softmax(input, 0 if input.ndim == 1 else 1)
-    if not label_smoothing:
-        return nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    class_dim = 0 if input.ndim == 1 else 1
+    if tuple(input.shape) == tuple(target.shape):
+        return _cross_entropy_probabilities(input, target, weight, ignore_index, reduction, label_smoothing)
+    if not label_smoothing > 0.0:
+        return nll_loss(log_softmax(input, class_dim), target, weight, ignore_index=ignore_index, reduction=reduction)
+    _check_smoothing(label_smoothing)
     if input.ndim == 1:
         t1 = _index_tensor(target).reshape(1) if _cap.on else _targets(target).reshape(1)
         out = cross_entropy(input.unsqueeze(0), t1, weight, None, ignore_index, None, reduction, label_smoothing)
         return out.reshape(()) if reduction == "none" else out
+    _nn.check_nll_args(input, target, weight)
+    logp = log_softmax(input, 1)
     dtype = input._data.dtype
     cw = None if weight is None else weight._data if isinstance(weight, Tensor) else np.asarray(weight)
 
@@ -112,7 +136,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction="none")
     # torch: the smoothing term weighs every class by its weight, and the mean divides by
     # the weight of the true targets only
-    wlogp = logp if weight is None else logp * weight
+    wlogp = logp if weight is None else logp * _class_weights(weight, input.ndim)
     smooth = -wlogp.sum(1) * valid
     loss = nll * (1 - label_smoothing) + smooth * (label_smoothing / input.shape[1])
     if reduction == "mean":
@@ -130,6 +154,44 @@ def _bce_logits_dtypes(input, target):
                            "`logical_xor()` operator instead.")
     if k != "f":
         raise _dtype.cast_error(input._data.dtype, target._data.dtype)
+
+
+def _check_smoothing(label_smoothing):
+    if label_smoothing > 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+
+
+def _class_weights(weight, ndim):
+    """weight (C,) shaped to multiply a (N, C, d1, ...) tensor of ndim dims."""
+    return weight.reshape((-1,) + (1,) * (ndim - 2)) if ndim > 2 else weight
+
+
+def _cross_entropy_probabilities(input, target, weight, ignore_index, reduction, label_smoothing):
+    """-sum over classes of target * weight * log_softmax(input), as torch's
+    cross_entropy_loss_prob_target (its mean divides by the number of samples)."""
+    if target._data.dtype.kind != "f":
+        raise RuntimeError("Expected floating point type for target with class probabilities, got "
+                           f"{_scalar_name(target._data.dtype)}")
+    if ignore_index >= 0:
+        raise RuntimeError("ignore_index is not supported for floating point target")
+    class_dim = 0 if input.ndim == 1 else 1
+    c = input.shape[class_dim]
+    if weight is not None and (weight.ndim != 1 or weight.shape[0] != c):
+        raise RuntimeError(f"cross_entropy: weight tensor should be defined either for all {c} classes or no "
+                           f"classes but got weight tensor of shape: {_size_str(weight.shape)}")
+    logp = log_softmax(input, class_dim)
+    if label_smoothing > 0.0:
+        _check_smoothing(label_smoothing)
+        target = target * (1 - label_smoothing) + label_smoothing / c
+    prod = logp * target
+    if weight is not None:
+        prod = prod * _class_weights(weight, input.ndim)
+    if reduction == "none":
+        return -prod.sum(class_dim)
+    if reduction == "sum":
+        return -prod.sum()
+    n = input.numel() // c if c else 0
+    return -prod.sum() / n if n else -prod.sum() * float("nan")
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,

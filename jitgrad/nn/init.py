@@ -1,10 +1,12 @@
 """Parameter initialisers (in place, without recording), as torch.nn.init."""
 import math
+import warnings
 
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
+from jitgrad._core.messages import scalar_name
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import _rng
 
@@ -51,12 +53,29 @@ def _fill(t, values):
     return t
 
 
+def _floating(t, kernel):
+    # torch draws no random integers here: filling an int tensor would truncate the draws
+    if t._data.dtype.kind not in "fc":
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(t._data.dtype)}'")
+
+
 def uniform_(t, a=0.0, b=1.0):
+    _floating(t, "check_uniform_bounds")
     return _fill(t, _rng[0].uniform(a, b, t._data.shape))
 
 
 def normal_(t, mean=0.0, std=1.0):
+    _floating(t, "normal_kernel_cpu")
     return _fill(t, _rng[0].normal(mean, std, t._data.shape))
+
+
+def _no_op_for_no_elements(t):
+    """torch's kaiming initialisers leave a tensor with no elements as it is (with a warning)
+    rather than divide by its zero fan."""
+    if 0 in t._data.shape:
+        warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=3)
+        return True
+    return False
 
 
 def constant_(t, val):
@@ -72,6 +91,8 @@ def ones_(t):
 
 
 def kaiming_uniform_(t, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+    if _no_op_for_no_elements(t):
+        return t
     fan_in, fan_out = _fans(t)
     std = calculate_gain(nonlinearity, a) / math.sqrt(fan_in if mode == "fan_in" else fan_out)
     bound = math.sqrt(3.0) * std
@@ -79,6 +100,8 @@ def kaiming_uniform_(t, a=0, mode="fan_in", nonlinearity="leaky_relu"):
 
 
 def kaiming_normal_(t, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+    if _no_op_for_no_elements(t):
+        return t
     fan_in, fan_out = _fans(t)
     std = calculate_gain(nonlinearity, a) / math.sqrt(fan_in if mode == "fan_in" else fan_out)
     return normal_(t, 0.0, std)

@@ -151,7 +151,7 @@ class Sequential(_Container):
         return keys[i]
 
     def __setitem__(self, i, module):
-        self.add_module(self._key(i), module)
+        setattr(self, self._key(i), module)  # as torch: its error names a 'child module'
 
     def __delitem__(self, i):
         keys = list(self._modules)[i] if isinstance(i, slice) else [self._key(i)]

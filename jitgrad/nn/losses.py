@@ -19,6 +19,16 @@ def _same_size(input, target):
                          f"({torch_size(input.shape)}) is deprecated. Please ensure they have the same size.")
 
 
+def _expandable(shape, to):
+    """torch's error where weight.expand(target's shape) fails."""
+    shape, to = tuple(shape), tuple(to)
+    for i in range(1, len(shape) + 1):
+        if shape[-i] != 1 and (i > len(to) or shape[-i] != to[-i]):
+            raise RuntimeError(f"Attempting to broadcast a dimension of length {shape[-i]} at {-i}! Mismatching "
+                               f"argument at index 1 had {torch_size(shape)}; but expected shape should be "
+                               f"broadcastable to {list(to)}")
+
+
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if input._data.dtype.kind != "f":
@@ -35,6 +45,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         raise RuntimeError("all elements of target should be between 0 and 1")
     loss = binary_cross_entropy_elementwise(input, target)
     if weight is not None:
+        _expandable(weight.shape, target.shape)
         loss = loss * weight
     return _reduce(loss, reduction)
 

@@ -1,6 +1,7 @@
 """nn.Module: parameters, submodules and buffers registered by attribute assignment, with
 PyTorch's naming, state dicts, train/eval, forward hooks and repr."""
 from collections import OrderedDict, namedtuple
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -9,6 +10,7 @@ from jitgrad._core import dtype as _dtype
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import generation as _generation
 from jitgrad._core.capture import state as _cap
+from jitgrad._core.messages import typename
 from jitgrad.graph.hooks import add_hook
 from jitgrad.graph.tensor import Tensor
 from jitgrad.nn.init import _assign
@@ -74,6 +76,39 @@ def _addindent(s, n):
     return lines[0] + "\n" + "\n".join(" " * n + line for line in lines[1:])
 
 
+def _check_name(module, kind, name, registered):
+    """torch's checks of a name given to register_parameter / register_buffer / add_module."""
+    if not isinstance(name, str):
+        raise TypeError(f"{kind} name should be a string. Got {typename(name)}")
+    if kind == "module" and hasattr(module, name) and name not in registered:  # torch checks this first for
+        raise KeyError(f"attribute '{name}' already exists")                   # modules, last for the others
+    if "." in name:
+        raise KeyError(f'{kind} name can\'t contain "."' + (f", got: {name}" if kind == "module" else ""))
+    if name == "":
+        raise KeyError(f'{kind} name can\'t be empty string ""')
+    if hasattr(module, name) and name not in registered:
+        raise KeyError(f"attribute '{name}' already exists")
+
+
+def _check_assign(module, name, value):
+    """torch's TypeError for `module.name = value` where name is a registered parameter, child
+    or buffer and value cannot take its place (a plain tensor for a parameter would otherwise
+    drop it from parameters(), the optimizer and state_dict without a word). None empties the
+    slot; a Parameter may replace anything, a Module anything but a parameter."""
+    if value is None or isinstance(value, Parameter):
+        return
+    if name in module._parameters:
+        raise TypeError(f"cannot assign '{typename(value)}' as parameter '{name}' (torch.nn.Parameter or None expected)")
+    if isinstance(value, Module):
+        return
+    if name in module._modules:
+        raise TypeError(f"cannot assign '{typename(value)}' as child module '{name}' "
+                        "(torch.nn.Module or None expected)")
+    if name in module._buffers and not isinstance(value, Tensor):
+        raise TypeError(f"cannot assign '{typename(value)}' as buffer '{name}' "
+                        "(torch.nn.Buffer, torch.Tensor or None expected)")
+
+
 class Module:
     training = True
 
@@ -89,6 +124,7 @@ class Module:
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise AttributeError("cannot assign before Module.__init__() call")
+        _check_assign(self, name, value)
         for d in (self._parameters, self._modules, self._buffers):
             if name in d and not (d is self._parameters and isinstance(value, Parameter)) \
                     and not (d is self._modules and isinstance(value, Module)):
@@ -100,8 +136,10 @@ class Module:
                     return
                 del d[name]
         if isinstance(value, Parameter):
+            self.__dict__.pop(name, None)  # a plain attribute of that name would hide it from reads
             self._parameters[name] = value
         elif isinstance(value, Module):
+            self.__dict__.pop(name, None)
             self._modules[name] = value
         elif self.__dict__.get(name, _MISSING) is not value:  # (m.train() of a module in train mode: no change)
             object.__setattr__(self, name, value)
@@ -123,18 +161,30 @@ class Module:
         _generation[0] += 1
 
     def register_parameter(self, name, param):
+        _check_name(self, "parameter", name, self._parameters)
         if param is not None and not isinstance(param, Parameter):
-            raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter '{name}' "
+            raise TypeError(f"cannot assign '{typename(param)}' object to parameter '{name}' "
                             "(torch.nn.Parameter or None required)")
+        if param is not None and param.grad_fn is not None:
+            raise ValueError(f"Cannot assign non-leaf Tensor to parameter '{name}'. Model parameters must be created "
+                             f"explicitly. To express '{name}' as a function of another Tensor, compute the value in "
+                             "the forward() method.")
         self._parameters[name] = param
 
     def register_buffer(self, name, tensor, persistent=True):
+        _check_name(self, "buffer", name, self._buffers)
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{typename(tensor)}' object to buffer '{name}' "
+                            "(torch Tensor or None required)")
         self._buffers[name] = tensor
         # a non-persistent buffer moves with .to() but stays out of state_dict, as in torch
         skipped = self.__dict__.setdefault("_non_persistent_buffers_set", set())
         (skipped.discard if persistent else skipped.add)(name)
 
     def add_module(self, name, module):
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{typename(module)} is not a Module subclass")
+        _check_name(self, "module", name, self._modules)
         self._modules[name] = module
 
     register_module = add_module
@@ -197,6 +247,8 @@ class Module:
 
     # -- modes and state ---------------------------------------------------------------
     def train(self, mode=True):
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
         self.training = bool(mode)
         for m in self.children():
             m.train(mode)
@@ -270,6 +322,8 @@ class Module:
         return out
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
         own = OrderedDict(self._state())
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]

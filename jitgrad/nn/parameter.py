@@ -13,8 +13,8 @@ class Parameter(Tensor):
             arr = np.empty(0, np.float32)
         elif isinstance(data, Tensor):
             arr = data._data
-        else:
-            arr = np.asarray(data)
+        else:  # torch calls data.detach() on anything that is not a Tensor
+            raise AttributeError(f"'{type(data).__name__}' object has no attribute 'detach'")
         _init_from(t, arr)
         t.requires_grad = requires_grad
         return t

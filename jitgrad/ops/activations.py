@@ -3,14 +3,16 @@
 Each is written so that its gradient equals PyTorch's at the kinks too (x == 0, the clamp
 bounds) and stays finite where a naive formula overflows (softplus of a large input).
 """
-import functools
 import inspect
+
+import numpy as np
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core.messages import scalar_name
+from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import elementwise as ew
 from jitgrad.ops import reduce, shape
-from jitgrad.ops._common import refuse
+from jitgrad.ops._common import _operand_error
 from jitgrad.ops.inplace import _apply
 from jitgrad.ops.mathops import vector_norm
 
@@ -31,15 +33,20 @@ def _inplace(fn):
     return op
 
 
-def _floats(kernel):
-    """torch computes this activation in floats only: an int or bool input is its
-    NotImplementedError ('"elu_cpu" not implemented for 'Long''), not a float result."""
-    def wrap(fn):
-        def op(input, *args, **kwargs):
-            refuse(kernel, input, ints=True)
-            return fn(input, *args, **kwargs)
-        return functools.wraps(fn)(op)
-    return wrap
+def _floating(input, kernel):
+    """torch's NotImplementedError for an activation whose kernel has no integer or bool
+    version (computing it in float would hand back a float where torch refuses)."""
+    if not isinstance(input, Tensor):
+        if isinstance(input, (int, float, complex, list, tuple, np.ndarray, type(None))):
+            raise _operand_error(kernel.split("_cpu")[0], input, 1)
+        return  # a vmap BatchedTensor: its batching rule runs this again on each Tensor
+    if input._data.dtype.kind not in "fc":
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_name(input._data.dtype)}\'')
+
+
+def _no_bool(input, name, what="Bool"):
+    if isinstance(input, Tensor) and input._data.dtype == np.bool_:
+        raise RuntimeError(f"{what} inputs not supported for {name}")
 
 
 def _smooth_softplus(x):
@@ -47,8 +54,8 @@ def _smooth_softplus(x):
     return ew.add(ew.maximum(x, ew.zeros_like(x)), ew.log1p(ew.exp(ew.neg(ew.abs(x)))))
 
 
-@_floats("softplus_cpu")
 def softplus(input, beta=1.0, threshold=20.0):
+    _floating(input, "softplus_cpu")
     bx = ew.mul(input, beta) if beta != 1 else input
     smooth = _smooth_softplus(bx)
     if beta != 1:
@@ -57,37 +64,36 @@ def softplus(input, beta=1.0, threshold=20.0):
 
 
 @_inplace
-@_floats("elu_cpu")
 def elu(input, alpha=1.0):
+    _floating(input, "elu_cpu")
     pos = ew.gt(input, 0)
     neg = ew.where(pos, 0.0, input)  # expm1 only sees x <= 0: no overflow in the unused branch
     return ew.where(pos, input, ew.mul(ew.expm1(neg), alpha))
 
 
 @_inplace
-@_floats("leaky_relu_cpu")
 def leaky_relu(input, negative_slope=0.01):
+    _floating(input, "leaky_relu_cpu")
     return ew.where(ew.gt(input, 0), input, ew.mul(input, negative_slope))
 
 
 @_inplace
-@_floats("silu_cpu")
 def silu(input):
+    _floating(input, "silu_cpu")
     return ew.mul(input, ew.sigmoid(input))
 
 
 @_inplace
-@_floats("mish_cpu")
 def mish(input):
+    _floating(input, "mish_cpu")
     return ew.mul(input, ew.tanh(softplus(input)))
 
 
 @_inplace
 def hardtanh(input, min_val=-1.0, max_val=1.0):
-    if input._data.dtype.kind == "b":
-        raise RuntimeError("Bool inputs not supported for hardtanh")
     if min_val > max_val:
         raise ValueError("min_val cannot be greater than max_val")
+    _no_bool(input, "hardtanh")
     # PyTorch's gradient is 0 at the bounds (clamp's is 1): the clamped values are constants
     inside = ew.logical_and(ew.gt(input, min_val), ew.lt(input, max_val))
     if input._data.dtype.kind != "f":  # torch keeps an int tensor's dtype: the bounds are cast to it
@@ -101,14 +107,14 @@ def relu6(input):
 
 
 @_inplace
-@_floats("hardsigmoid_cpu")
 def hardsigmoid(input):
+    _floating(input, "hardsigmoid_cpu")
     return ew.div(hardtanh(ew.add(input, 3.0), 0.0, 6.0), 6.0)
 
 
 @_inplace
-@_floats("hardswish_cpu")
 def hardswish(input):
+    _floating(input, "hardswish_cpu")
     # PyTorch's pieces: 0 below -3, x (x + 3) / 6 up to 3 (both ends included), x above
     mid = ew.div(ew.mul(input, ew.add(input, 3.0)), 6.0)
     return ew.where(ew.lt(input, -3.0), 0.0, ew.where(ew.le(input, 3.0), mid, input))
@@ -119,16 +125,16 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 @_inplace
-@_floats("elu_cpu")
 def selu(input):
+    _floating(input, "elu_cpu")
     return ew.mul(elu(input, _SELU_ALPHA), _SELU_SCALE)
 
 
 @_inplace
-@_floats("elu_cpu")
 def celu(input, alpha=1.0):
+    _floating(input, "elu_cpu")
     if alpha == 0:
-        raise RuntimeError("ZeroDivisionError")
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
     pos = ew.gt(input, 0)
     neg = ew.where(pos, 0.0, input)
     return ew.where(pos, input, ew.mul(ew.expm1(ew.div(neg, alpha)), alpha))
@@ -138,8 +144,8 @@ def softsign(input):
     return ew.div(input, ew.add(ew.abs(input), 1.0))
 
 
-@_floats("log_sigmoid_forward_cpu")
 def logsigmoid(input):
+    _floating(input, "log_sigmoid_cpu")
     # -softplus(-x) without softplus's threshold: PyTorch's log_sigmoid is smooth everywhere
     return ew.neg(_smooth_softplus(ew.neg(input)))
 

@@ -304,6 +304,7 @@ RPOW = elementwise("rpow", "PowBackward2",                                  # p0
 
 _POW_OPERAND = (Tensor,) + _NUMBER + _ARRAYLIKE
 _POW_DTYPED = (Tensor,) + _NUMBER  # the operands whose torch dtype is known
+_NEGATIVE_POWER = "Integers to negative integer powers are not allowed."
 
 
 def pow(a, b):  # noqa: A001
@@ -318,14 +319,28 @@ def pow(a, b):  # noqa: A001
         out = np.power(np.asarray(a, dtype=dt), b._data)
         return _ew(RPOW, asarray(out, dtype=dt), b, p0=float(a))
     if isinstance(b, Tensor):
+        if a._data.dtype.kind in "iu" and b._data.dtype.kind in "iu":
+            return _binary(POW_TT, _int_power, a, b)
         return _binary(POW_TT, np.power, a, b)
     if dt is not None and dt != a._data.dtype:  # an int or bool tensor to a float power; a bool one to an int
         a = to_dtype(a, _dtype.from_numpy_dtype(dt))
     ad = a._data
+    if ad.dtype.kind in "iu" and isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b < 0:
+        raise RuntimeError(_NEGATIVE_POWER)  # numpy's is a ValueError
     out = _pow_scalar(ad, b)
     if out.dtype != ad.dtype:
         out = out.astype(ad.dtype)
     return _ew(POW, out, a, p0=float(b))
+
+
+def _int_power(a, b):
+    """torch's integer tensor ** integer tensor: a negative exponent gives the truncated
+    1 / a ** -b (0 unless the base is 1 or -1), where numpy refuses the whole array."""
+    neg = b < 0
+    if not neg.any():
+        return np.power(a, b)
+    out = np.power(a, np.where(neg, 0, b))
+    return np.where(neg, np.where(a == 1, 1, np.where(a == -1, 1 - 2 * (b & 1), 0)), out).astype(out.dtype)
 
 
 def _pow_scalar(ad, e):

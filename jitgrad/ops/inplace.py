@@ -395,7 +395,11 @@ def setitem(t, index, value):
     if not _needs_record(t, value):
         dual = _dual(t, (value,))
         d = storage(t)
-        d[F._norm_index(index, d)] = value._data
+        try:
+            d[F._norm_index(index, d)] = value._data
+        except ValueError:  # numpy's broadcast error: torch's is expand()'s
+            F.expand(value, d[F._norm_index(index, d)].shape)
+            raise
         t._bump()
         view = _views.info(t)
         _refresh_views(t if view is None else view.base, t, False)

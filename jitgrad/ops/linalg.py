@@ -270,11 +270,22 @@ def linear(input, weight, bias=None):
     """input @ weight.t() + bias as torch records it: AddmmBackward0 (MmBackward0 without a
     bias) over TBackward0 of the weight; other than 2-D input with a bias is viewed as 2-D
     around the addmm; without a bias it is a matmul."""
+    try:
+        x = input._data
+    except AttributeError:
+        raise _operand_error("linear", input, 1) from None
     wt = t(weight)
-    x = input._data
+    w = wt._data
     spec = LINEAR_MM if bias is None else ADDMM
-    if x.ndim == 2:
-        return _mm_into(spec, bias, input, wt, weight=weight)
+    if x.ndim == 2 and w.ndim == 2:
+        try:
+            return _mm_into(spec, bias, input, wt, weight=weight)
+        except ValueError:  # numpy's, for a bias that does not broadcast: torch's is expand()'s
+            if bias is not None:
+                bias.expand(x.shape[0], w.shape[1])
+            raise
+    if x.ndim == 0 or w.ndim == 0:
+        raise RuntimeError(f"both arguments to linear need to be at least 1D, but they are {x.ndim}D and {w.ndim}D")
     if x.ndim == 0 or x.shape[-1] != wt._data.shape[0] or (bias is None and x.ndim == 1):
         out = matmul(input, wt)  # and matmul raises torch's error for bad shapes
         return out if bias is None else out + bias

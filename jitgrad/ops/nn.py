@@ -200,6 +200,17 @@ GELU = elementwise("gelu", "GeluBackward0",
 # --- LayerNorm -------------------------------------------------------------------------------
 
 
+def check_mixed_dtypes(dtype, *params):
+    """torch's check (CPU) that a normalisation's weight, bias and running statistics have
+    the input's dtype: its error for a float32 input with float64 parameters, and for any
+    other mix."""
+    dtypes = [p._data.dtype for p in params if p is not None]
+    if any(d != dtype for d in dtypes):
+        if any(d != np.float32 for d in dtypes):
+            raise RuntimeError("mixed dtype (CPU): expect parameter to have scalar type of Float")
+        raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
+
+
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last len(normalized_shape) dims,
     var with correction 0: one NativeLayerNormBackward0 node with torch's three inputs
@@ -218,11 +229,10 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
                            f"[*, {', '.join(str(d) for d in normalized_shape)}], but got input of size"
                            f"{size_str(shape)}")
     x = input._data
+    check_mixed_dtypes(x.dtype, weight, bias)
     if x.dtype.kind != "f":
         raise NotImplementedError(f"\"LayerNormKernelImpl\" not implemented for '{scalar_name(x.dtype)}'")
     _same_device(x, *(None if p is None else p._data for p in (weight, bias)))
-    if any(p is not None and p._data.dtype != x.dtype for p in (weight, bias)):
-        raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
     k = int(np.prod(normalized_shape, dtype=np.int64))
     out, mean, rstd = _layer_norm_data(x, k, None if weight is None else weight._data,
                                        None if bias is None else bias._data, float(eps))
@@ -371,6 +381,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise RuntimeError("'weight' must be 2-D")
     num, dim = weight.shape
     device = _same_device(weight._data, idx)
+    if num == 0 and idx.size:
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     if not device and idx.size and (idx.min() < 0 or idx.max() >= num):  # the device kernel checks its reads
         raise IndexError("index out of range in self")
     padding_idx = _padding_index(padding_idx, num)
@@ -528,25 +540,58 @@ def _targets(target):
     return t.astype(np.int64, copy=False) if _on_device(t) else np.asarray(t, dtype=np.int64)
 
 
+def check_nll_args(input, target, weight):
+    """torch's checks of nll_loss's arguments, in torch's order (nll_loss_nd, then nll_loss or
+    nll_loss2d): dims, batch, target shape, target dtype, weight size."""
+    shape, tshape = tuple(input.shape), tuple(target.shape)
+    if not shape:
+        raise ValueError("Expected 1 or more dimensions (got 0)")
+    if len(shape) != 1 and (len(tshape) < 1 or shape[0] != tshape[0]):
+        raise ValueError(f"Expected input batch_size ({shape[0]}) to match target batch_size "
+                         f"({tshape[0] if tshape else 0}).")
+    c = shape[0] if len(shape) == 1 else shape[1]
+    if len(shape) == 4:
+        if len(tshape) != 3:
+            raise RuntimeError(f"only batches of spatial targets supported (3D tensors) but got targets of dimension: "
+                               f"{len(tshape)}")
+        if tshape != shape[:1] + shape[2:]:
+            raise RuntimeError(f"size mismatch (got input: {size_str(shape)} , target: {size_str(tshape)}")
+    elif len(shape) > 2:
+        if tshape[1:] != shape[2:]:
+            raise RuntimeError(f"Expected target size {size_str(shape[:1] + shape[2:])}, got {size_str(tshape)}")
+    elif len(tshape) > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    elif len(shape) == 1 and tshape not in ((), (1,)):
+        raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {tshape[0]}")
+    tdtype = target._data.dtype if isinstance(target, Tensor) else np.asarray(target).dtype
+    if tdtype not in (np.int64, np.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {scalar_name(tdtype)}")
+    if weight is not None and (weight.ndim != 1 or weight.shape[0] != c):
+        raise RuntimeError("weight tensor should be defined either for all or no classes" if len(shape) > 2 else
+                           f"weight tensor should be defined either for all {c} classes or no classes but got "
+                           f"weight tensor of shape: {size_str(weight.shape)}")
+
+
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """-weight[t] * input[n, t] with t = target[n]; ignored targets contribute nothing and,
     for the mean, the sum is divided by the total weight of the targets that count."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if input._data.dtype.kind != "f":
         raise _dtype.not_implemented("nll_loss_out_frame", input._data.dtype)
+    check_nll_args(input, target, weight)
     if isinstance(weight, Tensor) and weight._data.dtype != input._data.dtype:  # torch casts nothing here
         raise RuntimeError(f"expected scalar type {scalar_name(input._data.dtype)} but found "
                            f"{scalar_name(weight._data.dtype)}")
+    if input.ndim > 2:                                # (N, C, d1, ...): each position is a sample
+        c = input.shape[1]
+        out = nll_loss(input.movedim(1, -1).reshape(-1, c), target.reshape(-1), weight, None, ignore_index, None,
+                       reduction)
+        return out.reshape(tuple(target.shape)) if reduction == "none" else out
     t = _targets(target)
-    if input.ndim == 1:                               # one sample: (C,) input, () target
+    if input.ndim == 1:                               # one sample: (C,) input, () or (1,) target
         t1 = _index_tensor(target, t).reshape(1) if _cap.on else t.reshape(1)
         out = nll_loss(input.unsqueeze(0), t1, weight, None, ignore_index, None, reduction)
-        return out.reshape(()) if reduction == "none" else out
-    if input.ndim != 2:
-        raise ValueError(f"Expected 2 dimensions (got {input.ndim})")
-    if t.shape != (input.shape[0],):
-        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
-                         f"({t.shape[0] if t.ndim else 0}).")
+        return out.reshape(tuple(t.shape)) if reduction == "none" else out
     x = input._data
     cw = None if weight is None else _as_array(weight._data if isinstance(weight, Tensor) else weight)
     _same_device(x, t, cw)
@@ -871,8 +916,10 @@ def _normalize(spec, input, weight, bias, n, c, groups, per_sample, eps, running
     (mean, var) Tensors. Returns (the result, (the mean, the biased variance) per
     statistic, None for given statistics), which batch norm's running statistics take."""
     x = input._data
+    if spec is not BATCH_NORM:  # batch_norm checks (its running statistics too) after the dtype
+        check_mixed_dtypes(x.dtype, weight, bias)
     if x.dtype.kind != "f":
-        name = "batch_norm" if spec is BATCH_NORM else "group_norm"
+        name = "batch_norm" if spec is BATCH_NORM else "GroupNormKernelImpl"
         raise NotImplementedError(f"\"{name}\" not implemented for '{scalar_name(x.dtype)}'")
     _same_device(x, *(None if p is None else p._data for p in (weight, bias)))
     out, mean_, rstd_, var = _norm_data(x, n, c, groups, per_sample, None if weight is None else weight._data,
@@ -994,21 +1041,12 @@ BATCH_NORM = structural("batch_norm", "NativeBatchNormBackward0", args=("input",
 GROUP_NORM = alias("group_norm", BATCH_NORM, "NativeGroupNormBackward0")
 
 
-def _mixed_dtype(input, *params):
-    """torch's CPU norms take parameters of the input's dtype only (no promotion)."""
-    d = input._data.dtype
-    for p in params:
-        if isinstance(p, Tensor) and p._data.dtype != d:
-            raise RuntimeError(f"mixed dtype (CPU): expect parameter to have scalar type of {scalar_name(d)}")
-
-
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """torch.nn.functional.batch_norm over dim 1 of (N, C, *): in training the batch's
     statistics normalise, and update the running ones in place (the unbiased variance, as
     torch; their version counters do not move, as torch's); otherwise the running ones do."""
     if input._data.dtype.kind != "f":
         raise _dtype.not_implemented("batch_norm", input._data.dtype)
-    _mixed_dtype(input, running_mean, running_var, weight, bias)
     shape = tuple(input.shape)
     if len(shape) < 2:
         if training and (not shape or shape[0] == 1):
@@ -1017,6 +1055,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         raise IndexError(f"Dimension out of range (expected to be in range of [{-max(len(shape), 1)}, "
                          f"{max(len(shape), 1) - 1}], but got 1)")
     n, c = shape[:2]
+    if c == 0:  # torch fails picking channel 0's statistics
+        raise IndexError("select(): index 0 out of range for tensor of size [0] at dimension 0")
     size = int(np.prod(shape, dtype=np.int64)) // c if c else 0
     if training and size == 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {torch_size(shape)}")
@@ -1027,6 +1067,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if not training and (running_mean is None or running_var is None):
         raise RuntimeError(f"{'running_mean' if running_mean is None else 'running_var'} must be defined in "
                            "evaluation mode")
+    if input._data.dtype.kind == "f":  # torch's not-implemented error for an integer input comes first
+        check_mixed_dtypes(input._data.dtype, weight, bias, running_mean, running_var)
     running = None if training else (running_mean, running_var)
     out, stats = _normalize(BATCH_NORM, input, weight, bias, n, c, c, 0, eps, running)
     if training and (running_mean is not None or running_var is not None):
@@ -1045,7 +1087,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """torch.nn.functional.group_norm: per sample, over each group of channels and the spatial dims."""
-    _mixed_dtype(input, weight, bias)
+    check_mixed_dtypes(input._data.dtype, weight, bias)
     shape = tuple(input.shape)
     if len(shape) < 2:
         raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {len(shape)}")
@@ -1182,7 +1224,10 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) else \
         _pool_pair(stride, "stride")
     pad = _pool_pair(padding, "padding")
-    if input.ndim not in (3, 4):
+    if input.ndim < 3:  # torch reads the size of dim -3 first
+        n = max(input.ndim, 1)
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got -3)")
+    if input.ndim > 4:
         raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
     if min(stride) == 0:
         raise RuntimeError("stride should not be zero")
@@ -1204,7 +1249,21 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                            "Output size is too small")
     planes = int(np.prod(shape[:-2], dtype=np.int64))
     fixed = 0 if divisor_override is None else int(divisor_override)
+    if input._data.dtype == np.int64 and not _on_device(input._data):
+        _stop("avg_pool2d of an integer tensor")
+        return _wrap(_avg_pool_long(input._data, rows, cols, fixed))
     return _avg_pool(AVG_POOL2D, input, _pool_ints(AVG_POOL2D, planes, h, w, fixed, rows, cols), (ho, wo))
+
+
+def _avg_pool_long(x, rows, cols, fixed):
+    """torch's avg_pool2d of an int64 array (the one integer dtype it pools): each window's
+    exact sum, from a summed-area table, divided by its divisor truncating toward zero."""
+    table = np.zeros(x.shape[:-2] + (x.shape[-2] + 1, x.shape[-1] + 1), np.int64)
+    table[..., 1:, 1:] = x.cumsum(-2).cumsum(-1)
+    (r0, r1, dr), (c0, c1, dc) = rows[:, :, None], cols[:, None, :]
+    s = table[..., r1, c1] - table[..., r0, c1] - table[..., r1, c0] + table[..., r0, c0]
+    q = np.abs(s) // (fixed if fixed else dr * dc)
+    return np.where(s < 0, -q, q)
 
 
 def _adaptive_windows(n, out):
@@ -1224,9 +1283,17 @@ def adaptive_avg_pool2d(input, output_size):
         size = tuple(output_size)
     else:
         size = (output_size, output_size)
+    if any(s is not None and s < 0 for s in size):
+        given = ", ".join(str(s) for s in size)
+        raise RuntimeError("adaptive_avg_pool2d: elements of output_size must be greater than or equal to 0 but "
+                           f"received {{{given}}}")
     shape = tuple(input.shape)
     if len(shape) not in (3, 4):
         raise RuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got {size_str(shape)}")
+    for i in (len(shape) - 2, len(shape) - 1):
+        if shape[i] == 0:
+            raise RuntimeError("adaptive_avg_pool2d(): Expected input to have non-zero size for non-batch dimensions, "
+                               f"but input has sizes {size_str(shape)} with dimension {i} being empty")
     h, w = shape[-2:]
     ho, wo = (h if size[0] is None else int(size[0])), (w if size[1] is None else int(size[1]))
     if ho == 1 and wo == 1 and input._data.dtype.kind == "f":

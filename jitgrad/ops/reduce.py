@@ -117,7 +117,7 @@ MEAN_ALL = alias("mean_all", SUM, "MeanBackward0", forward=mean)
 def _extremum(spec, npfn, x, dim, keepdim):
     dims = _dims(x, dim)
     if x._data.size == 0:
-        raise RuntimeError(f"{spec.name}(): Expected reduction dim to be specified for input.numel() == 0.")
+        _check_nonempty(spec.name.replace("_all", ""), x._data.shape, None if dim is None else dims)
     out = asarray(npfn(x._data, axis=dims, keepdims=keepdim))
     res = _wrap(out)
     if not _needs(x):
@@ -127,6 +127,19 @@ def _extremum(spec, npfn, x, dim, keepdim):
         return res
     kd = _kd_shape(x._data.shape, dims)
     return record(spec, res, (x,), (x._data, out), (), spec.pack_ints(rest=kd))
+
+
+def _check_nonempty(name, shape, dims):
+    """torch's errors for a max/min-like reduction of an empty tensor: over every dim, or
+    along a dim of size 0 (along another dim the result is just empty)."""
+    if dims is None:
+        if name.startswith("arg"):
+            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+        raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                           "reduction dim with the 'dim' argument.")
+    for d in dims:
+        if shape[d] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
 
 
 def amax(x, dim=(), keepdim=False):
@@ -185,12 +198,14 @@ return_types_max = collections.namedtuple("max", ["values", "indices"])
 return_types_min = collections.namedtuple("min", ["values", "indices"])
 
 
-def _extremum_dim(spec, argfn, x, dim, keepdim, rtype):
+def _extremum_dim(spec, argfn, x, dim, keepdim, rtype, name):
     """Values and indices along `dim`: a gather of the input at the flat index of each
     extreme element (indexing's primitive), the indices an extra output of the op."""
     d = x._data
     dim = _wrap_dim(dim, d.ndim)
     shape = d.shape if d.ndim else (1,)
+    if shape[dim] == 0:
+        _check_nonempty(name, shape, (dim,))
     ints = spec.pack_ints(pre=math.prod(shape[:dim]), n=shape[dim], post=math.prod(shape[dim + 1:]))
     out_shape = d.shape[:dim] + ((1,) if keepdim and d.ndim else ()) + d.shape[dim + 1:]
     values, indices, flat = _extreme_along(argfn, d, ints, out_shape)
@@ -230,7 +245,7 @@ def max(x, dim=None, keepdim=False):  # noqa: A001
         return maximum(x, dim)
     if dim is None:
         return _extremum(MAX_ALL, np.max, x, None, False)
-    return _extremum_dim(MAX_DIM, np.argmax, x, dim, keepdim, return_types_max)
+    return _extremum_dim(MAX_DIM, np.argmax, x, dim, keepdim, return_types_max, "max")
 
 
 def min(x, dim=None, keepdim=False):  # noqa: A001
@@ -238,7 +253,7 @@ def min(x, dim=None, keepdim=False):  # noqa: A001
         return minimum(x, dim)
     if dim is None:
         return _extremum(MIN_ALL, np.min, x, None, False)
-    return _extremum_dim(MIN_DIM, np.argmin, x, dim, keepdim, return_types_min)
+    return _extremum_dim(MIN_DIM, np.argmin, x, dim, keepdim, return_types_min, "min")
 
 
 def argmax(x, dim=None, keepdim=False):
@@ -246,7 +261,7 @@ def argmax(x, dim=None, keepdim=False):
         raise RuntimeError("argmax(): does not support bool input")
     if dim is None:
         return _arg_all(np.argmax, x)
-    return max(x, dim, keepdim).indices
+    return _extremum_dim(MAX_DIM, np.argmax, x, dim, keepdim, return_types_max, "argmax").indices
 
 
 def argmin(x, dim=None, keepdim=False):
@@ -254,10 +269,12 @@ def argmin(x, dim=None, keepdim=False):
         raise RuntimeError("argmin(): does not support bool input")
     if dim is None:
         return _arg_all(np.argmin, x)
-    return min(x, dim, keepdim).indices
+    return _extremum_dim(MIN_DIM, np.argmin, x, dim, keepdim, return_types_min, "argmin").indices
 
 
 def _arg_all(argfn, x):
+    if x._data.size == 0:
+        _check_nonempty(argfn.__name__, x._data.shape, None)
     res = _wrap(asarray(argfn(x._data), dtype=np.int64))
     if _cap.on and _cap.mine():  # not differentiable, and an int64 result: jitgrad.compile replays it in Python
         _cap.rec.python(lambda d: (np.asarray(argfn(d), dtype=np.int64),), (x,), (res,), argfn.__name__)

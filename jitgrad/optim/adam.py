@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from jitgrad.optim import _checks, _device, _kernels
-from jitgrad.optim.optimizer import Optimizer, _data, _state_tensor, _zeros_like
+from jitgrad.optim.optimizer import Optimizer, _check_hyperparameters, _data, _state_tensor, _zeros_like
 
 
 class Adam(Optimizer):
@@ -12,10 +12,12 @@ class Adam(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False,
                  maximize=False):
-        if lr < 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
-            raise ValueError(f"Invalid beta parameter: {betas}")
+        _check_hyperparameters([
+            (0.0 <= lr, f"Invalid learning rate: {lr}"),
+            (0.0 <= eps, f"Invalid epsilon value: {eps}"),
+            (0.0 <= betas[0] < 1.0, f"Invalid beta parameter at index 0: {betas[0]}"),
+            (0.0 <= betas[1] < 1.0, f"Invalid beta parameter at index 1: {betas[1]}"),
+            (0.0 <= weight_decay, f"Invalid weight_decay value: {weight_decay}")])
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize))
 

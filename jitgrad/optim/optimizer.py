@@ -1,10 +1,12 @@
 """Optimizer base: parameter groups, per-parameter state, zero_grad, state dicts."""
 import copy
+import warnings
 
 import numpy as np
 
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import state as _cap
+from jitgrad._core.messages import typename
 from jitgrad.graph.tensor import Tensor
 from jitgrad.optim import _device
 
@@ -25,7 +27,7 @@ class Optimizer:
         self._addresses = {}  # the compiled step's cache of array addresses (optim/_kernels.Batch)
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, "
-                            f"but got {type(params).__name__}")
+                            f"but got {typename(params)}")
         params = list(params)
         if not params:
             raise ValueError("optimizer got an empty parameter list")
@@ -35,13 +37,12 @@ class Optimizer:
             self.add_param_group(group)
 
     def add_param_group(self, group):
-        group = dict(group)
-        ps = group["params"]
-        group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
+        group = _group_with_checked_params(group, self.defaults)
         for k, v in self.defaults.items():
             if v is required and k not in group:
                 raise ValueError(f"parameter group didn't specify a value of required optimization parameter {k}")
             group.setdefault(k, v)
+        _check_params_unique(group, self.param_groups)
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
@@ -128,6 +129,55 @@ class Optimizer:
             for k in sorted(k for k in g if k != "params"):
                 lines.append(f"    {k}: {g[k]}")
         return "\n".join(lines) + "\n)"
+
+
+def _group_with_checked_params(group, defaults):
+    """A copy of a parameter group with its params as a list, or torch's error for a group
+    that is not a dict, params in a set (no stable order), or a param that is not a leaf
+    Tensor (a non-leaf's .grad is never filled, so it would silently never train)."""
+    if not isinstance(group, dict):
+        raise TypeError(f"param_group must be a dict, but got {type(group)}")
+    group = dict(group)
+    ps = group["params"]
+    if isinstance(ps, set):
+        raise TypeError("optimizer parameters need to be organized in ordered collections, but the ordering of "
+                        "tensors in sets will change between runs. Please use a list instead.")
+    group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
+    # torch 2.x takes named parameters, (name, tensor) pairs, and keeps the names
+    names = [p[0] for p in group["params"] if isinstance(p, tuple)]
+    if names:
+        if len(names) != len(group["params"]):
+            raise ValueError("all optimizer params should be with/without names. Some param names are missing")
+        group["params"], group["param_names"] = [p[1] for p in group["params"]], names
+    for p in group["params"]:
+        if not isinstance(p, Tensor):
+            raise TypeError("optimizer can only optimize Tensors, but one of the params is " + typename(p))
+        if not defaults.get("differentiable") and not (p.is_leaf or p.retains_grad):
+            raise ValueError("can't optimize a non-leaf Tensor")
+    return group
+
+
+def _check_params_unique(group, groups):
+    """torch's warning for a parameter twice in one group and error for one in two groups
+    (its step would update it twice)."""
+    ids = [id(p) for p in group["params"]]
+    unique = set(ids)
+    if len(ids) != len(unique):
+        warnings.warn("optimizer contains a parameter group with duplicate parameters; in future, this will cause "
+                      "an error; see github.com/pytorch/pytorch/issues/40967 for more information", stacklevel=4)
+    if any(id(p) in unique for g in groups for p in g["params"]):
+        raise ValueError("some parameters appear in more than one parameter group")
+    if any(("param_names" in g) != ("param_names" in group) for g in groups):
+        raise ValueError("all optimizer param groups should be with/without names. cannot add param group "
+                         f"{'with' if 'param_names' in group else 'without'} names to the optimizer")
+
+
+def _check_hyperparameters(checks):
+    """torch's ValueError for the first (ok, message) of an optimizer's constructor arguments
+    that is not ok."""
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
 
 
 def _data(p):

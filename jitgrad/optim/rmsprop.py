@@ -4,7 +4,7 @@ optional momentum, weight decay and maximize."""
 import numpy as np
 
 from jitgrad.optim import _checks, _device, _kernels
-from jitgrad.optim.optimizer import Optimizer, _data, _state_tensor, _zeros_like
+from jitgrad.optim.optimizer import Optimizer, _check_hyperparameters, _data, _state_tensor, _zeros_like
 
 _STATE = ("square_avg", "grad_avg", "momentum_buffer")
 
@@ -12,10 +12,9 @@ _STATE = ("square_avg", "grad_avg", "momentum_buffer")
 class RMSprop(Optimizer):
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False,
                  capturable=False, foreach=None, maximize=False, differentiable=False):
-        for name, value in (("learning rate", lr), ("epsilon value", eps), ("momentum value", momentum),
-                            ("weight_decay value", weight_decay), ("alpha value", alpha)):
-            if not 0.0 <= value:
-                raise ValueError(f"Invalid {name}: {value}")
+        _check_hyperparameters((0.0 <= value, f"Invalid {name}: {value}") for name, value in (
+            ("learning rate", lr), ("epsilon value", eps), ("momentum value", momentum),
+            ("weight_decay value", weight_decay), ("alpha value", alpha)))
         if differentiable:
             raise NotImplementedError("jitgrad's optimizers update outside the graph: differentiable=True is not "
                                       "supported")

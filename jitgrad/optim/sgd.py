@@ -1,16 +1,16 @@
 """SGD with momentum, dampening, Nesterov and weight decay, as torch.optim.SGD."""
 from jitgrad.optim import _checks, _device, _kernels
-from jitgrad.optim.optimizer import Optimizer, _data, _empty_like, _state_tensor, required
+from jitgrad.optim.optimizer import Optimizer, _check_hyperparameters, _data, _empty_like, _state_tensor, required
 
 
 class SGD(Optimizer):
-    def __init__(self, params, lr=required, momentum=0, dampening=0, weight_decay=0, nesterov=False, maximize=False):
-        if lr is not required and lr < 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if momentum < 0.0:
-            raise ValueError(f"Invalid momentum value: {momentum}")
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, maximize=False):
+        _check_hyperparameters([
+            (lr is required or not lr < 0.0, f"Invalid learning rate: {lr}"),
+            (not momentum < 0.0, f"Invalid momentum value: {momentum}"),
+            (not weight_decay < 0.0, f"Invalid weight_decay value: {weight_decay}"),
+            (not nesterov or (momentum > 0 and dampening == 0), "Nesterov momentum requires a momentum and zero "
+                                                                 "dampening")])
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov, maximize=maximize))
 

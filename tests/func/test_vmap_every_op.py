@@ -247,7 +247,8 @@ METADATA = {"numel": S(u(3, 4)), "is_tensor": S(u(3)), "element_size": S(u(3)), 
 NOT_BATCHED = set("""arange empty eye full linspace logspace ones zeros rand randn randint randperm manual_seed
     set_default_device set_default_dtype set_num_threads set_printoptions set_verbosity get_default_device
     get_default_dtype get_num_threads get_verbosity is_grad_enabled is_inference_mode_enabled from_numpy from_dlpack
-    place torch_size half register_hook register_post_accumulate_grad_hook cpu cuda numpy""".split())
+    place torch_size compile load save half register_hook register_post_accumulate_grad_hook cpu cuda numpy""".split())
+# compile, load, save: jitgrad attributes loaded on first use (public once some test has used them).
 # half: jitgrad has no float16. The op's own hooks and grad state: checked by test_vmap.py / test_per_sample_grads.py
 NOT_BATCHED |= {"retain_grad", "detach_"}
 

@@ -284,12 +284,7 @@ EXCLUDED = {
 # fixing one makes the test fail until it is removed from here. None is a wrong dtype
 # computed silently; each is a missing feature or another part's validation.
 KNOWN_GAPS = {
-    "F.avg_pool2d": "int input: torch averages in the int dtype, jitgrad refuses with NotImplementedError",
     "F.conv2d": "int input and weight: torch convolves in the int dtype, jitgrad refuses with RuntimeError",
-    "F.cross_entropy": "class-probability (float) targets are not implemented (ValueError); float class "
-                       "indices are issue 25 section 5 (input validation)",
-    "F.nll_loss": "the target's dtype (float, bool, int32) is not validated as torch's 'expected scalar type "
-                  "Long': issue 25 section 5 (input validation)",
 }
 
 

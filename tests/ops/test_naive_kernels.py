@@ -526,11 +526,7 @@ _nll_case("nll_loss-unbatched-sum", (4,), False, None, "sum")
 # ----------------------------------------------------------------------------- the tests
 
 # Cases jitgrad cannot run yet (torch can): strict, so they fail loudly once it can.
-XFAIL = {
-    "nll_loss-spatial-weight-ignore-mean": pytest.mark.xfail(
-        strict=True, raises=ValueError,
-        reason="jitgrad's nll_loss takes (C,) or (N, C) input only; torch also takes (N, C, d1, ...)"),
-}
+XFAIL = {}
 if USING_TORCH_AS_JITGRAD:   # torch runs every case
     XFAIL = {}
 
