@@ -514,10 +514,16 @@ def _check_batched_grad(inputs, output, output_idx):
     return True
 
 
+def vmap_provider():
+    """jitgrad.func.vmap. jitgrad.func sits above autograd, so the top package, which loads
+    jitgrad.func on first use, puts its loader here (jitgrad/__init__.py)."""
+    raise RuntimeError("check_batched_forward_grad needs jitgrad.func, which the jitgrad package provides")
+
+
 def _check_batched_forward_grad(func, inputs):
     """torch's: for each input, the JVPs of a batch of tangents in one vmap against one JVP
     per tangent (so an op whose tangent is wrong under vmap fails here)."""
-    from jitgrad.func import vmap  # jitgrad.func sits above autograd
+    vmap = vmap_provider()
 
     for k, current in enumerate(inputs):
         if not (isinstance(current, Tensor) and current.requires_grad and current.is_floating_point()):

@@ -204,7 +204,7 @@ class CompiledFunction:
 
         # (rec.vid: the tensors the step made or was given, held while the recorder lives)
         g = guards.collect(self.fn, args + tuple(kwargs.values()), [m for m, _, _ in plan.modules], rec.vid,
-                           {id(v.tensor) for v in rec.values if v.kind == "arg"})
+                           {id(v.tensor) for v in rec.values if v.kind == "arg"}, CompiledFunction)
         if isinstance(g, str):
             rec.stop(g)  # (raises under fullgraph=True)
             self.cache[key] = _Eager(rec.breaks)

@@ -89,12 +89,12 @@ def holds(g):
     return True
 
 
-def collect(fn, args, called, made, given):
+def collect(fn, args, called, made, given, compiled_type):
     """The guards of a plan recorded from fn(*args) (`called`: the modules the step called),
     or a str: why the step cannot be replayed. made: ids of the tensors the step made or
-    was given, given: those of the arguments."""
-    from jitgrad.compiler.api import CompiledFunction
-    c = _Collector(CompiledFunction, made, given)
+    was given, given: those of the arguments. compiled_type: api's CompiledFunction (passed
+    in: api imports this module), whose instances called in the step are walked into."""
+    c = _Collector(compiled_type, made, given)
     f = getattr(fn, "__func__", fn)
     if not isinstance(f, types.FunctionType):
         f = getattr(type(fn), "__call__", None)  # a callable object: its __call__ runs

@@ -9,8 +9,16 @@ import numpy as np
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core.messages import scalar_name, torch_size
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.ops import functional as _F
 from jitgrad.ops.nn import _legacy_reduction, _reduce, binary_cross_entropy_elementwise
+
+
+def _values(t):
+    """t's values on the host, for torch's range checks (a CUDA tensor's are copied: torch's
+    check synchronizes with the device too)."""
+    d = t._data
+    return d.get() if type(d) is DeviceArray else t._array()
 
 
 def _same_size(input, target):
@@ -37,10 +45,10 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         raise RuntimeError(f"Found dtype {scalar_name(target._data.dtype)} but expected "
                            f"{scalar_name(input._data.dtype)}")
     _same_size(input, target)
-    x = input._array()
+    x = _values(input)
     if np.any(~((x >= 0) & (x <= 1))):
         raise RuntimeError("all elements of input should be between 0 and 1")
-    t = target._array()
+    t = _values(target)
     if np.any(~((t >= 0) & (t <= 1))):
         raise RuntimeError("all elements of target should be between 0 and 1")
     loss = binary_cross_entropy_elementwise(input, target)

@@ -563,7 +563,8 @@ def check_nll_args(input, target, weight):
         raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
     elif len(shape) == 1 and tshape not in ((), (1,)):
         raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {tshape[0]}")
-    tdtype = target._data.dtype if isinstance(target, Tensor) else np.asarray(target).dtype
+    tdtype = target._data.dtype if isinstance(target, Tensor) else getattr(target, "dtype", None)  # device arrays
+    tdtype = np.asarray(target).dtype if tdtype is None else tdtype
     if tdtype not in (np.int64, np.uint8):
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {scalar_name(tdtype)}")
     if weight is not None and (weight.ndim != 1 or weight.shape[0] != c):

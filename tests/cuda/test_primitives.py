@@ -35,7 +35,7 @@ DEVICE_FNS = {
     "index": lambda a: a[_on(a, [0, 2, 2, 4])],
     "index_put": lambda a: J.ops.functional.index_put_flat(a, _on(a, [0, 2, 2, 5])._data, (6,)),
     "embedding": lambda w: F.embedding(_on(w, [[4, 1, 4], [0, 2, 1]]), w, padding_idx=0, scale_grad_by_freq=True),
-    "nll_loss": lambda a: F.nll_loss(a, _on(a, [0, 2, -100, 2, 1]), weight=_on(a, [0.5, 1.0, 2.0], dtype=J.float64),
+    "nll_loss": lambda a: F.nll_loss(a, _on(a, [0, 2, -100, 2, 1]), weight=_on(a, [0.5, 1.0, 2.0], dtype=a.dtype),
                                      reduction="none"),
 }
 OWN_CASES = {
