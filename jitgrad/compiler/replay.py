@@ -18,7 +18,7 @@ from jitgrad.compiler.recorder import param_ids
 from jitgrad.engine.compiled import scheduler
 from jitgrad.engine.executor import accumulate_grad, active_group, leaf_has_hooks
 from jitgrad.graph.hooks import leaf_hooks
-from jitgrad.graph.node import AccumulateGrad
+from jitgrad.graph.record import accumulator
 from jitgrad.graph.tape import Tape, close_current_tape
 from jitgrad.graph.tensor import wrap
 
@@ -132,14 +132,7 @@ def _accumulator(t):
     """t's AccumulateGrad node, made as recording makes it (graph/record._leaf_row)."""
     ref = t._acc
     acc = ref() if ref is not None else None
-    if acc is None:
-        acc = object.__new__(AccumulateGrad)
-        acc.variable = t
-        acc._tape_ref = None
-        acc._row = -1
-        acc._next = ()
-        t._acc = weakref.ref(acc)
-    return acc
+    return acc if acc is not None else accumulator(t)
 
 
 def _give_graph(plan, made, tensors):
@@ -173,9 +166,8 @@ def _give_graph(plan, made, tensors):
     for row, acc, arg in gp.leaves:
         if acc is None:
             acc = _accumulator(tensors[arg])
-        acc._row = row
-        acc._tape_ref = weakref.ref(tape)
         tape.leaves[row] = acc
+        acc._at = (weakref.ref(tape), row)
     for k, (row, nr) in gp.outputs.items():
         t = made[k]
         t._requires_grad = True
