@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 from conftest import ROOT
+from numba.core.config import DISABLE_JIT
 
 import jitgrad as jg
 
@@ -331,3 +332,37 @@ def test_a_kernel_table_that_is_never_filled_raises_instead_of_spinning(monkeypa
     assert _run_threads(run, timeout=HANG) == []
     assert len(errors) == 1 and "is still missing after compiling it" in errors[0], errors
     assert compiled.scheduler().KERNELS is not None
+
+
+def test_a_compiled_step_and_eager_backward_share_a_parameter():
+    """Threads replaying a jitgrad.compile step and threads running eager backward into the
+    same large parameter: the replay's AccumulateGrad (first assignment, then numpy's +=, which
+    releases the GIL on large arrays) takes the leaf's lock too, so w.grad is exact."""
+    # numpy releases the GIL in a large +=: the longer it takes, the likelier two overlap
+    # (without the JIT the kernels are Python loops: a smaller one)
+    n, calls = (20_000, 5) if DISABLE_JIT else (200_000, 30)
+    w = jg.zeros(n, requires_grad=True)
+    x = jg.ones(n)
+
+    def f(x):
+        (w * x).sum().backward()
+
+    step = jg.compile(f)
+    for _ in range(3):  # recorded, then replayed
+        step(x)
+    deadline = time.monotonic() + SECONDS
+    rounds = 0
+    while rounds < 2 or time.monotonic() < deadline:
+        w.grad = None
+
+        def compiled():
+            for _ in range(calls):
+                step(x)
+
+        def eager():
+            for _ in range(calls):
+                (w * x).sum().backward()
+
+        assert _run_threads(compiled, eager, compiled, eager) == []
+        np.testing.assert_array_equal(w.grad.numpy(), np.full(n, 4.0 * calls), err_msg=f"round {rounds}")
+        rounds += 1
