@@ -551,10 +551,12 @@ _is_sink = [np.zeros(0, bool)]
 
 
 def _sinks():
-    """Per opcode: a sink row (leaf, edge into another tape, a node run in Python)."""
-    if len(_is_sink[0]) != len(SPECS):
-        _is_sink[0] = np.array([s.kind == "sink" for s in SPECS], bool)
-    return _is_sink[0]
+    """Per opcode: a sink row (leaf, edge into another tape, a node run in Python). Read
+    once: another thread may replace it (with an equal array) meanwhile."""
+    is_sink = _is_sink[0]
+    if len(is_sink) != len(SPECS):
+        is_sink = _is_sink[0] = np.array([s.kind == "sink" for s in SPECS], bool)
+    return is_sink
 
 
 def _runs_at(r, code):

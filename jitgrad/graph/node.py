@@ -128,7 +128,10 @@ def node_class(name):
     its own subclass (aliases of one kernel under one name share it)."""
     cls = _classes.get(name)
     if cls is None:
-        cls = _classes[name] = type(name, (Node,), {"__slots__": ()})
+        with _lazy_lock:  # one class per name, also when two threads ask for a new one at once
+            cls = _classes.get(name)
+            if cls is None:
+                cls = _classes[name] = type(name, (Node,), {"__slots__": ()})
     return cls
 
 
