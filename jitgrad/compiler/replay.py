@@ -116,14 +116,9 @@ def _publish(p, g, alone):
     """AccumulateGrad into p.grad, under p's leaf lock unless this is the only thread: a
     parameter can be shared with another thread's eager backward or compiled step (hogwild),
     and `.grad is None, then assign` must not race with its accumulation."""
-    if alone:
-        _first_or_add(p, g)
-    else:
+    if not alone:
         with leaf_lock(p):
-            _first_or_add(p, g)
-
-
-def _first_or_add(p, g):
+            return _publish(p, g, True)
     if p._grad is None:  # AccumulateGrad's first gradient: the plan's buffer itself, no copy
         p._grad = g
     else:
