@@ -155,8 +155,14 @@ class inference_mode(_DecoratorContextManager):
         _set_inference(self.prev[1])
 
 
+_counts = threading.Lock()  # _inference_on and _packing count over all threads: `+=` under it
+
+
 def _set_inference(flag):
-    _inference_on[0] += flag - _state.inference
+    delta = flag - _state.inference
+    if delta:
+        with _counts:
+            _inference_on[0] += delta
     _state.inference = flag
 
 
@@ -181,7 +187,10 @@ _packing = [0]  # how many saved_tensors_hooks contexts are active in any thread
 
 
 def _set_saved_hooks(stack):
-    _packing[0] += len(stack) - len(_saved_hooks.stack)
+    delta = len(stack) - len(_saved_hooks.stack)
+    if delta:
+        with _counts:
+            _packing[0] += delta
     _saved_hooks.stack = stack
 
 

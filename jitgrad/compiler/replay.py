@@ -7,17 +7,19 @@ plan's tape copy (engine/scheduler.backward), whose leaf gradients are accumulat
 the parameters' .grad as eager's AccumulateGrad does; an optimizer's step() or
 zero_grad() is that same call. Nothing here loops over the ops of the step.
 """
+import threading
 import weakref
 
 import numpy as np
 
 from jitgrad._core import versions
 from jitgrad._core.layout import HAS, HW, SWEPT
+from jitgrad._core.threads import leaf_lock
 from jitgrad.compiler.plan import BACKWARD, CALL, FUSED, FWD, STEP
 from jitgrad.engine.compiled import scheduler
 from jitgrad.engine.executor import accumulate_grad, active_group, leaf_has_hooks
 from jitgrad.graph.hooks import leaf_hooks
-from jitgrad.graph.node import AccumulateGrad
+from jitgrad.graph.record import accumulator
 from jitgrad.graph.tape import Tape, close_current_tape
 from jitgrad.graph.tensor import wrap
 
@@ -96,14 +98,28 @@ def _fused(sched, plan, three, packed, tensors):
     st = states[states.size // 2:]
     if status != SWEPT:
         raise RuntimeError(f"jitgrad.compile: the replayed backward stopped (status {status})")
+    alone = threading.active_count() == 1  # as in engine/run.py: then no leaf lock is needed
     for (row, p, arg, keep), view in zip(bp.leaves, bp.views):
         if st[row] & HAS:
             p = tensors[arg] if p is None else p
-            p._grad = wrap(view if arg is None else view.copy())
+            _publish(p, wrap(view if arg is None else view.copy()), alone)
             if keep is not None:
-                np.copyto(keep, view)
+                np.copyto(keep, p._grad._data)
     fast.bump()
     return True
+
+
+def _publish(p, g, alone):
+    """AccumulateGrad into p.grad, under p's leaf lock unless this is the only thread: a
+    parameter can be shared with another thread's eager backward or compiled step (hogwild),
+    and `.grad is None, then assign` must not race with its accumulation."""
+    if not alone:
+        with leaf_lock(p):
+            return _publish(p, g, True)
+    if p._grad is None:  # AccumulateGrad's first gradient: the plan's buffer itself, no copy
+        p._grad = g
+    else:
+        accumulate_grad(p, g, False, alone=True)
 
 
 def _run_python(plan, i):
@@ -129,14 +145,7 @@ def _accumulator(t):
     """t's AccumulateGrad node, made as recording makes it (graph/record._leaf_row)."""
     ref = t._acc
     acc = ref() if ref is not None else None
-    if acc is None:
-        acc = object.__new__(AccumulateGrad)
-        acc.variable = t
-        acc._tape_ref = None
-        acc._row = -1
-        acc._next = ()
-        t._acc = weakref.ref(acc)
-    return acc
+    return acc if acc is not None else accumulator(t)
 
 
 class _ArenaKeep(list):
@@ -190,9 +199,8 @@ def _give_graph(plan, made, tensors):
     for row, acc, arg in gp.leaves:
         if acc is None:
             acc = _accumulator(tensors[arg])
-        acc._row = row
-        acc._tape_ref = weakref.ref(tape)
         tape.leaves[row] = acc
+        acc._at = (weakref.ref(tape), row)
     for k, (row, nr) in gp.outputs.items():
         t = made[k]
         t._requires_grad = True
@@ -222,6 +230,7 @@ def _backward(sched, plan, bp, tensors):
     out = bp.out if bp.fixed else bp.out.copy()
     has = (st[bp.sinks] & HAS).tolist()
     fixed = out is bp.out
+    alone = threading.active_count() == 1
     for (row, p, arg, keep), (lo, hi, shape), view, h in zip(bp.leaves, bp.spans, bp.views, has):
         if not h:
             continue
@@ -229,10 +238,7 @@ def _backward(sched, plan, bp, tensors):
             p = tensors[arg]
         # (the plan's own view object: _release_grads and the optimizer step know it by identity)
         g = (view if arg is None else view.copy()) if fixed else out[lo:hi].reshape(shape)
-        if p._grad is None:  # AccumulateGrad's first gradient
-            p._grad = wrap(g)
-        else:
-            accumulate_grad(p, wrap(g), False, alone=True)
+        _publish(p, wrap(g), alone)
         if keep is not None:  # ops later in the step read this .grad
             np.copyto(keep, p._grad._data)
 

@@ -71,20 +71,27 @@ from jitgrad.ops import functional as F
 
 FALLBACK = object()  # returned when the graph needs the Python engine
 
-_sched = []
+_sched = [(-1, None)]  # (len(BY_OP) it was made for, the module): replaced whole, read once
+_sched_lock = threading.Lock()
 _DT = DT_OF
 
 
 def scheduler():
     """The compiled module of the op table as it is now, with its kernel tables (KERNELS).
     The table only grows: an op declared after the first backward (ops.defop) gives a new
-    module, which also runs every opcode the old one knew."""
-    if not _sched or _sched[0] != len(BY_OP):
-        mod = codegen.load()
-        if not hasattr(mod, "KERNELS"):
-            mod.KERNELS = KernelTables(mod)
-        _sched[:] = [len(BY_OP), mod]
-    return _sched[1]
+    module, which also runs every opcode the old one knew. Made once under a lock (threads
+    running their first backward together must share one KERNELS: see kernel_table)."""
+    n, mod = _sched[0]
+    if n != len(BY_OP):
+        with _sched_lock:
+            n, mod = _sched[0]
+            if n != len(BY_OP):
+                n = len(BY_OP)
+                mod = codegen.load()
+                if not hasattr(mod, "KERNELS"):
+                    mod.KERNELS = KernelTables(mod)
+                _sched[0] = (n, mod)
+    return mod
 
 
 def _view(col, dtype, empty_len):
@@ -187,7 +194,7 @@ class _TapeRun:
                 del args
                 if status != NEED_KERNEL:  # (after NEED_KERNEL, backward undid itself: call it again)
                     return status
-                self._need_kernels(sched, code)
+                self._need_kernels(sched, code, kt, self.row)
         # rows that need Python: the sweep hands each back and resumes
         for row in (*tape.tensor_hooks, *tape.node_prehooks):
             self.st[row] |= PRE
@@ -228,7 +235,7 @@ class _TapeRun:
             del args
             with no_grad():  # Python in a backward without create_graph records nothing
                 if status == NEED_KERNEL:  # compile, then run the row
-                    self._need_kernels(sched, code)
+                    self._need_kernels(sched, code, kt, row)
                     hi = row
                     continue
                 if status == PREHOOKS:  # hooks before the row, then the row itself
@@ -250,14 +257,22 @@ class _TapeRun:
         this tape needs before the engine, so that a first run names all it compiles in
         one line."""
         engine_cached = True if DISABLE_JIT else is_cached(fn, tuple(typeof(a) for a in args))
-        self._need_kernels(sched, code, () if engine_cached else ("the backward engine",))
+        self._need_kernels(sched, code, also=() if engine_cached else ("the backward engine",))
         sched.KERNELS.primed.add(code)
 
-    def _need_kernels(self, sched, code, also=()):
-        """Compile the kernels of every opcode this tape uses (NEED_KERNEL: one was missing)."""
+    def _need_kernels(self, sched, code, kt=None, row=-1, also=()):
+        """Compile the kernels of every opcode this tape uses (NEED_KERNEL at `row`: its
+        kernel was missing from `kt`, the table the sweep reads). The caller sweeps again,
+        so that must find the kernel: if it still would not, this raises rather than let the
+        caller retry forever."""
         hdr = self._hdr()
         sched.KERNELS.ensure_rows(code, hdr, self.st.size, also)
+        op = int(hdr[row * HW + H_OP]) if row >= 0 else -1
         del hdr
+        if row >= 0 and not (0 <= op < kt.size and kt[op] != 0):
+            name = BY_OP[op].name if 0 <= op < len(BY_OP) else f"opcode {op}"
+            raise RuntimeError(f"jitgrad: internal error: the backward kernel of {name} (row {row}, dtype code "
+                               f"{code}) is still missing after compiling it; please report this")
 
     def _check_seeds(self, rows, offs):
         """The kernels would copy each seed into its row's buffer: sizes must agree."""
@@ -536,10 +551,12 @@ _is_sink = [np.zeros(0, bool)]
 
 
 def _sinks():
-    """Per opcode: a sink row (leaf, edge into another tape, a node run in Python)."""
-    if len(_is_sink[0]) != len(SPECS):
-        _is_sink[0] = np.array([s.kind == "sink" for s in SPECS], bool)
-    return _is_sink[0]
+    """Per opcode: a sink row (leaf, edge into another tape, a node run in Python). Read
+    once: another thread may replace it (with an equal array) meanwhile."""
+    is_sink = _is_sink[0]
+    if len(is_sink) != len(SPECS):
+        is_sink = _is_sink[0] = np.array([s.kind == "sink" for s in SPECS], bool)
+    return is_sink
 
 
 def _runs_at(r, code):

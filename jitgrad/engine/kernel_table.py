@@ -12,6 +12,11 @@ ew_<op>_<name>), a structural op's is its spec's `kernel`, an alias's its base's
 
 Before compiling anything that is not cached, ensure() says so on stderr, once per
 process (_core/verbosity.py), with the names of what it compiles.
+
+Threads: several threads can run their first backward at once. Each dtype's table is
+made once, under the lock (a second table would be orphaned: the thread holding it would
+be told NEED_KERNEL forever while ensure() filled the other), and entries are only filled
+under it; readers check without it (double-checked), so a warm lookup costs a dict get.
 """
 import threading
 import time
@@ -42,15 +47,19 @@ class KernelTables:
     def __getitem__(self, code):
         kt = self.tables.get(code)
         if kt is None:
-            kt = np.zeros(self.nops, np.int64)
-            for spec in BY_OP[:self.nops]:
-                if self.kernel(spec) is None:
-                    kt[spec.op] = -1
-            self.tables[code] = kt
+            with _lock:
+                kt = self.tables.get(code)
+                if kt is None:  # published only once complete: readers take it without the lock
+                    kt = np.zeros(self.nops, np.int64)
+                    for spec in BY_OP[:self.nops]:
+                        if self.kernel(spec) is None:
+                            kt[spec.op] = -1
+                    self.tables[code] = kt
         return kt
 
     def kernel(self, spec):
-        """The dispatcher that runs `spec`'s rows, or None (sinks, ops without a kernel)."""
+        """The dispatcher that runs `spec`'s rows, or None (sinks, ops without a kernel).
+        Called with _lock held (the twins are made once)."""
         if spec.kind == "ew":
             return getattr(self.module, codegen.ew_kernel_name(spec))
         kernel = BY_OP[spec.base].kernel if spec.kind == "struct" else None

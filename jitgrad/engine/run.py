@@ -89,12 +89,13 @@ def _target(t, hold):
         return Target(node_for(t._tape, t._row), t._tape, t._row, t._output_nr)
     ref = t._acc
     acc = ref() if ref is not None else None
-    if acc is None or acc._tape is None:
+    tape, row = (None, -1) if acc is None else acc._where()  # one pair: other threads move it
+    if tape is None:
         tape = _tape.current_tape()
         hold.append(tape)
-        _leaf_row(tape, t)
+        row = _leaf_row(tape, t)
         acc = t._acc()
-    return Target(acc, acc._tape, acc._row, 0)
+    return Target(acc, tape, row, 0)
 
 
 class GradientEdge(namedtuple("GradientEdge", "node output_nr ownership_token", defaults=(None,))):

@@ -14,13 +14,22 @@ pending gradients as one and hands back to Python once, when the last member it 
 is accumulated, rather than once per leaf.
 """
 import itertools
+import threading
 
 from jitgrad._core.capture import generation
 
 _ids = itertools.count()
 # how many hooks on leaves (tensor, post-accumulate, AccumulateGrad) exist: while none do,
-# backward skips every per-leaf hook check
+# backward skips every per-leaf hook check. Changed only under _lock: `+= 1` is a read and
+# a write, and a count lost to another thread registering at once could reach 0 while
+# hooks exist, and backward would skip them
 leaf_hooks = [0]
+_lock = threading.Lock()
+
+
+def _count_leaf_hooks(delta):
+    with _lock:
+        leaf_hooks[0] += delta
 
 
 class RemovableHandle:
@@ -34,8 +43,10 @@ class RemovableHandle:
         self.id = key[1]
 
     def remove(self):
-        hooks = self._registry.get(self._key[0])
-        if hooks is not None and self.id in hooks:
+        with _lock:  # (two threads removing one handle: one of them does)
+            hooks = self._registry.get(self._key[0])
+            if hooks is None or self.id not in hooks:
+                return
             del hooks[self.id]
             if self._on_leaf:
                 leaf_hooks[0] -= 1
@@ -55,9 +66,10 @@ def add_hook(registry, where, fn, on_leaf=False, watched=False):
     """registry: a dict where -> {hook id: fn} (dicts keep registration order). watched: a
     module's hooks, which compiled plans guard (adding or removing one bumps the generation)."""
     hid = next(_ids)
-    registry.setdefault(where, {})[hid] = fn
-    if on_leaf:
-        leaf_hooks[0] += 1
+    with _lock:  # (remove() may be deleting this registry's last entry for `where` now)
+        registry.setdefault(where, {})[hid] = fn
+        if on_leaf:
+            leaf_hooks[0] += 1
     if watched:
         generation[0] += 1
     return RemovableHandle(registry, (where, hid), on_leaf, watched)
@@ -83,7 +95,7 @@ class LeafGroup:
         # again: the new wrapper reduces its gradients, the old one no longer hears of them)
         for t in self.tensors:
             t._leaf_group = self
-        leaf_hooks[0] += 1
+        _count_leaf_hooks(1)
         self.removed = False
 
     def remove(self):
@@ -93,4 +105,4 @@ class LeafGroup:
                     t._leaf_group = None
             self.tensors = []
             self.removed = True
-            leaf_hooks[0] -= 1
+            _count_leaf_hooks(-1)

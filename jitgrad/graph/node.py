@@ -6,6 +6,7 @@ cached weakly per tape, so the same row always gives the same object while it is
 The forward pass never creates nodes: that keeps recording cheap and leaves nothing for
 the cycle collector or for backward to tear down.
 """
+import threading
 import weakref
 
 from jitgrad._core.messages import freed_error, modified_error
@@ -127,7 +128,10 @@ def node_class(name):
     its own subclass (aliases of one kernel under one name share it)."""
     cls = _classes.get(name)
     if cls is None:
-        cls = _classes[name] = type(name, (Node,), {"__slots__": ()})
+        with _lazy_lock:  # one class per name, also when two threads ask for a new one at once
+            cls = _classes.get(name)
+            if cls is None:
+                cls = _classes[name] = type(name, (Node,), {"__slots__": ()})
     return cls
 
 
@@ -135,32 +139,36 @@ class AccumulateGrad(Node):
     """The sink for a leaf: its row in the lowered graph collects the leaf's gradient.
     Unlike other nodes it is created eagerly (once per leaf and tape) and cached on the leaf,
     so that it is the same object wherever the leaf is reached."""
-    __slots__ = ("variable", "_metadata", "_tape_ref", "_prehooks", "_posthooks")
+    # _at: (weakref to the tape, row) of its latest sink row, one attribute replaced whole.
+    # The node is shared by every thread that records with the leaf, each adding rows to its
+    # own tape: a reader must never pair one thread's tape with another's row.
+    __slots__ = ("variable", "_metadata", "_at", "_prehooks", "_posthooks")
 
     # an AccumulateGrad outlives tapes: its hooks live on it ({0: {id: fn}}, see hooks.py)
     def register_hook(self, fn):
-        if getattr(self, "_posthooks", None) is None:
-            self._posthooks = {}
-        return add_hook(self._posthooks, 0, fn, on_leaf=True)
+        return add_hook(lazy_dict(self, "_posthooks"), 0, fn, on_leaf=True)
 
     def register_prehook(self, fn):
-        if getattr(self, "_prehooks", None) is None:
-            self._prehooks = {}
-        return add_hook(self._prehooks, 0, fn, on_leaf=True)
+        return add_hook(lazy_dict(self, "_prehooks"), 0, fn, on_leaf=True)
 
     @property
     def _tape(self):
         # weak: the tape holds this node (tape.leaves), a strong reference back would make
         # a cycle that only the garbage collector could free
-        ref = self._tape_ref
-        return None if ref is None else ref()
+        return self._at[0]()
+
+    @property
+    def _row(self):
+        return self._at[1]
+
+    def _where(self):
+        """(tape or None, row), read together (see _at)."""
+        ref, row = self._at
+        return ref(), row
 
     @property
     def metadata(self):
-        md = getattr(self, "_metadata", None)
-        if md is None:
-            md = self._metadata = {}
-        return md
+        return lazy_dict(self, "_metadata")
 
     def name(self):
         # torch's C++ node name; the class name (what torchviz and the seeds print) stays
@@ -179,6 +187,23 @@ class AccumulateGrad(Node):
         # a sink has no outputs: it runs after everything that feeds it (the leaf's latest
         # tape, which _tape names, may be newer than the graph being run)
         return -1
+
+
+NOWHERE = (lambda: None, -1)  # AccumulateGrad._at before its first row: no tape, row -1
+_lazy_lock = threading.Lock()
+
+
+def lazy_dict(obj, name):
+    """obj.<name>, a dict made on first use: made once, under a lock, so that two threads
+    registering hooks on one leaf's node at once keep both."""
+    d = getattr(obj, name, None)
+    if d is None:
+        with _lazy_lock:
+            d = getattr(obj, name, None)
+            if d is None:
+                d = {}
+                setattr(obj, name, d)
+    return d
 
 
 def node_for(tape, row):

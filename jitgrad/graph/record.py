@@ -7,6 +7,7 @@ on demand). The input tensors themselves are not kept: a saved input is kept as 
 (inline or by address), and its grad_fn is recovered from the row's edge.
 """
 import os
+import threading
 import traceback
 import weakref
 
@@ -18,7 +19,7 @@ from jitgrad._core.layout import CUDA_DT_OF, CUDA_NP_OF
 from jitgrad._core.modes import _anomaly, _anomaly_parent, _packing, _saved_hooks  # noqa: F401  (read per op)
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph import saved as _saved
-from jitgrad.graph.node import AccumulateGrad
+from jitgrad.graph.node import NOWHERE, AccumulateGrad
 from jitgrad.graph.spec import OP_ACC, OP_EXT, OP_OUT, OP_PYFN, OpSpec  # noqa: F401  (OP_OUT, OP_PYFN: re-exported)
 from jitgrad.graph.tape import (
     DT_F32,
@@ -37,7 +38,7 @@ from jitgrad.graph.tape import (
     tape_for,
 )
 from jitgrad.graph.tape import _local as _tape_local
-from jitgrad.graph.tensor import _Rare, wrap
+from jitgrad.graph.tensor import rare, wrap
 from jitgrad.graph.views import autograd_skips, made_inference
 
 _DT = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}
@@ -56,25 +57,39 @@ def _pack_row(tape, row, tensors):
 _new = object.__new__
 
 
+_acc_lock = threading.Lock()
+
+
+def accumulator(t):
+    """Leaf t's AccumulateGrad, made on first use: one per leaf (its hooks live on it), so
+    threads first recording with the leaf at once make it under a lock."""
+    x = rare(t)
+    with _acc_lock:
+        ref = x.acc
+        acc = None if ref is None else ref()
+        if acc is None:
+            acc = _new(AccumulateGrad)
+            acc.variable = t
+            acc._at = NOWHERE  # every field set before another thread can reach the node
+            acc._next = ()
+            x.acc = weakref.ref(acc)
+    return acc
+
+
 def _leaf_row(tape, t):
     """Leaf t's AccumulateGrad row in `tape`, added at its first use there. Per leaf and
-    graph: t._acc, acc._tape and tape.add_row are read and done inline."""
+    graph: t._acc, acc._at and tape.add_row are read and done inline. Threads recording
+    with one leaf each add rows to their own tapes: acc._at, where its latest row is, is
+    read and replaced as one (tape, row) pair, never a tape with another tape's row."""
     x = t._x
     ref = None if x is None else x.acc
     acc = None if ref is None else ref()
     if acc is not None:
-        ref = acc._tape_ref
-        if ref is not None and ref() is tape:
-            return acc._row
+        at = acc._at
+        if at[0]() is tape:
+            return at[1]
     else:
-        acc = _new(AccumulateGrad)
-        acc.variable = t
-        acc._tape_ref = None  # every field set before another thread can reach the node
-        acc._row = -1
-        acc._next = ()
-        if x is None:
-            x = t._x = _Rare()
-        x.acc = weakref.ref(acc)
+        acc = accumulator(t)
     d = t._data
     shp = tape.shape_ptr.get(d.shape)
     if shp is None:
@@ -84,9 +99,8 @@ def _leaf_row(tape, t):
     tape.nrows = row + 1
     if row + 1 >= MAX_ROWS:
         tape.closed = True
-    acc._row = row
-    acc._tape_ref = weakref.ref(tape)
     tape.leaves[row] = acc
+    acc._at = (weakref.ref(tape), row)
     return row
 
 

@@ -1,4 +1,5 @@
 """Tensor: a numpy array plus the autograd fields PyTorch exposes."""
+import threading
 import warnings
 import weakref
 
@@ -21,6 +22,7 @@ from jitgrad.gpu.array import TO_NUMPY, DeviceArray
 from jitgrad.graph import node as _node  # the Tensor <-> Node pair: grad_fn is a view of the row
 from jitgrad.graph import views as _views
 from jitgrad.graph.hooks import add_hook
+from jitgrad.graph.node import lazy_dict
 
 
 class _Rare:
@@ -45,6 +47,22 @@ class _Rare:
         self.group = None       # a leaf's graph/hooks.LeafGroup (a DDP bucket's), if any
 
 
+_rare_lock = threading.Lock()
+
+
+def rare(t):
+    """t's _Rare, made on first use. A leaf is shared between threads (each records with it,
+    accumulates into its .grad): two making one each would lose what was written to the
+    first (its .grad, its AccumulateGrad), so it is made once, under a lock."""
+    x = t._x
+    if x is None:
+        with _rare_lock:
+            x = t._x
+            if x is None:
+                x = t._x = _Rare()
+    return x
+
+
 def _rare_property(name):
     def get(self):
         x = self._x
@@ -53,7 +71,7 @@ def _rare_property(name):
     def set_(self, value):
         x = self._x
         if x is None:
-            x = self._x = _Rare()
+            x = rare(self)
         setattr(x, name, value)
     return property(get, set_)
 
@@ -291,11 +309,7 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self._tape is None:
-            if self._x is None:
-                self._x = _Rare()
-            if self._x.hooks is None:
-                self._x.hooks = {}
-            return add_hook(self._x.hooks, 0, hook, on_leaf=True)
+            return add_hook(lazy_dict(rare(self), "hooks"), 0, hook, on_leaf=True)
         return add_hook(self._tape.tensor_hooks, self._row, hook)
 
     def register_post_accumulate_grad_hook(self, hook):
@@ -304,11 +318,7 @@ class Tensor:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self._tape is not None:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
-        if self._x is None:
-            self._x = _Rare()
-        if self._x.post_hooks is None:
-            self._x.post_hooks = {}
-        return add_hook(self._x.post_hooks, 0, hook, on_leaf=True)
+        return add_hook(lazy_dict(rare(self), "post_hooks"), 0, hook, on_leaf=True)
 
     def requires_grad_(self, requires_grad=True):
         _stop("requires_grad_() in a compiled step")

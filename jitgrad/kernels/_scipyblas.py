@@ -21,6 +21,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import threading
 
 NAME = "scipy.linalg.cython_blas"
 NUMBA_LINALG = "numba.np.linalg"
@@ -48,10 +49,21 @@ def _wrap_ensure_blas(mod):
     mod.ensure_blas = ensure_blas
 
 
+_lock = threading.RLock()
+
+
 def preload():
-    """Load NAME alone, once; True if it is in sys.modules afterwards."""
+    """Load NAME alone, once; True if it is in sys.modules afterwards. Under a lock: the
+    module is in sys.modules while it executes, and a second thread must not take it then
+    (numba's compiles are serialised already; whatever else calls ensure_blas may not be)."""
     if NAME in sys.modules:
-        return True
+        with _lock:  # (it may still be executing in another thread: wait for that)
+            return NAME in sys.modules
+    with _lock:
+        return NAME in sys.modules or _preload()
+
+
+def _preload():
     if "scipy.linalg" in sys.modules:   # the package ran already: the ordinary import is cheap now
         return False
     try:

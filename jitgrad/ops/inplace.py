@@ -73,9 +73,9 @@ def _stale_one_element_saves(t):
     else:
         ref = t._acc
         acc = ref() if ref is not None else None
-        if acc is None or acc._tape is None:
+        tape, row = (None, -1) if acc is None else acc._where()
+        if tape is None:
             return
-        tape, row = acc._tape, acc._row
     version = t._version
     marks = [(row, None)] + tape.readers_of(row)
     for r, j in marks:

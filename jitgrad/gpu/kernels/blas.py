@@ -42,15 +42,19 @@ _backend = None
 def backend():
     """Which backend computes products: "cupy" (cuBLAS) or "numba" (the tiled kernel)."""
     global _backend
-    if _backend is None:
-        _backend = "numba"
+    backend = _backend
+    if backend is None:
+        # decided in a local and published once: a thread reading meanwhile must not see
+        # "numba" while another is about to choose "cupy"
+        backend = "numba"
         if not driver.simulated():
             try:
                 importlib.import_module("cupy")
-                _backend = "cupy"
+                backend = "cupy"
             except ImportError:
                 pass
-    return _backend
+        _backend = backend
+    return backend
 
 
 def set_backend(name):

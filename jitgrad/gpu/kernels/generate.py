@@ -17,6 +17,7 @@ instead, so there they are numpy's functions, which return what libdevice does.
 """
 import collections
 import math
+import threading
 import warnings
 
 import numpy as np
@@ -156,6 +157,7 @@ def _namespace():
 
 NAMESPACE = _namespace()
 _KERNELS = {}   # (formula, names, kinds, casts, flat, nparams) -> the cuda.jit kernel
+_lock = threading.Lock()
 
 
 def source(formula, names, kinds, casts, flat, nparams):
@@ -197,10 +199,13 @@ def kernel(formula, names, kinds, casts, flat, nparams):
     key = (formula, names, kinds, casts, flat, nparams)
     k = _KERNELS.get(key)
     if k is None:
-        ns = dict(NAMESPACE)
-        ns.update({f"T{j}": c for j, c in enumerate(casts) if c is not None})
-        exec(compile(source(*key), f"<jitgrad.gpu kernel: {formula}>", "exec"), ns)
-        k = _KERNELS[key] = cuda.jit(ns["kernel"])
+        with _lock:  # made once: threads asking at once share one kernel (and one compile)
+            k = _KERNELS.get(key)
+            if k is None:
+                ns = dict(NAMESPACE)
+                ns.update({f"T{j}": c for j, c in enumerate(casts) if c is not None})
+                exec(compile(source(*key), f"<jitgrad.gpu kernel: {formula}>", "exec"), ns)
+                k = _KERNELS[key] = cuda.jit(ns["kernel"])
     return k
 
 
