@@ -836,6 +836,32 @@ def _conv2d(ctx, input, weight, bias=None, stride=1, padding=0, dilation=1, grou
     return ctx.wrap(ctx.unflat(out))
 
 
+@batch_rule(public=("conv_transpose2d",))
+def _conv_transpose2d(ctx, input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    geometry = (stride, padding, output_padding)
+    unbatched_input = ndim(input) == 3
+    if not is_batched(weight) and not is_batched(bias):
+        p = ctx.phys(input)
+        out = ctx.fn(p.reshape((-1,) + tuple(p.shape[-3:])), weight, bias, *geometry, groups, dilation)
+        lead = tuple(p.shape[:ctx.nb + (0 if unbatched_input else 1)])
+        return ctx.wrap(out.reshape(lead + tuple(out.shape[1:])))
+    # a weight per sample: the samples become groups of one transposed convolution, as in conv2d's rule
+    x = ctx.flat(input)                                   # [B, (N,) Cin, H, W]
+    if unbatched_input:
+        x = x.unsqueeze(1)
+    nbatch, n, c = x.shape[0], x.shape[1], x.shape[2]
+    x = x.transpose(0, 1).reshape((n, nbatch * c) + tuple(x.shape[3:]))
+    w = ctx.flat(weight)                                  # [B, Cin, Cout/g, kh, kw]
+    w = w.reshape((nbatch * c,) + tuple(w.shape[2:]))
+    cout = w.shape[1] * groups
+    b = None if bias is None else ctx.flat(bias).reshape(nbatch * cout)
+    out = ctx.fn(x, w, b, *geometry, groups * nbatch, dilation)      # [N, B*Cout, Ho, Wo]
+    out = out.reshape((n, nbatch, cout) + tuple(out.shape[2:])).transpose(0, 1)
+    if unbatched_input:
+        out = out.squeeze(1)
+    return ctx.wrap(ctx.unflat(out))
+
+
 @batch_rule(primitives=("max_pool2d",), public=("max_pool2d",))
 def _max_pool2d(ctx, input, *args, **kwargs):
     p = ctx.phys(input)

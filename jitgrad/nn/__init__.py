@@ -3,6 +3,7 @@ import importlib as _importlib
 
 from jitgrad.nn import (  # noqa: F401
     functional,
+    grad,  # noqa: F401  (torch.nn.grad)
     init,
     utils,  # noqa: F401  (torch.nn.utils)
 )
@@ -24,7 +25,7 @@ from jitgrad.nn.activation import (  # noqa: F401,E402
     Softsign,
 )
 from jitgrad.nn.containers import ModuleDict, ParameterDict, ParameterList  # noqa: F401
-from jitgrad.nn.conv import Conv2d, MaxPool2d  # noqa: F401,E402
+from jitgrad.nn.conv import Conv2d, ConvTranspose2d, MaxPool2d  # noqa: F401,E402
 from jitgrad.nn.layers import (  # noqa: F401
     GELU,
     BCEWithLogitsLoss,

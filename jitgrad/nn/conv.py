@@ -15,7 +15,7 @@ import numpy as np
 from jitgrad._core import dtype as _dtype
 from jitgrad._core.messages import c_name, scalar_name, size_str, tensor_type
 from jitgrad.gpu.array import DeviceArray
-from jitgrad.graph.tensor import Tensor, empty
+from jitgrad.graph.tensor import Tensor, empty, zeros
 from jitgrad.nn import init
 from jitgrad.nn.module import Module
 from jitgrad.nn.parameter import Parameter
@@ -23,6 +23,7 @@ from jitgrad.nn.parameter import Parameter
 # the primitives' forwards, each beside its entry in ops/nn.py
 from jitgrad.ops.nn import _max_pool2d_with_indices, _pad2d  # noqa: F401
 from jitgrad.ops.nn import convolution as _convolution
+from jitgrad.ops.shape import cat as _cat
 
 
 def _pair(v, name="value"):
@@ -211,6 +212,188 @@ class Conv2d(Module):
             s += ", bias=False"
         if self.padding_mode != "zeros":
             s += f", padding_mode={self.padding_mode}"
+        return s
+
+
+# ============================================================================= conv_transpose2d
+# A composite, as the adjoint of conv2d is one: the transposed convolution of x is the direct
+# convolution (stride 1) of x with (stride - 1) zeros put between its neighbours, padded by
+# dilation * (kernel - 1) - padding (plus output_padding at the bottom / right), with the
+# weight's in / out channels swapped per group and its taps flipped. So its backward, double
+# backward, forward-mode rule, compiled kernel and vmap rule are conv2d's and the shape ops'.
+# The zeros cost stride**2 more multiplies than a direct col2im kernel would; stride 1 (the
+# usual upsampling-free case) inserts nothing.
+
+def _stuff(x, dim, s):
+    """x (batched, 4-D) with s - 1 zeros written between neighbours along dim (2 or 3)."""
+    if s == 1:
+        return x
+    shape = tuple(x.shape)
+    gap = list(shape)
+    gap.insert(dim + 1, s - 1)
+    filler = zeros(*gap, dtype=x.dtype, device=x.device)
+    inter = _cat([x.unsqueeze(dim + 1), filler], dim + 1)          # (..., n, s, ...)
+    merged = shape[:dim] + (shape[dim] * s,) + shape[dim + 1:]
+    keep = [slice(None)] * 4
+    keep[dim] = slice(0, (shape[dim] - 1) * s + 1)
+    return inter.reshape(merged)[tuple(keep)]
+
+
+def _append_zeros(x, dim, n):
+    """x with n zeros after its end along dim."""
+    if n == 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = n
+    return _cat([x, zeros(*shape, dtype=x.dtype, device=x.device)], dim)
+
+
+def _transposed_checks(x, w, b, stride, padding, output_padding, dilation, groups):
+    """torch's checks of a transposed convolution (aten's ConvParams and conv_transpose's shape
+    check), in its words; returns the output's spatial size."""
+    if x.ndim not in (3, 4):
+        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to conv_transpose2d, but got input of "
+                           f"size: {size_str(x.shape)}")
+    if w.ndim != 4:
+        raise RuntimeError(f"weight should have at least three dimensions, got {w.ndim}" if w.ndim < 3 else
+                           f"Expected {w.ndim}-dimensional input for {w.ndim}-dimensional weight "
+                           f"{size_str(w.shape)}, but got {x.ndim}-dimensional input of size {size_str(x.shape)} instead")
+    if min(stride) <= 0:
+        raise RuntimeError("non-positive stride is not supported")
+    if min(padding) < 0:
+        raise RuntimeError("negative padding is not supported")
+    if min(output_padding) < 0:
+        raise RuntimeError("negative output_padding is not supported")
+    if min(dilation) <= 0:
+        raise RuntimeError(f"dilation should be greater than zero, but got dilation_height: {dilation[0]}, "
+                           f"dilation_width: {dilation[1]}")
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    if any(op >= s and op >= d for op, s, d in zip(output_padding, stride, dilation)):
+        raise RuntimeError(f"output padding must be smaller than either stride or dilation, but got "
+                           f"output_padding_height: {output_padding[0]} output_padding_width: {output_padding[1]} "
+                           f"stride_height: {stride[0]} stride_width: {stride[1]} dilation_height: {dilation[0]} "
+                           f"dilation_width: {dilation[1]}")
+    if w.shape[0] < groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be at least {groups} at dimension 0, but got "
+                           f"weight of size {size_str(w.shape)} instead")
+    if w.shape[0] % groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, "
+                           f"but got weight of size {size_str(w.shape)} instead")
+    cin = x.shape[-3]
+    if cin != w.shape[0]:
+        raise RuntimeError(f"Given transposed=1, weight of size {size_str(w.shape)}, expected input"
+                           f"{size_str(x.shape if x.ndim == 4 else (1,) + tuple(x.shape))} to have {w.shape[0]} "
+                           f"channels, but got {cin} channels instead")
+    cout = w.shape[1] * groups
+    if b is not None and tuple(b.shape) != (cout,):
+        raise RuntimeError(f"Given transposed=1, weight of size {size_str(w.shape)}, expected bias to be "
+                           f"1-dimensional with {cout} elements, but got bias of size {size_str(b.shape)} instead")
+    size = tuple((n - 1) * s - 2 * p + d * (k - 1) + op + 1 for n, s, p, d, k, op in
+                 zip(x.shape[-2:], stride, padding, dilation, w.shape[2:], output_padding))
+    if min(size) < 1:
+        raise RuntimeError(f"Given input size per channel: ({x.shape[-2]} x {x.shape[-1]}). Calculated output size "
+                           f"per channel: ({size[0]} x {size[1]}). Output size is too small")
+    return size
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transposed 2-D convolution (the gradient of conv2d with respect to its input) of
+    input (N, Cin, H, W) or (Cin, H, W) with weight (Cin, Cout/groups, kh, kw)."""
+    if not isinstance(input, Tensor) or not isinstance(weight, Tensor):
+        raise TypeError("conv_transpose2d(): argument 'input' and 'weight' must be Tensor")
+    stride, padding = _pair(stride, "stride"), _pair(padding, "padding")
+    output_padding, dilation = _pair(output_padding, "output_padding"), _pair(dilation, "dilation")
+    groups = int(groups)
+    _transposed_checks(input, weight, bias, stride, padding, output_padding, dilation, groups)
+    x = input if input.ndim == 4 else input.unsqueeze(0)
+    cin, m, kh, kw = weight.shape
+    # the direct conv's weight (Cout, Cin/groups, kh, kw), taps flipped
+    wd = weight.reshape(groups, cin // groups, m, kh, kw).transpose(1, 2).reshape(groups * m, cin // groups, kh, kw)
+    wd = wd.flip((2, 3))
+    x = _stuff(_stuff(x, 2, stride[0]), 3, stride[1])
+    # padding of the stuffed input per side, lo before and hi = lo + output_padding after: a
+    # negative one crops the input; the direct conv pads both sides by max(lo, 0), and what
+    # hi has beyond that is written as zero rows / columns at the end (so that conv2d's node
+    # stays the output's, ConvolutionBackward0 as torch's)
+    pads = []
+    for dim, (p, op, d, k) in enumerate(zip(padding, output_padding, dilation, (kh, kw)), start=2):
+        lo = d * (k - 1) - p
+        hi = lo + op
+        n = x.shape[dim]
+        if lo < 0 or hi < 0:
+            x = x.narrow(dim, max(0, -lo), n - max(0, -lo) - max(0, -hi))
+        x = _append_zeros(x, dim, max(hi, 0) - max(lo, 0))
+        pads.append(max(lo, 0))
+    out = conv2d(x, wd, bias, 1, tuple(pads), dilation, groups)
+    return out if input.ndim == 4 else out.squeeze(0)
+
+
+def _output_padding(input, output_size, stride, padding, kernel_size, dilation):
+    """torch's ConvTranspose*d._output_padding: the output_padding that gives output_size."""
+    if output_size is None:
+        return None
+    k = 2
+    output_size = [int(v) for v in output_size]
+    if len(output_size) not in (k, k + 2, k + (input.ndim - 2)):
+        raise ValueError(f"ConvTranspose2D: for {input.ndim}D input, output_size must have {k} or {k + 2} "
+                         f"elements (got {len(output_size)})")
+    output_size = output_size[-k:]
+    mins = [(input.shape[input.ndim - k + d] - 1) * stride[d] - 2 * padding[d] +
+            (dilation[d] if dilation is not None else 1) * (kernel_size[d] - 1) + 1 for d in range(k)]
+    maxs = [mins[d] + stride[d] - 1 for d in range(k)]
+    for size, lo, hi in zip(output_size, mins, maxs):
+        if size < lo or size > hi:
+            raise ValueError(f"requested an output size of {output_size}, but valid sizes range from {mins} to "
+                             f"{maxs} (for an input of {list(input.shape[2:])})")
+    return tuple(size - lo for size, lo in zip(output_size, mins))
+
+
+class ConvTranspose2d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
+        super().__init__()
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups != 0:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups != 0:
+            raise ValueError("out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.stride, self.padding = _pair(stride, "stride"), _pair(padding, "padding")
+        self.dilation, self.output_padding = _pair(dilation, "dilation"), _pair(output_padding, "output_padding")
+        self.groups, self.padding_mode, self.transposed = groups, padding_mode, True
+        dtype = dtype or _dtype.get_default_dtype()
+        self.weight = Parameter(empty(in_channels, out_channels // groups, *self.kernel_size, dtype=dtype))
+        if bias:
+            self.bias = Parameter(empty(out_channels, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init.default_layer_init_(self.weight, self.bias)
+
+    def forward(self, input, output_size=None):
+        op = _output_padding(input, output_size, self.stride, self.padding, self.kernel_size, self.dilation)
+        return conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding,
+                                self.output_padding if op is None else op, self.groups, self.dilation)
+
+    def extra_repr(self):
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0, 0):
+            s += f", padding={self.padding}"
+        if self.dilation != (1, 1):
+            s += f", dilation={self.dilation}"
+        if self.output_padding != (0, 0):
+            s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
         return s
 
 
