@@ -278,8 +278,9 @@ def _transposed_checks(x, w, b, stride, padding, output_padding, dilation, group
         raise RuntimeError(f"Given groups={groups}, expected weight to be at least {groups} at dimension 0, but got "
                            f"weight of size {size_str(w.shape)} instead")
     if w.shape[0] % groups:
+        # (torch's message prints the size in two brackets here)
         raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, "
-                           f"but got weight of size {size_str(w.shape)} instead")
+                           f"but got weight of size [{size_str(w.shape)}] instead")
     cin = x.shape[-3]
     if cin != w.shape[0]:
         raise RuntimeError(f"Given transposed=1, weight of size {size_str(w.shape)}, expected input"
