@@ -307,6 +307,13 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     output_padding, dilation = _pair(output_padding, "output_padding"), _pair(dilation, "dilation")
     groups = int(groups)
     _transposed_checks(input, weight, bias, stride, padding, output_padding, dilation, groups)
+    xd, wdt = input._data.dtype, weight._data.dtype
+    if xd.kind != "f" and xd != np.int64:      # torch's CPU kernel has float and int64 forms
+        raise _dtype.not_implemented("slow_conv_transpose2d_out_cpu", xd)
+    if wdt != xd:
+        raise RuntimeError(f"expected scalar type {scalar_name(xd)} but found {scalar_name(wdt)}")
+    if xd.kind != "f":
+        raise RuntimeError(f"\"conv_transpose2d\" not implemented for '{xd.name}'")
     x = input if input.ndim == 4 else input.unsqueeze(0)
     cin, m, kh, kw = weight.shape
     # the direct conv's weight (Cout, Cin/groups, kh, kw), taps flipped

@@ -173,6 +173,8 @@ SAMPLES.update({
     # nn.functional
     "linear": [S(u(3, 4), u(2, 4)), S(u(4), u(2, 4), u(2))],
     "conv2d": [S(u(1, 2, 5, 5), u(3, 2, 3, 3)), S(u(2, 5, 5), u(3, 2, 3, 3), u(3), padding=1)],
+    "conv_transpose2d": [S(u(1, 2, 3, 3), u(2, 3, 2, 2)),
+                         S(u(2, 3, 3), u(2, 2, 3, 3), u(4), stride=2, padding=1, output_padding=1, groups=2)],
     "max_pool2d": [S(u(1, 2, 4, 4), 2)], "avg_pool2d": [S(u(2, 4, 4), 2)],
     "adaptive_avg_pool2d": [S(u(1, 2, 4, 4), (2, 1))],
     "batch_norm": [S(u(4, 3), None, None, training=True), S(u(4, 3), u(3), pos(3), u(3), u(3))],

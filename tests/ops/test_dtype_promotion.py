@@ -241,6 +241,7 @@ F_FORMS.update({
     "nll_loss": ab(lambda m, f, A, B: f(A(), B((2,)))),
     "linear": ab(lambda m, f, A, B: f(A(), B((4, 3)))),
     "conv2d": ab(lambda m, f, A, B: f(A((1, 1, 3, 3)), B((1, 1, 2, 2)))),
+    "conv_transpose2d": ab(lambda m, f, A, B: f(A((1, 1, 3, 3)), B((1, 1, 2, 2)))),
     "embedding": ab(lambda m, f, A, B: f(A((2,)), B((8, 3)))),
     "one_hot": u(lambda m, f, A, B: f(A(), 8)),
     "layer_norm": ab(lambda m, f, A, B: f(A(), (3,), B((3,)))),
@@ -285,6 +286,7 @@ EXCLUDED = {
 # computed silently; each is a missing feature or another part's validation.
 KNOWN_GAPS = {
     "F.conv2d": "int input and weight: torch convolves in the int dtype, jitgrad refuses with RuntimeError",
+    "F.conv_transpose2d": "int64 input and weight: torch convolves in int64, jitgrad refuses with RuntimeError",
 }
 
 
