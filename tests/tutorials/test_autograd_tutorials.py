@@ -547,30 +547,6 @@ def test_conv_bn_gradchecks():
     both(conv_bn_gradchecks)
 
 
-class Adadelta:
-    """torch.optim.Adadelta's update (rho=0.9, eps=1e-6), until jitgrad's optim has Adadelta:
-    a local stand-in for the jitgrad run only."""
-
-    def __init__(self, T, params, lr=1.0, rho=0.9, eps=1e-6):
-        self.T, self.params, self.lr, self.rho, self.eps = T, list(params), lr, rho, eps
-        self.param_groups = [{"lr": lr}]
-        self.state = [(T.zeros_like(p), T.zeros_like(p)) for p in self.params]
-
-    def zero_grad(self):
-        for p in self.params:
-            p.grad = None
-
-    def step(self):
-        lr, rho, eps = self.param_groups[0]["lr"], self.rho, self.eps
-        with self.T.no_grad():
-            for p, (sq, acc) in zip(self.params, self.state):
-                g = p.grad
-                sq.mul_(rho).add_((1 - rho) * g * g)
-                delta = (acc + eps).sqrt() / (sq + eps).sqrt() * g
-                acc.mul_(rho).add_((1 - rho) * delta * delta)
-                p.sub_(lr * delta)
-
-
 def SameDropout(T, p):
     """nn.Dropout(p) whose masks come from a numpy stream, the same for both libraries."""
     rng = np.random.default_rng(8)
@@ -684,15 +660,12 @@ def conv_bn_training(T, fused, log, peaks=None, epochs=2):
     rng = np.random.default_rng(4)
     for p in convs + list(model.fc1.parameters()) + list(model.fc2.parameters()):
         same(T, p, rng, 0.05)
-    optimizer = T.optim.Adadelta(model.parameters(), lr=1.0) if T is torch else Adadelta(T, model.parameters())
-    scheduler = T.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7) if T is torch else None
+    optimizer = T.optim.Adadelta(model.parameters(), lr=1.0)
+    scheduler = T.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
     for epoch in range(epochs):
         train(model, device, train_loader, optimizer, epoch)
         test(model, device, test_loader)
-        if scheduler is not None:
-            scheduler.step()
-        else:   # StepLR(step_size=1, gamma=0.7), with the stand-in optimizer
-            optimizer.param_groups[0]["lr"] *= 0.7
+        scheduler.step()
     return model
 
 
