@@ -15,7 +15,7 @@ from conftest import gen_array
 
 import jitgrad
 import jitgrad.nn.functional as F
-from jitgrad.optim import SGD, Adam, AdamW, RMSprop
+from jitgrad.optim import SGD, Adadelta, Adam, AdamW, RMSprop
 from jitgrad.optim.lr_scheduler import CosineAnnealingLR, StepLR
 
 SGD_OPTIONS = [
@@ -39,7 +39,8 @@ ADAM_OPTIONS = [
 CASES = ([(SGD, dict(lr=0.05, **o)) for o in SGD_OPTIONS]
          + [(Adam, dict(lr=0.01, **o)) for o in ADAM_OPTIONS]
          + [(AdamW, dict(lr=0.01, **o)) for o in ADAM_OPTIONS]
-         + [(RMSprop, dict(lr=0.01, **o)) for o in ({}, {"centered": True, "momentum": 0.5, "weight_decay": 0.1})])
+         + [(RMSprop, dict(lr=0.01, **o)) for o in ({}, {"centered": True, "momentum": 0.5, "weight_decay": 0.1})]
+         + [(Adadelta, dict(lr=0.5, **o)) for o in ({}, {"rho": 0.8, "weight_decay": 0.1, "maximize": True})])
 CASE_IDS = [f"{cls.__name__}-" + ("-".join(f"{k}={v}" for k, v in o.items() if k != "lr") or "plain")
             for cls, o in CASES]
 

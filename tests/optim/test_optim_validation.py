@@ -20,7 +20,7 @@ def ps(T, n=2):
     return [T.ones(2, requires_grad=True) for _ in range(n)]
 
 
-OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop")
+OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adadelta")
 BAD_HYPERPARAMETERS = {
     "SGD": [dict(lr=-0.1), dict(momentum=-1.0), dict(weight_decay=-1e-3), dict(nesterov=True),
             dict(nesterov=True, momentum=0.9, dampening=0.1), dict(lr=float("nan")), dict(lr=0.0, momentum=0.0)],
@@ -31,6 +31,8 @@ BAD_HYPERPARAMETERS = {
               dict(weight_decay=-1.0), dict(weight_decay=0.0)],
     "RMSprop": [dict(lr=-0.1), dict(eps=-1e-8), dict(momentum=-0.5), dict(weight_decay=-1.0), dict(alpha=-0.9),
                 dict(alpha=0.0, momentum=0.0)],
+    "Adadelta": [dict(lr=-0.1), dict(rho=1.5), dict(rho=-0.1), dict(eps=-1e-6), dict(weight_decay=-1.0),
+                 dict(rho=0.0, eps=0.0)],
 }
 HYPER = {f"{name}({', '.join(f'{k}={v}' for k, v in kw.items())})": (name, kw)
          for name, kws in BAD_HYPERPARAMETERS.items() for kw in kws}
