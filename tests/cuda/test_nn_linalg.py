@@ -1,6 +1,6 @@
 """Matrix products and the nn primitives on CUDA tensors, forward and backward, against the
 same ops on the CPU (float64: to rounding; float32: to float32's precision): matmul / mm /
-bmm / mv / dot (transposed operands, broadcast batches), addmm, linear, trace, conv2d,
+bmm / mv / dot (transposed operands, broadcast batches), addmm, linear, trace, conv2d, conv_transpose2d,
 max_pool2d, softmax, log_softmax, layer_norm, embedding, nll_loss, cross_entropy, gelu.
 Then the device errors these ops raise, and the gemm backends."""
 import ctypes
@@ -141,6 +141,13 @@ def test_trace():
 def test_conv2d(kw):
     groups = kw.get("groups", 1)
     check(lambda x, w, b: F.conv2d(x, w, b, **kw), rand(2, 4, 7, 6), rand(6, 4 // groups, 3, 2), rand(6))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(stride=2, output_padding=1), dict(padding=(2, 1), dilation=(1, 2)),
+                                dict(stride=2, padding=1, output_padding=1, groups=2, dilation=2)])
+def test_conv_transpose2d(kw):
+    groups = kw.get("groups", 1)
+    check(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), rand(2, 4, 4, 5), rand(4, 6 // groups, 3, 2), rand(6))
 
 
 def test_conv2d_without_bias_float32_and_unbatched():
