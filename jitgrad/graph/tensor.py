@@ -834,7 +834,7 @@ def _factory(fill, fn, float_only=None, random=False, const=None):
     return make
 
 
-_rng = [np.random.default_rng()]
+_rng = [None]  # torch.default_generator (graph/random.py puts it here): every draw without a generator
 
 
 def replayed(change, name):
@@ -846,8 +846,8 @@ def replayed(change, name):
 
 
 def manual_seed(seed):
-    _rng[0] = np.random.default_rng(seed)
-    replayed(lambda: manual_seed(seed), "manual_seed")
+    """Seeds torch.default_generator (and returns it, as torch does)."""
+    return _rng[0].manual_seed(seed)
 
 
 def rng_state():
@@ -857,7 +857,7 @@ def rng_state():
     box = [None]
 
     def read():
-        box[0] = _rng[0].bit_generator.state
+        box[0] = _rng[0].snapshot()
     read()
     replayed(read, "the generator's state read")
     return box
@@ -865,7 +865,7 @@ def rng_state():
 
 def set_rng_state(box):
     def write():
-        _rng[0].bit_generator.state = box[0]
+        _rng[0].restore(box[0])
     write()
     replayed(write, "the generator's state set")
 
@@ -873,8 +873,16 @@ def set_rng_state(box):
 zeros = _factory(lambda s, d: np.zeros(s, d), "zeros", const=0)
 ones = _factory(lambda s, d: np.ones(s, d), "ones", const=1)
 empty = _factory(lambda s, d: np.empty(s, d), "empty", const="none")
-randn = _factory(lambda s, d: _rng[0].standard_normal(s).astype(d), "randn", "normal_kernel_cpu", random=True)
-rand = _factory(lambda s, d: _rng[0].random(s).astype(d), "rand", "check_uniform_bounds", random=True)
+# (a fresh tensor is contiguous: torch's normal_fill for 16 elements or more)
+randn = _factory(lambda s, d: _rng[0].normal(_numel(s), d).reshape(s), "randn", "normal_kernel_cpu", random=True)
+rand = _factory(lambda s, d: _rng[0].uniform(_numel(s), d).reshape(s), "rand", "check_uniform_bounds", random=True)
+
+
+def _numel(shape):
+    n = 1
+    for k in shape:
+        n *= k
+    return n
 
 
 def _number(x):

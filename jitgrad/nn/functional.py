@@ -10,6 +10,7 @@ from jitgrad._core.capture import state as _cap
 from jitgrad._core.messages import scalar_name as _scalar_name
 from jitgrad._core.messages import size_str as _size_str
 from jitgrad._core.messages import torch_size
+from jitgrad._core.rng import laid_out, layout_of
 from jitgrad.graph.tensor import Tensor, _rng, place
 from jitgrad.ops import functional as _F
 from jitgrad.ops import nn as _nn
@@ -88,12 +89,16 @@ def dropout(input, p=0.5, training=True, inplace=False):
                            f"{_scalar_name(input._data.dtype)}")
     if p == 1:
         return input * 0.0
-    shape, dtype, device = input._data.shape, input._data.dtype, input.device
+    dtype, device = input._data.dtype, input.device
 
     def mask():
-        # _rng[0] when drawn: a replay draws what eager would from the generator's state then;
-        # on the host for a CUDA input too (the factories' rule: a seed gives the same masks)
-        return (place((_rng[0].random(shape) >= p).astype(dtype) / (1 - p), device),)
+        # torch (CPU): noise = empty_like(input).bernoulli_(1 - p); noise.div_(1 - p): a double
+        # uniform per element, kept when below 1 - p, in the input's storage order. _rng[0]
+        # when drawn: a replay draws what eager would from the generator's state then; on
+        # the host for a CUDA input too (the factories' rule: a seed gives the same masks)
+        keep = laid_out(layout, _rng[0].uniform(layout.size, np.float64)) < 1 - p
+        return (place(keep.astype(dtype) / dtype.type(1 - p), device),)
+    layout = layout_of(input._data)
     (keep,) = _computed(mask, (), "dropout's mask")
     return input * keep
 

@@ -33,7 +33,8 @@ class SequentialSampler(Sampler):
 def _own_generator():
     """A generator for one pass when the sampler has none: seeded from the global generator,
     as torch seeds it from its default one."""
-    return Generator().manual_seed(int(_rng[0].integers(0, 1 << 63)))
+    # torch: int(torch.empty((), dtype=torch.int64).random_().item()), a 64-bit word % 2**63
+    return Generator().manual_seed(int(_rng[0].integers(1, 0, 1 << 63)[0]))
 
 
 class RandomSampler(Sampler):
