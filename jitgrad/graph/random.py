@@ -29,6 +29,8 @@ class Generator(_engine.Engine):
                                "drawn on the host)")
         self.device = dev
         super().__init__(DEFAULT_SEED)
+        # (a Generator made inside a compiled step starts afresh at each replay, as eager's)
+        replayed(lambda: self.reseed(DEFAULT_SEED), "Generator()")
 
     def manual_seed(self, seed):
         if isinstance(seed, bool) or not _is_int(seed):
@@ -52,21 +54,16 @@ class Generator(_engine.Engine):
         return s
 
     def get_state(self):
-        """The generator's state as torch's: a uint8 tensor of 5056 bytes (CPUGeneratorImplState)."""
-        return drawn(lambda: (self.state_bytes(),))  # (a jitgrad.compile replay reads the state then)
+        """The generator's state in torch's layout (CPUGeneratorImplState, 5056 bytes), one byte
+        per element of an int64 tensor: jitgrad has no uint8 dtype yet (torch's is a uint8
+        tensor of the same bytes; set_state takes either)."""
+        return drawn(lambda: (self.state_bytes().astype(np.int64),))  # (a compiled replay reads it then)
 
     def set_state(self, new_state):
-        if not isinstance(new_state, Tensor):
-            raise TypeError(f"expected a torch.ByteTensor, but got {_tname(new_state)}")
-        arr = new_state._array()
-        if arr.dtype != np.uint8:
-            raise TypeError("RNG state must be a torch.ByteTensor")
-        if arr.size != _engine.STATE_BYTES:
-            raise RuntimeError(f"Expected a CPUGeneratorImplState of size {_engine.STATE_BYTES} but found the "
-                               f"input RNG state size to be {arr.size}")
-        self.load_bytes(arr.ravel())
-        if _cap.on and _cap.mine():  # replayed with the state tensor's value then
-            _cap.rec.python(lambda a: (self.load_bytes(np.asarray(a).ravel()), ())[1], (new_state,), (),
+        arr = _state_bytes(new_state)
+        self.load_bytes(arr)
+        if _cap.on and _cap.mine() and isinstance(new_state, Tensor):  # replayed with the tensor's value then
+            _cap.rec.python(lambda a: (self.load_bytes(_state_bytes(a)), ())[1], (new_state,), (),
                             "Generator.set_state")
         return self
 
@@ -80,6 +77,27 @@ class Generator(_engine.Engine):
 
 default_generator = Generator()
 _t._rng[0] = default_generator  # the stream of every draw made without a generator
+
+
+def _state_bytes(state):
+    """A state's 5056 bytes: get_state's int64 tensor, or torch's own uint8 tensor (or array)."""
+    if isinstance(state, Tensor):
+        arr = state._array()
+    elif hasattr(state, "__array__") and hasattr(state, "dtype"):  # a real torch.ByteTensor, a numpy array
+        arr = np.asarray(state)
+    else:
+        raise TypeError(f"expected a torch.ByteTensor, but got {_tname(state)}")
+    if arr.dtype.kind not in "iu":
+        raise TypeError("RNG state must be a torch.ByteTensor")
+    if arr.size != _engine.STATE_BYTES:
+        raise RuntimeError(f"Expected a CPUGeneratorImplState of size {_engine.STATE_BYTES} but found the input "
+                           f"RNG state size to be {arr.size}")
+    arr = arr.ravel()
+    if arr.dtype != np.uint8:
+        if np.any((arr < 0) | (arr > 255)):
+            raise RuntimeError("RNG state must be a torch.ByteTensor: its values are bytes, 0 to 255")
+        arr = arr.astype(np.uint8)
+    return arr
 
 
 def _check_generator(generator, fn):

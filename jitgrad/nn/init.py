@@ -9,7 +9,7 @@ from jitgrad._core.capture import stop as _stop
 from jitgrad._core.messages import scalar_name
 from jitgrad._core.rng import contiguous, laid_out
 from jitgrad.gpu.array import DeviceArray
-from jitgrad.graph.random import _check_generator, default_generator
+from jitgrad.graph import random as _random
 
 
 def _fans(t):
@@ -60,9 +60,9 @@ def _floating(t, kernel):
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(t._data.dtype)}'")
 
 
-def _gen(generator, fn):
-    _check_generator(generator, fn)
-    return default_generator if generator is None else generator
+def _stream(g, fn):
+    _random._check_generator(g, fn)
+    return _random.default_generator if g is None else g
 
 
 # torch's initialisers are tensor.uniform_ / normal_ under no_grad: the same draws, so a
@@ -70,13 +70,13 @@ def _gen(generator, fn):
 def uniform_(t, a=0.0, b=1.0, generator=None):
     _floating(t, "check_uniform_bounds")
     d = t._data
-    return _fill(t, laid_out(d, _gen(generator, "uniform_").uniform(d.size, d.dtype, float(a), float(b))))
+    return _fill(t, laid_out(d, _stream(generator, "uniform_").uniform(d.size, d.dtype, float(a), float(b))))
 
 
 def normal_(t, mean=0.0, std=1.0, generator=None):
     _floating(t, "normal_kernel_cpu")
     d = t._data
-    return _fill(t, laid_out(d, _gen(generator, "normal_").normal(d.size, d.dtype, float(mean), float(std),
+    return _fill(t, laid_out(d, _stream(generator, "normal_").normal(d.size, d.dtype, float(mean), float(std),
                                                                    contiguous(d))))
 
 
