@@ -76,7 +76,7 @@ class Generator(_engine.Engine):
 
 
 default_generator = Generator()
-_t._rng[0] = default_generator  # the stream of every draw made without a generator
+_t._rng[:] = [default_generator, Generator()]  # the streams of the draws made without a generator
 
 
 def _state_bytes(state):
@@ -105,8 +105,8 @@ def _check_generator(generator, fn):
         raise TypeError(f"{fn}() received an invalid combination of arguments - got generator={_tname(generator)}")
 
 
-def _permutation(n, generator):
-    return (generator or default_generator).permutation(n)
+def _permutation(n, generator, dev):
+    return (generator or _t.stream(dev)).permutation(n)
 
 
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
@@ -119,7 +119,7 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False)
     npd = _dtype_arg(dtype, "randperm") or np.dtype(np.int64)
     dev = _device.check(device, "randperm")
     n = int(n)
-    return drawn(lambda: (place(_permutation(n, generator).astype(npd), dev),), (), requires_grad)
+    return drawn(lambda: (place(_permutation(n, generator, dev).astype(npd), dev),), (), requires_grad)
 
 
 def randint(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False):
@@ -148,7 +148,7 @@ def randint(*args, size=None, generator=None, dtype=None, device=None, requires_
     span = high - low
 
     def draw():
-        values = (generator or default_generator).integers(count, low, span)  # torch: random() % range + from
+        values = (generator or _t.stream(dev)).integers(count, low, span)  # torch: random() % range + from
         return (place(values.reshape(shape).astype(npd), dev),)
     return drawn(draw, (), requires_grad)
 

@@ -826,7 +826,7 @@ def _factory(fill, fn, float_only=None, random=False, const=None):
         # CUDA tensors are filled on the host and copied over: the random ones draw from
         # the same generator as the CPU's, so a seed gives the same numbers on both
         if random:
-            return drawn(lambda: (place(fill(shape, npd), dev),), (), requires_grad)
+            return drawn(lambda: (place(fill(shape, npd, dev), dev),), (), requires_grad)
         if const is not None and dev.type == "cuda":
             return _finish(filled(shape, npd, const, dev), requires_grad)
         return _finish(place(fill(shape, npd), dev), requires_grad)
@@ -834,7 +834,15 @@ def _factory(fill, fn, float_only=None, random=False, const=None):
     return make
 
 
-_rng = [None]  # torch.default_generator (graph/random.py puts it here): every draw without a generator
+# torch.default_generator, then the CUDA tensors' default stream (graph/random.py puts them
+# here): every draw made without a generator. CUDA tensors are drawn on the host, from a
+# stream of their own, so that (as in torch) they never move the CPU one.
+_rng = [None, None]
+
+
+def stream(dev):
+    """The default generator of a device's draws."""
+    return _rng[1] if dev.type == "cuda" else _rng[0]
 
 
 def replayed(change, name):
@@ -846,7 +854,8 @@ def replayed(change, name):
 
 
 def manual_seed(seed):
-    """Seeds torch.default_generator (and returns it, as torch does)."""
+    """Seeds torch.default_generator and the CUDA stream (and returns the first, as torch does)."""
+    _rng[1].manual_seed(seed)
     return _rng[0].manual_seed(seed)
 
 
@@ -857,7 +866,7 @@ def rng_state():
     box = [None]
 
     def read():
-        box[0] = _rng[0].snapshot()
+        box[0] = (_rng[0].snapshot(), _rng[1].snapshot())
     read()
     replayed(read, "the generator's state read")
     return box
@@ -865,7 +874,8 @@ def rng_state():
 
 def set_rng_state(box):
     def write():
-        _rng[0].restore(box[0])
+        _rng[0].restore(box[0][0])
+        _rng[1].restore(box[0][1])
     write()
     replayed(write, "the generator's state set")
 
@@ -874,8 +884,10 @@ zeros = _factory(lambda s, d: np.zeros(s, d), "zeros", const=0)
 ones = _factory(lambda s, d: np.ones(s, d), "ones", const=1)
 empty = _factory(lambda s, d: np.empty(s, d), "empty", const="none")
 # (a fresh tensor is contiguous: torch's normal_fill for 16 elements or more)
-randn = _factory(lambda s, d: _rng[0].normal(_numel(s), d).reshape(s), "randn", "normal_kernel_cpu", random=True)
-rand = _factory(lambda s, d: _rng[0].uniform(_numel(s), d).reshape(s), "rand", "check_uniform_bounds", random=True)
+randn = _factory(lambda s, d, dev: stream(dev).normal(_numel(s), d).reshape(s), "randn", "normal_kernel_cpu",
+                 random=True)
+rand = _factory(lambda s, d, dev: stream(dev).uniform(_numel(s), d).reshape(s), "rand", "check_uniform_bounds",
+                random=True)
 
 
 def _numel(shape):

@@ -10,6 +10,7 @@ from jitgrad._core.messages import scalar_name
 from jitgrad._core.rng import contiguous, laid_out
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph import random as _random
+from jitgrad.graph import tensor as _t
 
 
 def _fans(t):
@@ -60,9 +61,9 @@ def _floating(t, kernel):
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(t._data.dtype)}'")
 
 
-def _stream(g, fn):
+def _stream(t, g, fn):
     _random._check_generator(g, fn)
-    return _random.default_generator if g is None else g
+    return _t.stream(t.device) if g is None else g
 
 
 # torch's initialisers are tensor.uniform_ / normal_ under no_grad: the same draws, so a
@@ -70,13 +71,13 @@ def _stream(g, fn):
 def uniform_(t, a=0.0, b=1.0, generator=None):
     _floating(t, "check_uniform_bounds")
     d = t._data
-    return _fill(t, laid_out(d, _stream(generator, "uniform_").uniform(d.size, d.dtype, float(a), float(b))))
+    return _fill(t, laid_out(d, _stream(t, generator, "uniform_").uniform(d.size, d.dtype, float(a), float(b))))
 
 
 def normal_(t, mean=0.0, std=1.0, generator=None):
     _floating(t, "normal_kernel_cpu")
     d = t._data
-    return _fill(t, laid_out(d, _stream(generator, "normal_").normal(d.size, d.dtype, float(mean), float(std),
+    return _fill(t, laid_out(d, _stream(t, generator, "normal_").normal(d.size, d.dtype, float(mean), float(std),
                                                                    contiguous(d))))
 
 

@@ -11,6 +11,7 @@ PyTorch gives these samplers a zero gradient (UniformBackward0, NormalBackward*.
 results here carry the same zero gradient, recorded as a copy or a where(False, ...)."""
 import numpy as np
 
+from jitgrad._core import device as _device
 from jitgrad._core import dtype as _dt
 from jitgrad._core.rng import contiguous as _contiguous
 from jitgrad._core.rng import laid_out as _laid_out
@@ -22,8 +23,9 @@ from jitgrad.ops import functional as F
 from jitgrad.ops import inplace
 
 
-def _gen(generator):
-    return default_generator if generator is None else generator
+def _gen(generator, dev):
+    """The generator a draw on device dev uses."""
+    return _t.stream(dev) if generator is None else generator
 
 
 def _float_only(t, kernel):
@@ -51,7 +53,7 @@ def uniform_(t, from_=0.0, to=1.0, *, generator=None, **kw):
     if from_ > to:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
     arr = t._data
-    return _fill_with(t, _laid_out(arr, _gen(generator).uniform(arr.size, arr.dtype, float(from_), float(to))))
+    return _fill_with(t, _laid_out(arr, _gen(generator, t.device).uniform(arr.size, arr.dtype, float(from_), float(to))))
 
 
 def normal_(t, mean=0.0, std=1.0, *, generator=None):
@@ -60,7 +62,7 @@ def normal_(t, mean=0.0, std=1.0, *, generator=None):
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     arr = t._data
-    values = _gen(generator).normal(arr.size, arr.dtype, float(mean), float(std), _contiguous(arr))
+    values = _gen(generator, t.device).normal(arr.size, arr.dtype, float(mean), float(std), _contiguous(arr))
     return _fill_with(t, _laid_out(arr, values))
 
 
@@ -72,7 +74,7 @@ def exponential_(t, lambd=1.0, *, generator=None):
     if not lambd > 0:
         raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
     arr = t._data
-    return _fill_with(t, _laid_out(arr, _gen(generator).exponential(arr.size, float(lambd)).astype(arr.dtype)))
+    return _fill_with(t, _laid_out(arr, _gen(generator, t.device).exponential(arr.size, float(lambd)).astype(arr.dtype)))
 
 
 def _probabilities(p, fn):
@@ -93,18 +95,18 @@ def _tensor_probabilities(arr):
     return arr
 
 
-def _bernoulli_draws(arr, probs, generator):
+def _bernoulli_draws(arr, probs, generator, dev):
     """torch's bernoulli kernels over an output laid out as arr: `uniform < p`, the uniform a
     double for a double (or scalar) p, a float (24 bits) for a float p."""
     probs = np.asarray(probs)
     npd = np.float64 if probs.dtype == np.float64 else np.float32
-    u = _laid_out(arr, _gen(generator).uniform(int(np.prod(arr.shape)), npd))
+    u = _laid_out(arr, _gen(generator, dev).uniform(int(np.prod(arr.shape)), npd))
     return u < np.broadcast_to(probs.astype(npd, copy=False), arr.shape)
 
 
 def bernoulli_(t, p=0.5, *, generator=None):
     _check_gen(generator, "bernoulli_")
-    return _fill_with(t, _bernoulli_draws(t._data, _probabilities(p, "bernoulli_"), generator))
+    return _fill_with(t, _bernoulli_draws(t._data, _probabilities(p, "bernoulli_"), generator, t.device))
 
 
 def random_(t, from_=None, to=None, *, generator=None, **kw):
@@ -125,7 +127,7 @@ def random_(t, from_=None, to=None, *, generator=None, **kw):
     arr = t._data
     # torch: `word % span + from`, a 64-bit word for a span of 2**32 or more (random_()'s
     # int64 and double ranges among them)
-    return _fill_with(t, _laid_out(arr, _gen(generator).integers(arr.size, int(from_), int(to) - int(from_))))
+    return _fill_with(t, _laid_out(arr, _gen(generator, t.device).integers(arr.size, int(from_), int(to) - int(from_))))
 
 
 def fill_diagonal_(t, fill_value, wrap=False):
@@ -168,7 +170,7 @@ def bernoulli(input, p=None, *, generator=None):
 
     def draw(*arrays):  # (the input's array, then the probabilities' when they are a tensor)
         probs = _tensor_probabilities(arrays[-1]) if len(arrays) > 1 else q
-        return (_t.place(_bernoulli_draws(arrays[0], probs, generator).astype(npd), dev),)
+        return (_t.place(_bernoulli_draws(arrays[0], probs, generator, dev).astype(npd), dev),)
     # (the result is empty_like(input): laid out as the input, which the draw reads for that)
     out = _t.drawn(draw, (input, source) if isinstance(source, Tensor) else (input,))
     return _zero_grad_to(out, input)
@@ -189,7 +191,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
         rows = np.atleast_2d(np.asarray(weights))
         if not np.all((rows >= 0) & np.isfinite(rows)):
             raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
-        gen = _gen(generator)
+        gen = _gen(generator, dev)
         if replacement and num_samples > 1:
             out = np.stack([weighted_draws(r.astype(np.float64), num_samples, True, gen) for r in rows])
         else:
@@ -220,7 +222,7 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
             raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
         shape, npd, dev = _t.factory_args((size,), dtype, device, "normal", "normal_kernel_cpu")
         n = int(np.prod(shape))
-        return _t.drawn(lambda: (_t.place(_gen(generator).normal(n, npd, float(mean), float(std)).reshape(shape),
+        return _t.drawn(lambda: (_t.place(_gen(generator, dev).normal(n, npd, float(mean), float(std)).reshape(shape),
                                           dev),), (), requires_grad)
     if not isinstance(std, Tensor) and std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
@@ -237,9 +239,9 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
         # output.normal_(0, 1).mul_(std).add_(mean): each step in the output's dtype
         n = int(np.prod(shape))
         if s_is:
-            out = _gen(generator).normal(n, npd).reshape(shape) * np.asarray(s, npd)
+            out = _gen(generator, dev).normal(n, npd).reshape(shape) * np.asarray(s, npd)
         else:
-            out = _gen(generator).normal(n, npd, 0.0, float(s)).reshape(shape)
+            out = _gen(generator, dev).normal(n, npd, 0.0, float(s)).reshape(shape)
         return (_t.place(np.asarray(out + np.asarray(m, npd), npd), dev),)
     out = _t.drawn(draw, tuple(tensors))
     return _zero_grad_to(out, mean, std)
@@ -253,7 +255,7 @@ def _random_factory(draw, fn, kernel):
             raise TypeError(f"{fn}() got an unexpected keyword argument '{next(iter(kw), 'out')}'")
         shape, npd, dev = _t.factory_args(size, dtype, device, fn, kernel)
         n = int(np.prod(shape))
-        return _t.drawn(lambda: (_t.place(draw(_gen(generator), n, npd).reshape(shape), dev),), (), requires_grad)
+        return _t.drawn(lambda: (_t.place(draw(_gen(generator, dev), n, npd).reshape(shape), dev),), (), requires_grad)
     make.__name__ = fn
     return make
 
@@ -288,13 +290,15 @@ def randint_like(input, low=0, high=None, *, generator=None, dtype=None, device=
 
 
 def manual_seed(seed):
-    """Seeds torch.default_generator and returns it, as torch does."""
-    return default_generator.manual_seed(seed)
+    """Seeds torch.default_generator (and the CUDA stream) and returns it, as torch does."""
+    return _t.manual_seed(seed)
 
 
 def seed():
     """torch.seed(): the default generator seeded from the system's entropy; that seed."""
-    return default_generator.seed()
+    s = default_generator.seed()
+    _t.stream(_device.device("cuda")).manual_seed(s)  # (torch seeds every device with it)
+    return s
 
 
 def initial_seed():
