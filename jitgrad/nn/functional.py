@@ -10,8 +10,10 @@ from jitgrad._core.capture import state as _cap
 from jitgrad._core.messages import scalar_name as _scalar_name
 from jitgrad._core.messages import size_str as _size_str
 from jitgrad._core.messages import torch_size
-from jitgrad._core.rng import laid_out, layout_of
-from jitgrad.graph.tensor import Tensor, place, stream
+from jitgrad._core.rng import laid_out as _laid_out
+from jitgrad._core.rng import layout_of as _layout_of
+from jitgrad.graph.tensor import Tensor, place
+from jitgrad.graph.tensor import stream as _stream
 from jitgrad.ops import functional as _F
 from jitgrad.ops import nn as _nn
 from jitgrad.ops._common import _operand_error
@@ -96,9 +98,9 @@ def dropout(input, p=0.5, training=True, inplace=False):
         # uniform per element, kept when below 1 - p, in the input's storage order. The stream
         # when drawn: a replay draws what eager would from the generator's state then; on
         # the host for a CUDA input too (the factories' rule: a seed gives the same masks)
-        keep = laid_out(layout, stream(device).uniform(layout.size, np.float64)) < 1 - p
+        keep = _laid_out(layout, _stream(device).uniform(layout.size, np.float64)) < 1 - p
         return (place(keep.astype(dtype) / dtype.type(1 - p), device),)
-    layout = layout_of(input._data)
+    layout = _layout_of(input._data)
     (keep,) = _computed(mask, (), "dropout's mask")
     return input * keep
 
