@@ -25,6 +25,9 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 f32, f64, u64 = np.float32, np.float64, np.uint64
 STATE_BYTES = 5056  # torch's CPUGeneratorImplState
@@ -126,13 +129,105 @@ def fma64(a, b, c):
 
 
 # ---------------------------------------------------------------- avx_mathfun.h in float32
+# torch's normal_fill_16_AVX2 (also the AVX512 build's: normal_stub is not given an AVX512
+# kernel), lane by lane: Julien Pommier's Cephes polynomials in float32, with every
+# `a = a * b; a = a + c` that GCC contracted into one FMA done as one (_fma32).
 
-def _fma_c(a, b, c):
+_F = np.float32
+_LOG_P = tuple(_F(v) for v in (7.0376836292E-2, -1.1514610310E-1, 1.1676998740E-1, -1.2420140846E-1,
+                               1.4249322787E-1, -1.6668057665E-1, 2.0000714765E-1, -2.4999993993E-1,
+                               3.3333331174E-1))
+_LOG_Q1, _LOG_Q2, _SQRTHF = _F(-2.12194440e-4), _F(0.693359375), _F(0.707106781186547524)
+_DP1, _DP2, _DP3 = _F(-0.78515625), _F(-2.4187564849853515625e-4), _F(-3.77489497744594108e-8)
+_SIN_P = (_F(-1.9515295891E-4), _F(8.3321608736E-3), _F(-1.6666654611E-1))
+_COS_P = (_F(2.443315711809948E-005), _F(-1.388731625493765E-003), _F(4.166664568298827E-002))
+_FOPI, _TWO_PI = _F(1.27323954473516), _F(2.0 * math.pi)
+_HALF, _ONE, _MINUS_TWO, _MINUS_HALF = _F(0.5), _F(1.0), _F(-2.0), _F(-0.5)
+
+
+@intrinsic
+def _hw_fma(typingctx, a, b, c):
+    """llvm.fma: one rounding, in hardware where the CPU has FMA (libm's fma otherwise)."""
+    if not (a == b == c and isinstance(a, types.Float)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        t = args[0].type
+        name = "llvm.fma.f32" if a.bitwidth == 32 else "llvm.fma.f64"
+        return builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(t, [t, t, t]), name), args)
+    return a(a, b, c), codegen
+
+
+@numba.njit(cache=True)
+def _fma32(a, b, c):
+    """a * b + c for float32 values, rounded once."""
+    return _hw_fma(np.float32(a), np.float32(b), np.float32(c))
+
+
+@numba.njit(cache=True)
+def _log256(x):
+    m, ex = math.frexp(x)   # (x > 0 and normal here: the exponent and mantissa bits' split)
+    e = np.float32(ex)
+    x = np.float32(m)
+    if x < _SQRTHF:
+        x = x - _ONE + x
+        e = e - _ONE
+    else:
+        x = x - _ONE
+    z = x * x
+    y = _LOG_P[0]
+    for k in range(1, 9):
+        y = _fma32(y, x, _LOG_P[k])
+    y = y * x
+    y = _fma32(y, z, e * _LOG_Q1)
+    y = _fma32(z, _MINUS_HALF, y)
+    x = x + y
+    return _fma32(e, _LOG_Q2, x)
+
+
+@numba.njit(cache=True)
+def _sincos256(x):
+    sign_sin = x < 0
+    x = abs(x)
+    j = np.int32(x * _FOPI)   # truncation, as cvttps
+    j = (j + 1) & ~1
+    y = np.float32(j)
+    x = _fma32(y, _DP1, x)
+    x = _fma32(y, _DP2, x)
+    x = _fma32(y, _DP3, x)
+    sign_sin = sign_sin != ((j & 4) != 0)
+    sign_cos = ((~(j - 2)) & 4) != 0
+    z = x * x
+    yc = _fma32(_fma32(_COS_P[0], z, _COS_P[1]), z, _COS_P[2])
+    yc = yc * z
+    yc = _fma32(yc, z, z * _MINUS_HALF) + _ONE
+    ys = _fma32(_fma32(_SIN_P[0], z, _SIN_P[1]), z, _SIN_P[2])
+    ys = _fma32(ys * z, x, x)
+    if (j & 2) == 0:
+        s, c = ys, yc
+    else:
+        s, c = yc, ys
+    return (-s if sign_sin else s), (-c if sign_cos else c)
+
+
+@numba.njit(cache=True)
+def _fill16_f32(data, mean, std):
+    """normal_fill_16_AVX2 on each block of 16 float32 uniforms, in place."""
+    for b in range(0, data.shape[0] - 15, 16):
+        for j in range(8):
+            u1 = _ONE - data[b + j]
+            radius = np.float32(math.sqrt(_MINUS_TWO * _log256(u1)))
+            s, c = _sincos256(_TWO_PI * data[b + j + 8])
+            data[b + j] = _fma32(radius * c, std, mean)
+            data[b + j + 8] = _fma32(radius * s, std, mean)
+
+
+def _np_fma_c(a, b, c):
     return fma32(a, b, np.broadcast_to(f32(c), np.shape(a)))
 
 
-def _log256(x):
-    """log256_ps; the compiler fused each `y = y * x; y = y + p` into one FMA."""
+def _np_log256(x):
+    """log256_ps over a float32 array; the compiler fused each `y = y * x; y = y + p` into one FMA."""
     invalid = x <= 0
     x = np.maximum(x, np.array(0x00800000, np.int32).view(f32))
     xi = x.view(np.int32)
@@ -147,7 +242,7 @@ def _log256(x):
     y = np.full_like(x, f32(7.0376836292E-2))
     for p in (-1.1514610310E-1, 1.1676998740E-1, -1.2420140846E-1, 1.4249322787E-1, -1.6668057665E-1,
               2.0000714765E-1, -2.4999993993E-1, 3.3333331174E-1):
-        y = _fma_c(y, x, p)
+        y = _np_fma_c(y, x, p)
     y = y * x
     y = fma32(y, z, e * f32(-2.12194440e-4))
     y = fma32(z, np.full_like(z, f32(-0.5)), y)
@@ -156,8 +251,8 @@ def _log256(x):
     return np.where(invalid, f32(np.nan), x)
 
 
-def _sincos256(x):
-    """sincos256_ps, fused as the compiler fused it."""
+def _np_sincos256(x):
+    """sincos256_ps over a float32 array, fused as the compiler fused it."""
     sign_sin = np.signbit(x)
     x = np.abs(x)
     j = (x * f32(1.27323954473516)).astype(np.int32)  # cvtt: truncation
@@ -170,27 +265,30 @@ def _sincos256(x):
     poly = (j & 2) == 0
     z = x * x
     yc = np.full_like(z, f32(2.443315711809948E-005))
-    yc = _fma_c(yc, z, -1.388731625493765E-003)
-    yc = _fma_c(yc, z, 4.166664568298827E-002)
+    yc = _np_fma_c(yc, z, -1.388731625493765E-003)
+    yc = _np_fma_c(yc, z, 4.166664568298827E-002)
     yc = yc * z
     yc = fma32(yc, z, z * f32(-0.5))
     yc = yc + f32(1)
     ys = np.full_like(z, f32(-1.9515295891E-4))
-    ys = _fma_c(ys, z, 8.3321608736E-3)
-    ys = _fma_c(ys, z, -1.6666654611E-1)
+    ys = _np_fma_c(ys, z, 8.3321608736E-3)
+    ys = _np_fma_c(ys, z, -1.6666654611E-1)
     ys = fma32(ys * z, x, x)
     s = np.where(poly, ys, yc)
     c = np.where(poly, yc, ys)
     return np.where(sign_sin, -s, s), np.where(sign_cos, -c, c)
 
 
-def _fill16_f32(blocks, mean, std):
-    """normal_fill_16_AVX2 over rows of 16 float32 uniforms."""
+def _np_fill16_f32(data, mean, std):
+    """_fill16_f32 with numpy arrays: the kernel when numba compiles nothing
+    (NUMBA_DISABLE_JIT), and the reference the compiled kernel is tested against."""
+    full = data.shape[0] // 16 * 16
+    blocks = data[:full].reshape(-1, 16)
     u1 = f32(1) - blocks[:, :8]
-    radius = np.sqrt(f32(-2) * _log256(u1))
-    s, c = _sincos256(f32(2.0 * math.pi) * blocks[:, 8:])
+    radius = np.sqrt(f32(-2) * _np_log256(u1))
+    s, c = _np_sincos256(f32(2.0 * math.pi) * blocks[:, 8:])
     m, sd = np.full(c.shape, f32(mean)), np.full(c.shape, f32(std))
-    return np.concatenate([fma32(radius * c, sd, m), fma32(radius * s, sd, m)], axis=1)
+    data[:full] = np.concatenate([fma32(radius * c, sd, m), fma32(radius * s, sd, m)], axis=1).ravel()
 
 
 # ---------------------------------------------------------------- where the draws go
@@ -290,12 +388,14 @@ class Engine:
         u = self.uniform(n, npd)
         full = n // 16 * 16
         tail = self.uniform(16, npd) if n % 16 else None
-        out = np.empty(n, npd)
         if npd == f32:
-            out[:full] = _fill16_f32(u[:full].reshape(-1, 16), mean, std).ravel()
+            fill = _np_fill16_f32 if numba.config.DISABLE_JIT else _fill16_f32
+            fill(u, f32(mean), f32(std))   # (its first n // 16 blocks)
             if tail is not None:
-                out[n - 16:] = _fill16_f32(tail.reshape(1, 16), mean, std).ravel()
-            return out
+                fill(tail, f32(mean), f32(std))
+                u[n - 16:] = tail
+            return u
+        out = np.empty(n, npd)
         out[:full] = self._fill16_f64(u[:full].reshape(-1, 16), mean, std).ravel()
         if tail is not None:
             out[n - 16:] = self._fill16_f64(tail.reshape(1, 16), mean, std).ravel()
