@@ -264,3 +264,24 @@ def test_the_compiled_avx_kernel_matches_its_numpy_reference():
         rng._fill16_f32(a, np.float32(mean), np.float32(std))
         rng._np_fill16_f32(b, np.float32(mean), np.float32(std))
         _assert_bitwise(b, a, f"mean {mean}, std {std}")
+
+
+def test_data_loading_draws_torchs_order():
+    """An unseeded-generator shuffle after manual_seed, random_split and the weighted sampler
+    (both ways) visit torch's order and leave the stream where torch's is."""
+    from torch.utils import data as td
+
+    from jitgrad.utils import data as jd
+
+    runs = {
+        "DataLoader(shuffle=True)": lambda L, D: [b[0].tolist() for b in D.DataLoader(
+            D.TensorDataset(L.arange(20)), batch_size=4, shuffle=True)],
+        "random_split": lambda L, D: [list(s) for s in D.random_split(range(10), [3, 7])],
+        "WeightedRandomSampler": lambda L, D: [list(D.WeightedRandomSampler([0.1, 0.5, 2, 1, 0.3], 4, replacement=r))
+                                               for r in (True, False)],
+    }
+    for name, run in runs.items():
+        torch.manual_seed(6)
+        jitgrad.manual_seed(6)
+        assert run(jitgrad, jd) == run(torch, td), name
+        _assert_bitwise(_np(torch.rand(3)), _np(jitgrad.rand(3)), f"the stream after {name}")
