@@ -1,6 +1,6 @@
 """Samplers: the order in which a DataLoader visits a map-style dataset's indices, and how
 BatchSampler groups them. RandomSampler draws as torch's does (randperm, or randint in
-chunks of 32 with replacement), so a seeded jitgrad.Generator gives torch's order."""
+chunks of 32 with replacement), so a seed (manual_seed, or a seeded Generator) gives torch's order."""
 import itertools
 
 import numpy as np
@@ -85,7 +85,7 @@ class SubsetRandomSampler(Sampler):
 
 class WeightedRandomSampler(Sampler):
     """num_samples indices drawn with probability proportional to weights (see
-    graph/random.weighted_draws: with replacement, a seeded Generator gives torch's draws)."""
+    graph/random.weighted_draws: torch.multinomial's draws, with or without replacement)."""
 
     def __init__(self, weights, num_samples, replacement=True, generator=None):
         if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
