@@ -75,8 +75,12 @@ class Generator(_engine.Engine):
         return f"<jitgrad.Generator object at {id(self):#x}>"
 
 
+# the streams of the draws made without a generator: seeded from the system's entropy at
+# start-up, as torch seeds its default generators (an unseeded run differs from the last)
 default_generator = Generator()
-_t._rng[:] = [default_generator, Generator()]  # the streams of the draws made without a generator
+_t._rng[:] = [default_generator, Generator()]
+for _g in _t._rng:
+    _g.reseed(int(np.random.SeedSequence().entropy % _UINT64))
 
 
 def _state_bytes(state):
