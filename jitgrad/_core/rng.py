@@ -164,6 +164,22 @@ def _fma32(a, b, c):
     return _hw_fma(np.float32(a), np.float32(b), np.float32(c))
 
 
+if numba.config.DISABLE_JIT:  # (an intrinsic runs compiled only)
+    def _fma32(a, b, c):
+        """a * b + c rounded once, for float32 values: the product is exact in float64, and
+        rounding the float64 sum s to float32 rounds twice only when s is halfway between two
+        float32s; then the sum's exact error (TwoSum) decides the side."""
+        p, cc = float(a) * float(b), float(c)
+        s = p + cc
+        bb = s - p
+        err = (p - (s - bb)) + (cc - bb)
+        r = np.float32(s)
+        t = 2.0 * s - float(r)   # (exact) r's neighbour on s's other side, when s is halfway
+        if err != 0.0 and t != s and float(np.float32(t)) == t:
+            return np.float32(t) if (err > 0.0) == (t > s) else r
+        return r
+
+
 @numba.njit(cache=True)
 def _log256(x):
     m, ex = math.frexp(x)   # (x > 0 and normal here: the exponent and mantissa bits' split)
