@@ -181,6 +181,24 @@ if numba.config.DISABLE_JIT:  # (an intrinsic runs compiled only)
 
 
 @numba.njit(cache=True)
+def _affine_kernel(x, a, b):
+    for i in range(x.shape[0]):
+        x[i] = _hw_fma(x[i], a, b)
+
+
+def affine(x, a, b):
+    """x * a + b rounded once per element (torch's fused `x * (to - from) + from` and
+    `x * std + mean`), for a float32 or float64 array x and numbers a, b of its dtype."""
+    x = np.ascontiguousarray(x)
+    a, b = x.dtype.type(a), x.dtype.type(b)
+    if numba.config.DISABLE_JIT:  # (the intrinsic runs compiled only)
+        return (fma32 if x.dtype == f32 else fma64)(x, np.full(x.shape, a), np.full(x.shape, b))
+    out = x.copy()
+    _affine_kernel(out.reshape(-1), a, b)
+    return out
+
+
+@numba.njit(cache=True)
 def _log256(x):
     m, ex = math.frexp(x)   # (x > 0 and normal here: the exponent and mantissa bits' split)
     e = np.float32(ex)
@@ -370,12 +388,12 @@ class Engine:
         npd = np.dtype(npd)
         if npd == f64:
             x = (self.random64(n) & _M53).astype(f64) * 2.0 ** -53
-            return x if (from_, to) == (0.0, 1.0) else fma64(x, f64(to) - f64(from_), f64(from_))
+            return x if (from_, to) == (0.0, 1.0) else affine(x, f64(to) - f64(from_), f64(from_))
         bits = 11 if npd == np.float16 else 24
         x = (self.random32(n) & u64((1 << bits) - 1)).astype(f32) * f32(2.0 ** -bits)
         if (from_, to) != (0.0, 1.0):
             lo, hi = npd.type(from_), npd.type(to)
-            x = fma32(x, np.full(n, f32(npd.type(hi - lo))), np.full(n, f32(lo)))
+            x = affine(x, f32(npd.type(hi - lo)), f32(lo))
         return x.astype(npd, copy=False)
 
     # normal
@@ -396,7 +414,7 @@ class Engine:
             if (n - k) % 2:
                 self._normal = float(s[-1])
         if (mean, std) != (0.0, 1.0):
-            out = fma64(out, std, mean)
+            out = affine(out, std, mean)
         return out
 
     def normal_fill(self, n, npd, mean=0.0, std=1.0):
@@ -422,7 +440,7 @@ class Engine:
         c, s = _fill16_f64(np.ascontiguousarray(blocks[:, :8]).ravel(), np.ascontiguousarray(blocks[:, 8:]).ravel())
         c, s = c.reshape(-1, 8), s.reshape(-1, 8)
         if (mean, std) != (0.0, 1.0):
-            c, s = fma64(c, std, mean), fma64(s, std, mean)
+            c, s = affine(c, std, mean), affine(s, std, mean)
         return np.concatenate([c, s], axis=1)
 
     def normal(self, n, npd, mean=0.0, std=1.0, contiguous=True):
