@@ -39,7 +39,7 @@ _M24, _M53 = u64((1 << 24) - 1), u64((1 << 53) - 1)
 @numba.njit(cache=True)
 def _box_muller(u1, u2):
     """normal_distribution<double>: r = sqrt(-2 log1p(-u2)), theta = 2 pi u1; (r cos, r sin)."""
-    n = u1.shape[0]
+    n = len(u1)
     c = np.empty(n)
     s = np.empty(n)
     for i in range(n):
@@ -374,7 +374,7 @@ class Engine:
     def random32(self, n):
         """n raw 32-bit outputs (torch's random()), as uint64."""
         self._fresh = False
-        return self._mt.random_raw(n).astype(u64) if n else np.empty(0, u64)
+        return self._mt.random_raw(n)   # (a uint64 array)
 
     def random64(self, n):
         """n 64-bit outputs, each two 32-bit ones, the first the high half (torch's random64())."""
@@ -386,6 +386,8 @@ class Engine:
         """n draws in [from, to) of dtype npd, torch's uniform_real: float64 from 53 bits of a
         64-bit word, float32 (and float16: 11 bits) from a 32-bit one, in float arithmetic."""
         npd = np.dtype(npd)
+        if n <= 16 and (from_, to) == (0.0, 1.0) and npd != np.float16:
+            return np.array(self._small_uniform(n, npd == f64), npd)
         if npd == f64:
             x = (self.random64(n) & _M53).astype(f64) * 2.0 ** -53
             return x if (from_, to) == (0.0, 1.0) else affine(x, f64(to) - f64(from_), f64(from_))
@@ -396,23 +398,40 @@ class Engine:
             x = affine(x, f32(npd.type(hi - lo)), f32(lo))
         return x.astype(npd, copy=False)
 
+    def _small_uniform(self, n, double):
+        """The same draws as a list of Python floats (exact: at most 53 bits each), for a few
+        of them without numpy's per-operation cost."""
+        w = self.random32(2 * n if double else n).tolist()
+        if double:
+            return [(((w[i] << 32) | w[i + 1]) & 0x1FFFFFFFFFFFFF) * 2.0 ** -53 for i in range(0, 2 * n, 2)]
+        return [(x & 0xFFFFFF) * 2.0 ** -24 for x in w]
+
     # normal
     def normal_scalar(self, n, mean=0.0, std=1.0):
         """n draws of normal_distribution<double> (float64), one after the other, with the
         cached second Box-Muller sample used first and the last one left cached."""
-        out = np.empty(n)
-        k = 0
+        head = []
         if n and self._normal is not None:
-            out[0], self._normal, k = self._normal, None, 1
-        pairs = (n - k + 1) // 2
-        if pairs:
+            head, self._normal = [self._normal], None
+        pairs = (n - len(head) + 1) // 2
+        if pairs <= 8:  # (Python's math is the same libm, without numba's or numpy's per-call cost)
+            u = self._small_uniform(2 * pairs, True)
+            for i in range(0, 2 * pairs, 2):
+                r = math.sqrt(-2.0 * math.log1p(-u[i + 1]))
+                theta = 2.0 * math.pi * u[i]
+                head += (r * math.cos(theta), r * math.sin(theta))
+            out = np.array(head[:n])
+            if len(head) > n:
+                self._normal = head[n]
+        else:
             u = self.uniform(2 * pairs, f64)
             c, s = _box_muller(u[0::2], u[1::2])
-            both = np.empty(2 * pairs)
-            both[0::2], both[1::2] = c, s
-            out[k:] = both[:n - k]
-            if (n - k) % 2:
-                self._normal = float(s[-1])
+            out = np.empty(len(head) + 2 * pairs)
+            out[:len(head)] = head
+            out[len(head)::2], out[len(head) + 1::2] = c, s
+            if len(out) > n:
+                self._normal = float(out[n])
+            out = out[:n]
         if (mean, std) != (0.0, 1.0):
             out = affine(out, std, mean)
         return out

@@ -10,6 +10,7 @@ from jitgrad._core.capture import state as _cap
 from jitgrad._core.messages import scalar_name as _scalar_name
 from jitgrad._core.messages import size_str as _size_str
 from jitgrad._core.messages import torch_size
+from jitgrad._core.rng import contiguous as _contiguous
 from jitgrad._core.rng import laid_out as _laid_out
 from jitgrad._core.rng import layout_of as _layout_of
 from jitgrad.graph.tensor import Tensor, place
@@ -98,9 +99,11 @@ def dropout(input, p=0.5, training=True, inplace=False):
         # uniform per element, kept when below 1 - p, in the input's storage order. The stream
         # when drawn: a replay draws what eager would from the generator's state then; on
         # the host for a CUDA input too (the factories' rule: a seed gives the same masks)
-        keep = _laid_out(layout, _stream(device).uniform(layout.size, np.float64)) < 1 - p
+        u = _stream(device).uniform(n, np.float64)
+        keep = (u.reshape(shape) if layout is None else _laid_out(layout, u)) < 1 - p
         return (place(keep.astype(dtype) / dtype.type(1 - p), device),)
-    layout = _layout_of(input._data)
+    shape, n = input._data.shape, input._data.size
+    layout = None if _contiguous(input._data) else _layout_of(input._data)
     (keep,) = _computed(mask, (), "dropout's mask")
     return input * keep
 

@@ -9,6 +9,8 @@ its storage). A CUDA tensor's numbers are drawn on the host from the same stream
 
 PyTorch gives these samplers a zero gradient (UniformBackward0, NormalBackward*...): the
 results here carry the same zero gradient, recorded as a copy or a where(False, ...)."""
+import math
+
 import numpy as np
 
 from jitgrad._core import device as _device
@@ -254,7 +256,7 @@ def _random_factory(draw, fn, kernel):
         if out is not None or kw:
             raise TypeError(f"{fn}() got an unexpected keyword argument '{next(iter(kw), 'out')}'")
         shape, npd, dev = _t.factory_args(size, dtype, device, fn, kernel)
-        n = int(np.prod(shape))
+        n = math.prod(shape)
         return _t.drawn(lambda: (_t.place(draw(_gen(generator, dev), n, npd).reshape(shape), dev),), (), requires_grad)
     make.__name__ = fn
     return make
