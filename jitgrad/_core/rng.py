@@ -51,6 +51,28 @@ def _box_muller(u1, u2):
 
 
 @numba.njit(cache=True)
+def _u53(raw):
+    """uniform_real<double>'s [0, 1): 53 bits of each pair of words, the first the high half
+    (one pass: numpy's five operations cost more on the small arrays most draws are)."""
+    out = np.empty(raw.shape[0] // 2)
+    for i in range(out.shape[0]):
+        out[i] = np.float64(((raw[2 * i] << np.uint64(32)) | raw[2 * i + 1]) & np.uint64(0x1FFFFFFFFFFFFF)) * 2.0 ** -53
+    return out
+
+
+@numba.njit(cache=True)
+def _u24(raw):
+    """uniform_real<float>'s [0, 1): 24 bits of each word."""
+    out = np.empty(raw.shape[0], np.float32)
+    for i in range(raw.shape[0]):
+        out[i] = np.float32(raw[i] & np.uint64(0xFFFFFF)) * np.float32(2.0 ** -24)
+    return out
+
+
+_JIT = not numba.config.DISABLE_JIT  # (without it, numpy's whole-array operations instead)
+
+
+@numba.njit(cache=True)
 def _fill16_f64(u1, u2):
     """normal_fill_16<double> before the scaling: radius = sqrt(-2 log(1 - u)), theta = 2 pi u."""
     n = u1.shape[0]
@@ -389,10 +411,13 @@ class Engine:
         if n <= 16 and (from_, to) == (0.0, 1.0) and npd != np.float16:
             return np.array(self._small_uniform(n, npd == f64), npd)
         if npd == f64:
-            x = (self.random64(n) & _M53).astype(f64) * 2.0 ** -53
+            x = _u53(self.random32(2 * n)) if _JIT else (self.random64(n) & _M53).astype(f64) * 2.0 ** -53
             return x if (from_, to) == (0.0, 1.0) else affine(x, f64(to) - f64(from_), f64(from_))
         bits = 11 if npd == np.float16 else 24
-        x = (self.random32(n) & u64((1 << bits) - 1)).astype(f32) * f32(2.0 ** -bits)
+        if _JIT and bits == 24:
+            x = _u24(self.random32(n))
+        else:
+            x = (self.random32(n) & u64((1 << bits) - 1)).astype(f32) * f32(2.0 ** -bits)
         if (from_, to) != (0.0, 1.0):
             lo, hi = npd.type(from_), npd.type(to)
             x = affine(x, f32(npd.type(hi - lo)), f32(lo))
