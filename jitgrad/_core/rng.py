@@ -5,22 +5,26 @@ with the low 32 bits of the seed. numpy's MT19937 with its legacy seeding is the
 and hands out its raw 32-bit words in bulk (random_raw), carrying its state between calls,
 so a million draws are one C call, not a Python loop. On top of the words, torch's transforms
 (aten/src/ATen/core/TransformationHelper.h, DistributionsHelper.h, native/cpu/
-DistributionTemplates.h, avx_mathfun.h) are rebuilt here with numpy, in the order torch
-applies them:
+DistributionTemplates.h and DistributionKernels.cpp, avx_mathfun.h, TensorFactories.cpp's
+randperm) are rebuilt here, in the order torch applies them, each checked bit for bit against
+torch 2.13 (tests/ops/test_rng_vs_torch.py):
 
 - uniform: float32 keeps 24 bits of a 32-bit word, float64 53 bits of a 64-bit one (two
   words, the first the high half); `x * (to - from) + from` is one fused multiply-add in
-  torch's build, so it is one here (fma32 / fma64, exact emulations);
+  torch's build, so it is one here (llvm.fma in numba; exact emulations under
+  NUMBA_DISABLE_JIT);
 - normal, numel >= 16 and contiguous: normal_fill draws all uniforms first and turns each
   block of 16 into 8 Box-Muller pairs (the tail block redrawn); float32 runs the AVX2 kernel
-  of avx_mathfun.h (its Cephes polynomials, with the FMAs the compiler fused), float64 the
-  C library's log / cos / sin;
+  of avx_mathfun.h (its Cephes polynomials, with the FMAs GCC fused; torch's AVX512 build
+  uses that kernel too), float64 the C library's log / cos / sin;
 - normal otherwise: normal_distribution<double>, Box-Muller on two doubles whose sine half is
   cached in the generator for the next scalar draw (also across calls and dtypes);
+- exponential: -1 / lambda * log1p(-u) on a double; bernoulli: a double (or, for a float
+  tensor p, a float) uniform below p;
 - integers: `word % range + from`, a 64-bit word when the range needs it.
 
-Each kernel's C library calls (log, log1p, sin, cos) go through numba, which calls the
-system's libm as torch's kernels do (numpy's own SIMD log differs in the last bit)."""
+The C library calls (log, log1p, sin, cos) go through numba or Python's math, both the
+system's libm, as torch's kernels' (numpy's own SIMD log differs in the last bit)."""
 import math
 
 import numba
