@@ -95,6 +95,7 @@ _LAZY = {
     "distributed": ("jitgrad.distributed", None),  # mpi4py itself is imported by its first use
     "func": ("jitgrad.func", None),
     "load": ("jitgrad.serialization", "load"),
+    "random": ("jitgrad.random", None),  # torch.random (fork_rng, get_rng_state ...)
     "save": ("jitgrad.serialization", "save"),
     "serialization": ("jitgrad.serialization", None),
     "utils": ("jitgrad.utils", None),

@@ -43,6 +43,9 @@ def _forwards(dtype, x):
     F.layer_norm(img, (4,))
     for opt in (jitgrad.optim.Adam([x]), jitgrad.optim.SGD([x], lr=0.1, momentum=0.9)):
         opt.step()
+    with jitgrad.random.fork_rng():  # torch's random kernels (_core/rng.py), the stream left as it was
+        jitgrad.randn(17, dtype=dtype), jitgrad.randn(1, dtype=dtype), jitgrad.randperm(3)
+        jitgrad.empty(2, dtype=dtype).exponential_()
 
 
 def main(argv=None):

@@ -4,6 +4,7 @@ Without a GPU (or without numba-cuda) `is_available()` is False and nothing here
 imports more than numba.cuda's availability check. Under NUMBA_ENABLE_CUDASIM=1 the
 simulator is the device (tests run the whole CUDA path on the CPU that way).
 """
+from jitgrad._core import device as _device
 from jitgrad.gpu import driver as _driver
 from jitgrad.gpu.driver import OutOfMemoryError  # noqa: F401  (torch.cuda.OutOfMemoryError)
 from jitgrad.graph import tensor as _tensor
@@ -50,9 +51,9 @@ def init():
 
 
 def manual_seed(seed):
-    """CUDA tensors are drawn from the same generator as CPU ones (and copied over), so
-    seeding it seeds both, as torch.manual_seed does."""
-    _tensor.manual_seed(seed)
+    """Seeds the stream CUDA tensors draw from (on the host, then copied over); the CPU's is
+    left as it is, as in torch."""
+    _tensor.stream(_device.device("cuda")).manual_seed(seed)
 
 
 manual_seed_all = manual_seed

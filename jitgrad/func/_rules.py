@@ -249,8 +249,7 @@ class _Rewind:
         if generator is not None:
             self.get, self.set = generator.get_state, generator.set_state
         else:
-            self.get = lambda: _rng[0].bit_generator.state
-            self.set = lambda state: setattr(_rng[0].bit_generator, "state", state)
+            self.get, self.set = _rng[0].snapshot, _rng[0].restore
         self.starts, self.end = {}, None
 
     def before(self, idx):

@@ -1,25 +1,25 @@
-"""torch.Generator, randperm and randint, drawing the same numbers as PyTorch's CPU generator.
+"""torch.Generator, torch.default_generator, randperm and randint: PyTorch's CPU stream.
 
-A torch.Generator is a 32-bit Mersenne Twister seeded with the low 32 bits of its seed
-(PyTorch's default seed when none is given), and randperm / randint reduce its raw
-outputs modulo a range. numpy's MT19937 with its legacy seeding is the same engine, so
-`randperm(n, generator=Generator().manual_seed(s))` is torch's permutation: a DataLoader
-shuffled with a seeded generator visits the samples in the order PyTorch's does.
-
-Without a generator these draw from the global generator (graph/tensor.py's `_rng`), as
-randn does; those numbers are jitgrad's own, not PyTorch's.
+A Generator is _core/rng.Engine (torch's Mersenne Twister and its transforms, bit for bit)
+with torch's Python API on top: manual_seed / seed / initial_seed, get_state / set_state as
+torch's 5056-byte uint8 tensor (a state saved by torch restores here and back), and the
+recording hooks that let a jitgrad.compile replay change and read the stream where eager
+does. `default_generator` is the global stream every draw without `generator=` uses
+(graph/tensor.py's `_rng[0]`), so `manual_seed(s)` then any random op gives torch's numbers.
 """
 import numpy as np
 
 from jitgrad._core import device as _device
+from jitgrad._core import rng as _engine
 from jitgrad._core.capture import state as _cap
-from jitgrad.graph.tensor import Tensor, _dtype_arg, _is_int, _rng, _size_arg, _tname, drawn, place, replayed
+from jitgrad.graph import tensor as _t
+from jitgrad.graph.tensor import Tensor, _dtype_arg, _is_int, _size_arg, _tname, drawn, place, replayed
 
 DEFAULT_SEED = 67280421310721  # what torch seeds a new Generator with
 _UINT64 = 1 << 64
 
 
-class Generator:
+class Generator(_engine.Engine):
     """torch.Generator for the CPU: manual_seed, initial_seed, seed, get_state/set_state."""
 
     def __init__(self, device="cpu"):
@@ -28,7 +28,9 @@ class Generator:
             raise RuntimeError("jitgrad's Generator draws on the cpu only (a CUDA tensor's random numbers are "
                                "drawn on the host)")
         self.device = dev
-        self.manual_seed(DEFAULT_SEED)
+        super().__init__(DEFAULT_SEED)
+        # (a Generator made inside a compiled step starts afresh at each replay, as eager's)
+        replayed(lambda: self.reseed(DEFAULT_SEED), "Generator()")
 
     def manual_seed(self, seed):
         if isinstance(seed, bool) or not _is_int(seed):
@@ -36,63 +38,70 @@ class Generator:
         seed = int(seed)
         if not -(1 << 63) <= seed < _UINT64:
             raise ValueError("Overflow when unpacking long long")
-        self._reseed(seed)
-        replayed(lambda: self._reseed(seed), "Generator.manual_seed")
+        seed %= _UINT64  # torch keeps a negative seed as its unsigned 64-bit value
+        self.reseed(seed)
+        replayed(lambda: self.reseed(seed), "Generator.manual_seed")
         return self
-
-    def _reseed(self, seed):
-        self._seed = seed % _UINT64  # torch keeps a negative seed as its unsigned 64-bit value
-        self._mt = np.random.MT19937(0)
-        self._mt._legacy_seeding(self._seed & 0xFFFFFFFF)  # init_genrand: torch's engine, seeded alike
 
     def initial_seed(self):
         return self._seed
 
     def seed(self):
         """Seed from the operating system's entropy, as torch's seed(); returns that seed."""
-        s = int(np.random.SeedSequence().entropy % (1 << 63))
-        self._reseed(s)
+        s = int(np.random.SeedSequence().entropy % _UINT64)
+        self.reseed(s)
         replayed(self.seed, "Generator.seed")  # (a new seed at every replay, as eager's)
         return s
 
     def get_state(self):
-        """The generator's state as an int64 tensor: the seed, the position, the 624 words.
-        (torch's is a 5056-byte uint8 tensor; the two do not mix.)"""
-        def state():
-            st = self._mt.state["state"]
-            seed = self._seed - _UINT64 if self._seed >= 1 << 63 else self._seed
-            return (np.concatenate([[seed, st["pos"]], st["key"].astype(np.int64)]),)
-        return drawn(state)  # (a jitgrad.compile replay reads the state then)
+        """The generator's state in torch's layout (CPUGeneratorImplState, 5056 bytes), one byte
+        per element of an int64 tensor: jitgrad has no uint8 dtype yet (torch's is a uint8
+        tensor of the same bytes; set_state takes either)."""
+        return drawn(lambda: (self.state_bytes().astype(np.int64),))  # (a compiled replay reads it then)
 
     def set_state(self, new_state):
-        arr = new_state._data if isinstance(new_state, Tensor) else None
-        if arr is None or arr.shape != (626,) or arr.dtype != np.int64:
-            raise RuntimeError("Generator.set_state expects the int64 tensor of 626 elements that get_state "
-                               "returns")
-        self._load(arr)
-        if _cap.on and _cap.mine():  # replayed with the state tensor's value then
-            _cap.rec.python(lambda a: (self._load(a), ())[1], (new_state,), (), "Generator.set_state")
+        arr = _state_bytes(new_state)
+        self.load_bytes(arr)
+        if _cap.on and _cap.mine() and isinstance(new_state, Tensor):  # replayed with the tensor's value then
+            _cap.rec.python(lambda a: (self.load_bytes(_state_bytes(a)), ())[1], (new_state,), (),
+                            "Generator.set_state")
         return self
 
-    def _load(self, arr):
-        self._seed = int(arr[0]) % _UINT64
-        self._mt.state = {"bit_generator": "MT19937", "state": {"key": arr[2:].astype(np.uint32), "pos": int(arr[1])}}
-
-    def random32(self, n):
-        """n raw 32-bit outputs (torch's random())."""
-        return self._mt.random_raw(n).astype(np.uint64)
-
-    def random64(self, n):
-        """n 64-bit outputs, each two 32-bit ones, the first the high half (torch's random64())."""
-        raw = self._mt.random_raw(2 * n).astype(np.uint64)
-        return (raw[0::2] << np.uint64(32)) | raw[1::2]
-
     def uniform64(self, n):
-        """n doubles in [0, 1): the low 53 bits of random64() scaled (torch's uniform for double)."""
-        return (self.random64(n) & np.uint64((1 << 53) - 1)).astype(np.float64) * 2.0 ** -53
+        """n doubles in [0, 1) (torch's uniform_real_distribution<double>)."""
+        return self.uniform(n, np.float64)
 
     def __repr__(self):
         return f"<jitgrad.Generator object at {id(self):#x}>"
+
+
+# the streams of the draws made without a generator: seeded from the system's entropy at
+# start-up, as torch seeds its default generators (an unseeded run differs from the last)
+default_generator = Generator()
+_t._rng[:] = [default_generator, Generator()]
+for _g in _t._rng:
+    _g.reseed(int(np.random.SeedSequence().entropy % _UINT64))
+
+
+def _state_bytes(state):
+    """A state's 5056 bytes: get_state's int64 tensor, or torch's own uint8 tensor (or array)."""
+    if isinstance(state, Tensor):
+        arr = state._array()
+    elif hasattr(state, "__array__") and hasattr(state, "dtype"):  # a real torch.ByteTensor, a numpy array
+        arr = np.asarray(state)
+    else:
+        raise TypeError(f"expected a torch.ByteTensor, but got {_tname(state)}")
+    if arr.dtype.kind not in "iu":
+        raise TypeError("RNG state must be a torch.ByteTensor")
+    if arr.size != _engine.STATE_BYTES:
+        raise RuntimeError(f"Expected a CPUGeneratorImplState of size {_engine.STATE_BYTES} but found the input "
+                           f"RNG state size to be {arr.size}")
+    arr = arr.ravel()
+    if arr.dtype != np.uint8:
+        if np.any((arr < 0) | (arr > 255)):
+            raise RuntimeError("RNG state must be a torch.ByteTensor: its values are bytes, 0 to 255")
+        arr = arr.astype(np.uint8)
+    return arr
 
 
 def _check_generator(generator, fn):
@@ -100,20 +109,8 @@ def _check_generator(generator, fn):
         raise TypeError(f"{fn}() received an invalid combination of arguments - got generator={_tname(generator)}")
 
 
-def _permutation(n, generator):
-    if generator is None:
-        return _rng[0].permutation(n)
-    perm = np.arange(n, dtype=np.int64)
-    if n < 2:
-        return perm
-    # torch's loop: for i, swap i with i + (random() % (n - i)); random64() for a huge n
-    raw = generator.random32(n - 1) if n < (1 << 32) // 20 else generator.random64(n - 1)
-    offsets = (raw % np.arange(n, 1, -1, dtype=np.uint64)).astype(np.int64).tolist()
-    p = perm.tolist()
-    for i, z in enumerate(offsets):
-        j = i + z
-        p[i], p[j] = p[j], p[i]
-    return np.array(p, dtype=np.int64)
+def _permutation(n, generator, dev):
+    return (generator or _t.stream(dev)).permutation(n)
 
 
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
@@ -126,7 +123,7 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False)
     npd = _dtype_arg(dtype, "randperm") or np.dtype(np.int64)
     dev = _device.check(device, "randperm")
     n = int(n)
-    return drawn(lambda: (place(_permutation(n, generator).astype(npd), dev),), (), requires_grad)
+    return drawn(lambda: (place(_permutation(n, generator, dev).astype(npd), dev),), (), requires_grad)
 
 
 def randint(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False):
@@ -155,21 +152,16 @@ def randint(*args, size=None, generator=None, dtype=None, device=None, requires_
     span = high - low
 
     def draw():
-        if generator is None:
-            values = _rng[0].integers(low, high, count)
-        else:
-            raw = generator.random64(count) if span >= 1 << 32 else generator.random32(count)
-            values = (raw % np.uint64(span)).astype(np.int64) + low   # torch: random() % range + from
+        values = (generator or _t.stream(dev)).integers(count, low, span)  # torch: random() % range + from
         return (place(values.reshape(shape).astype(npd), dev),)
     return drawn(draw, (), requires_grad)
 
 
-def weighted_draws(weights, num_samples, replacement, generator):
+def weighted_draws(weights, num_samples, replacement, generator, check_only=False):
     """Indices drawn with probability proportional to `weights` (a float64 array), as
-    torch.multinomial. With replacement and a Generator these are torch's draws (a uniform
-    double per sample, searched in the normalised cumulative sums) for two samples or more;
-    without replacement or for one sample, torch runs an exponential race whose exponentials
-    it draws its own way, so those indices are jitgrad's (same distribution, other numbers)."""
+    torch.multinomial of a float64 row. With replacement (two samples or more) a uniform
+    double per sample is searched in the normalised cumulative sums; otherwise torch's race:
+    the top num_samples of weights / Exp(1) draws (exponential_ over the row)."""
     if np.any(~(weights >= 0)):   # NaN included, as in torch
         raise RuntimeError("invalid multinomial distribution (encountering probability entry < 0)")
     if np.any(np.isinf(weights)):
@@ -178,10 +170,11 @@ def weighted_draws(weights, num_samples, replacement, generator):
         raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
     if not replacement and num_samples > len(weights):
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
-    draw = generator.uniform64 if generator is not None else _rng[0].random
+    if check_only:
+        return None
+    gen = generator or default_generator
     if replacement and num_samples > 1:
         cumulative = np.cumsum(weights)
-        return np.searchsorted(cumulative / cumulative[-1], draw(num_samples), side="left")
-    # weights / Exp(1) noise: its top num_samples are a draw without replacement
-    keys = weights / -np.log1p(-draw(len(weights)))
-    return np.argsort(-keys, kind="stable")[:num_samples]
+        return np.searchsorted(cumulative / cumulative[-1], gen.uniform64(num_samples), side="left")
+    keys = weights / gen.exponential(len(weights), 1.0)
+    return np.argmax(keys)[None] if num_samples == 1 else np.argsort(-keys, kind="stable")[:num_samples]

@@ -826,7 +826,7 @@ def _factory(fill, fn, float_only=None, random=False, const=None):
         # CUDA tensors are filled on the host and copied over: the random ones draw from
         # the same generator as the CPU's, so a seed gives the same numbers on both
         if random:
-            return drawn(lambda: (place(fill(shape, npd), dev),), (), requires_grad)
+            return drawn(lambda: (place(fill(shape, npd, dev), dev),), (), requires_grad)
         if const is not None and dev.type == "cuda":
             return _finish(filled(shape, npd, const, dev), requires_grad)
         return _finish(place(fill(shape, npd), dev), requires_grad)
@@ -834,7 +834,15 @@ def _factory(fill, fn, float_only=None, random=False, const=None):
     return make
 
 
-_rng = [np.random.default_rng()]
+# torch.default_generator, then the CUDA tensors' default stream (graph/random.py puts them
+# here): every draw made without a generator. CUDA tensors are drawn on the host, from a
+# stream of their own, so that (as in torch) they never move the CPU one.
+_rng = [None, None]
+
+
+def stream(dev):
+    """The default generator of a device's draws."""
+    return _rng[1] if dev.type == "cuda" else _rng[0]
 
 
 def replayed(change, name):
@@ -846,8 +854,9 @@ def replayed(change, name):
 
 
 def manual_seed(seed):
-    _rng[0] = np.random.default_rng(seed)
-    replayed(lambda: manual_seed(seed), "manual_seed")
+    """Seeds torch.default_generator and the CUDA stream (and returns the first, as torch does)."""
+    _rng[1].manual_seed(seed)
+    return _rng[0].manual_seed(seed)
 
 
 def rng_state():
@@ -857,7 +866,7 @@ def rng_state():
     box = [None]
 
     def read():
-        box[0] = _rng[0].bit_generator.state
+        box[0] = (_rng[0].snapshot(), _rng[1].snapshot())
     read()
     replayed(read, "the generator's state read")
     return box
@@ -865,7 +874,8 @@ def rng_state():
 
 def set_rng_state(box):
     def write():
-        _rng[0].bit_generator.state = box[0]
+        _rng[0].restore(box[0][0])
+        _rng[1].restore(box[0][1])
     write()
     replayed(write, "the generator's state set")
 
@@ -873,8 +883,18 @@ def set_rng_state(box):
 zeros = _factory(lambda s, d: np.zeros(s, d), "zeros", const=0)
 ones = _factory(lambda s, d: np.ones(s, d), "ones", const=1)
 empty = _factory(lambda s, d: np.empty(s, d), "empty", const="none")
-randn = _factory(lambda s, d: _rng[0].standard_normal(s).astype(d), "randn", "normal_kernel_cpu", random=True)
-rand = _factory(lambda s, d: _rng[0].random(s).astype(d), "rand", "check_uniform_bounds", random=True)
+# (a fresh tensor is contiguous: torch's normal_fill for 16 elements or more)
+randn = _factory(lambda s, d, dev: stream(dev).normal(_numel(s), d).reshape(s), "randn", "normal_kernel_cpu",
+                 random=True)
+rand = _factory(lambda s, d, dev: stream(dev).uniform(_numel(s), d).reshape(s), "rand", "check_uniform_bounds",
+                random=True)
+
+
+def _numel(shape):
+    n = 1
+    for k in shape:
+        n *= k
+    return n
 
 
 def _number(x):

@@ -10,7 +10,11 @@ from jitgrad._core.capture import state as _cap
 from jitgrad._core.messages import scalar_name as _scalar_name
 from jitgrad._core.messages import size_str as _size_str
 from jitgrad._core.messages import torch_size
-from jitgrad.graph.tensor import Tensor, _rng, place
+from jitgrad._core.rng import contiguous as _contiguous
+from jitgrad._core.rng import laid_out as _laid_out
+from jitgrad._core.rng import layout_of as _layout_of
+from jitgrad.graph.tensor import Tensor, place
+from jitgrad.graph.tensor import stream as _stream
 from jitgrad.ops import functional as _F
 from jitgrad.ops import nn as _nn
 from jitgrad.ops._common import _operand_error
@@ -88,12 +92,18 @@ def dropout(input, p=0.5, training=True, inplace=False):
                            f"{_scalar_name(input._data.dtype)}")
     if p == 1:
         return input * 0.0
-    shape, dtype, device = input._data.shape, input._data.dtype, input.device
+    dtype, device = input._data.dtype, input.device
 
     def mask():
-        # _rng[0] when drawn: a replay draws what eager would from the generator's state then;
-        # on the host for a CUDA input too (the factories' rule: a seed gives the same masks)
-        return (place((_rng[0].random(shape) >= p).astype(dtype) / (1 - p), device),)
+        # torch (CPU): noise = empty_like(input).bernoulli_(1 - p); noise.div_(1 - p): a double
+        # uniform per element, kept when below 1 - p, in the input's storage order. The stream
+        # when drawn: a replay draws what eager would from the generator's state then; on
+        # the host for a CUDA input too (the factories' rule: a seed gives the same masks)
+        u = _stream(device).uniform(n, np.float64)
+        keep = (u.reshape(shape) if layout is None else _laid_out(layout, u)) < 1 - p
+        return (place(keep.astype(dtype) / dtype.type(1 - p), device),)
+    shape, n = input._data.shape, input._data.size
+    layout = None if _contiguous(input._data) else _layout_of(input._data)
     (keep,) = _computed(mask, (), "dropout's mask")
     return input * keep
 

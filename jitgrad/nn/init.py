@@ -7,8 +7,10 @@ import numpy as np
 from jitgrad._core import modes as _grad_mode
 from jitgrad._core.capture import stop as _stop
 from jitgrad._core.messages import scalar_name
+from jitgrad._core.rng import contiguous, laid_out
 from jitgrad.gpu.array import DeviceArray
-from jitgrad.graph.tensor import _rng
+from jitgrad.graph import random as _random
+from jitgrad.graph import tensor as _t
 
 
 def _fans(t):
@@ -59,14 +61,24 @@ def _floating(t, kernel):
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(t._data.dtype)}'")
 
 
-def uniform_(t, a=0.0, b=1.0):
+def _stream(t, g, fn):
+    _random._check_generator(g, fn)
+    return _t.stream(t.device) if g is None else g
+
+
+# torch's initialisers are tensor.uniform_ / normal_ under no_grad: the same draws, so a
+# seeded model starts from torch's weights
+def uniform_(t, a=0.0, b=1.0, generator=None):
     _floating(t, "check_uniform_bounds")
-    return _fill(t, _rng[0].uniform(a, b, t._data.shape))
+    d = t._data
+    return _fill(t, laid_out(d, _stream(t, generator, "uniform_").uniform(d.size, d.dtype, float(a), float(b))))
 
 
-def normal_(t, mean=0.0, std=1.0):
+def normal_(t, mean=0.0, std=1.0, generator=None):
     _floating(t, "normal_kernel_cpu")
-    return _fill(t, _rng[0].normal(mean, std, t._data.shape))
+    d = t._data
+    return _fill(t, laid_out(d, _stream(t, generator, "normal_").normal(d.size, d.dtype, float(mean), float(std),
+                                                                   contiguous(d))))
 
 
 def _no_op_for_no_elements(t):
@@ -90,32 +102,33 @@ def ones_(t):
     return _fill(t, 1)
 
 
-def kaiming_uniform_(t, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+def kaiming_uniform_(t, a=0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
     if _no_op_for_no_elements(t):
         return t
     fan_in, fan_out = _fans(t)
     std = calculate_gain(nonlinearity, a) / math.sqrt(fan_in if mode == "fan_in" else fan_out)
     bound = math.sqrt(3.0) * std
-    return uniform_(t, -bound, bound)
+    return uniform_(t, -bound, bound, generator)
 
 
-def kaiming_normal_(t, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+def kaiming_normal_(t, a=0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
     if _no_op_for_no_elements(t):
         return t
     fan_in, fan_out = _fans(t)
     std = calculate_gain(nonlinearity, a) / math.sqrt(fan_in if mode == "fan_in" else fan_out)
-    return normal_(t, 0.0, std)
+    return normal_(t, 0.0, std, generator)
 
 
-def xavier_uniform_(t, gain=1.0):
+def xavier_uniform_(t, gain=1.0, generator=None):
     fan_in, fan_out = _fans(t)
-    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
-    return uniform_(t, -bound, bound)
+    std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
+    bound = math.sqrt(3.0) * std  # (torch's rounding of the bound, so the draws are its)
+    return uniform_(t, -bound, bound, generator)
 
 
-def xavier_normal_(t, gain=1.0):
+def xavier_normal_(t, gain=1.0, generator=None):
     fan_in, fan_out = _fans(t)
-    return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+    return normal_(t, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)), generator)
 
 
 def default_layer_init_(weight, bias):

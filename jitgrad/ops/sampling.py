@@ -2,41 +2,32 @@
 exponential_), torch.bernoulli / multinomial / normal, the *_like factories, and the
 `generator=` keyword on rand / randn.
 
-With a jitgrad.Generator, uniform draws are PyTorch's own numbers (24 bits of a 32-bit
-output for float32, 53 bits of a 64-bit one for float64, as torch's CPU kernels); normal
-and exponential draws are transforms of those uniforms, so they are reproducible from a
-seed but are not torch's numbers. Without a generator every draw comes from the global
-generator (graph/tensor.py's `_rng`), as randn does.
+Every draw is PyTorch's CPU draw (graph/random.Generator over _core/rng.Engine): the given
+generator's or torch.default_generator's, with torch's transforms, and written in the order
+torch's TensorIterator visits the elements (memory order: a transposed tensor is filled along
+its storage). A CUDA tensor's numbers are drawn on the host from the same stream.
 
 PyTorch gives these samplers a zero gradient (UniformBackward0, NormalBackward*...): the
 results here carry the same zero gradient, recorded as a copy or a where(False, ...)."""
+import math
+
 import numpy as np
 
+from jitgrad._core import device as _device
 from jitgrad._core import dtype as _dt
+from jitgrad._core.rng import contiguous as _contiguous
+from jitgrad._core.rng import laid_out as _laid_out
 from jitgrad.graph import random as _random
 from jitgrad.graph import tensor as _t
-from jitgrad.graph.random import Generator, weighted_draws
+from jitgrad.graph.random import Generator, default_generator, weighted_draws  # noqa: F401
 from jitgrad.graph.tensor import Tensor, scalar_name
 from jitgrad.ops import functional as F
 from jitgrad.ops import inplace
 
-default_generator = Generator()
 
-
-def _uniform(n, npd, generator):
-    """n uniform numbers in [0, 1) of dtype npd."""
-    if generator is None:
-        return _t._rng[0].random(n).astype(npd)
-    if npd == np.float32:
-        return ((generator.random32(n) & np.uint64((1 << 24) - 1)).astype(np.float64) * 2.0 ** -24).astype(npd)
-    return generator.uniform64(n).astype(npd)
-
-
-def _standard_normal(n, npd, generator):
-    if generator is None:
-        return _t._rng[0].standard_normal(n).astype(npd)
-    u1, u2 = generator.uniform64(n), generator.uniform64(n)
-    return (np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)).astype(npd)
+def _gen(generator, dev):
+    """The generator a draw on device dev uses."""
+    return _t.stream(dev) if generator is None else generator
 
 
 def _float_only(t, kernel):
@@ -63,8 +54,8 @@ def uniform_(t, from_=0.0, to=1.0, *, generator=None, **kw):
     _float_only(t, "check_uniform_bounds")
     if from_ > to:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
-    u = _uniform(t._data.size, np.float64 if t._data.dtype == np.float64 else np.float32, generator)
-    return _fill_with(t, from_ + (to - from_) * u.astype(np.float64))
+    arr = t._data
+    return _fill_with(t, _laid_out(arr, _gen(generator, t.device).uniform(arr.size, arr.dtype, float(from_), float(to))))
 
 
 def normal_(t, mean=0.0, std=1.0, *, generator=None):
@@ -72,7 +63,9 @@ def normal_(t, mean=0.0, std=1.0, *, generator=None):
     _float_only(t, "normal_kernel_cpu")
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
-    return _fill_with(t, mean + std * _standard_normal(t._data.size, np.float64, generator))
+    arr = t._data
+    values = _gen(generator, t.device).normal(arr.size, arr.dtype, float(mean), float(std), _contiguous(arr))
+    return _fill_with(t, _laid_out(arr, values))
 
 
 def exponential_(t, lambd=1.0, *, generator=None):
@@ -82,7 +75,8 @@ def exponential_(t, lambd=1.0, *, generator=None):
                            f"floating point but you specified {scalar_name(t._data.dtype)}")
     if not lambd > 0:
         raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
-    return _fill_with(t, -np.log1p(-_uniform(t._data.size, np.float64, generator)) / lambd)
+    arr = t._data
+    return _fill_with(t, _laid_out(arr, _gen(generator, t.device).exponential(arr.size, float(lambd)).astype(arr.dtype)))
 
 
 def _probabilities(p, fn):
@@ -94,17 +88,27 @@ def _probabilities(p, fn):
 
 
 def _tensor_probabilities(arr):
-    """A tensor p's values (checked when drawn: a replay checks that call's)."""
-    arr = np.asarray(arr, dtype=np.float64)
+    """A tensor p's values in its own dtype (checked when drawn: a replay checks that call's)."""
+    arr = np.asarray(arr)
+    if arr.dtype.kind != "f":
+        arr = arr.astype(np.float64)
     if np.any(~((arr >= 0) & (arr <= 1))):
         raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
     return arr
 
 
+def _bernoulli_draws(arr, probs, generator, dev):
+    """torch's bernoulli kernels over an output laid out as arr: `uniform < p`, the uniform a
+    double for a double (or scalar) p, a float (24 bits) for a float p."""
+    probs = np.asarray(probs)
+    npd = np.float64 if probs.dtype == np.float64 else np.float32
+    u = _laid_out(arr, _gen(generator, dev).uniform(int(np.prod(arr.shape)), npd))
+    return u < np.broadcast_to(probs.astype(npd, copy=False), arr.shape)
+
+
 def bernoulli_(t, p=0.5, *, generator=None):
     _check_gen(generator, "bernoulli_")
-    probs = np.broadcast_to(_probabilities(p, "bernoulli_"), t._data.shape)
-    return _fill_with(t, _uniform(t._data.size, np.float64, generator).reshape(t._data.shape) < probs)
+    return _fill_with(t, _bernoulli_draws(t._data, _probabilities(p, "bernoulli_"), generator, t.device))
 
 
 def random_(t, from_=None, to=None, *, generator=None, **kw):
@@ -122,14 +126,10 @@ def random_(t, from_=None, to=None, *, generator=None, **kw):
         to = int(np.iinfo(kind).max) + 1 if to is None else to
     if from_ >= to:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={from_} >= to={to}")
-    span = int(to) - int(from_)
-    n = t._data.size
-    if generator is None:
-        values = _t._rng[0].integers(from_, to, n)
-    else:
-        raw = generator.random64(n) if span >= 1 << 32 else generator.random32(n)
-        values = (raw % np.uint64(span)).astype(np.int64) + int(from_)
-    return _fill_with(t, values)
+    arr = t._data
+    # torch: `word % span + from`, a 64-bit word for a span of 2**32 or more (random_()'s
+    # int64 and double ranges among them)
+    return _fill_with(t, _laid_out(arr, _gen(generator, t.device).integers(arr.size, int(from_), int(to) - int(from_))))
 
 
 def fill_diagonal_(t, fill_value, wrap=False):
@@ -162,7 +162,7 @@ def bernoulli(input, p=None, *, generator=None):
     if not isinstance(input, Tensor):
         raise TypeError(f"bernoulli(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
     _float_only(input, "bernoulli_tensor_cpu_self_")
-    shape, npd, dev = input._data.shape, input._data.dtype, input.device
+    npd, dev = input._data.dtype, input.device
     if isinstance(p, Tensor):
         source = p
     elif p is None:
@@ -170,11 +170,11 @@ def bernoulli(input, p=None, *, generator=None):
     else:
         source, q = (), _probabilities(p, "bernoulli")
 
-    def draw(*probs):  # (the probabilities' tensor, when they are one)
-        probs = _tensor_probabilities(probs[0]) if probs else q
-        return (_t.place((_uniform(int(np.prod(shape)), np.float64, generator).reshape(shape) < probs)
-                         .astype(npd), dev),)
-    out = _t.drawn(draw, (source,) if isinstance(source, Tensor) else ())
+    def draw(*arrays):  # (the input's array, then the probabilities' when they are a tensor)
+        probs = _tensor_probabilities(arrays[-1]) if len(arrays) > 1 else q
+        return (_t.place(_bernoulli_draws(arrays[0], probs, generator, dev).astype(npd), dev),)
+    # (the result is empty_like(input): laid out as the input, which the draw reads for that)
+    out = _t.drawn(draw, (input, source) if isinstance(source, Tensor) else (input,))
     return _zero_grad_to(out, input)
 
 
@@ -190,11 +190,22 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     shape, dev = input._data.shape[:-1] + (num_samples,), input.device
 
     def draw(weights):
-        rows = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+        rows = np.atleast_2d(np.asarray(weights))
         if not np.all((rows >= 0) & np.isfinite(rows)):
             raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
-        out = np.stack([weighted_draws(r, num_samples, replacement, generator) for r in rows]).astype(np.int64)
-        return (_t.place(out.reshape(shape), dev),)
+        gen = _gen(generator, dev)
+        if replacement and num_samples > 1:
+            out = np.stack([weighted_draws(r.astype(np.float64), num_samples, True, gen) for r in rows])
+        else:
+            # torch's race: q = empty_like(input).exponential_(1), then the top num_samples of
+            # input / q per row (one exponential_ over the whole input, in its dtype)
+            for r in rows:
+                weighted_draws(r.astype(np.float64), num_samples, False, None, check_only=True)
+            q = gen.exponential(rows.size, 1.0).astype(rows.dtype).reshape(rows.shape)
+            keys = rows / q
+            out = (np.argmax(keys, axis=1)[:, None] if num_samples == 1
+                   else np.argsort(-keys, axis=1, kind="stable")[:, :num_samples])
+        return (_t.place(out.astype(np.int64).reshape(shape), dev),)
     return _t.drawn(draw, (input,))
 
 
@@ -212,8 +223,9 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
         if std < 0:
             raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
         shape, npd, dev = _t.factory_args((size,), dtype, device, "normal", "normal_kernel_cpu")
-        return _t.drawn(lambda: (_t.place((mean + std * _standard_normal(int(np.prod(shape)), np.float64, generator)
-                                           ).reshape(shape).astype(npd), dev),), (), requires_grad)
+        n = int(np.prod(shape))
+        return _t.drawn(lambda: (_t.place(_gen(generator, dev).normal(n, npd, float(mean), float(std)).reshape(shape),
+                                          dev),), (), requires_grad)
     if not isinstance(std, Tensor) and std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     npd, dev = tensors[0]._data.dtype, tensors[0].device
@@ -225,47 +237,89 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
         s = arrays[-1] if s_is else std
         if s_is and np.any(s < 0):
             raise RuntimeError("normal expects all elements of std >= 0.0")
-        eps = _standard_normal(int(np.prod(shape)), np.float64, generator).reshape(shape)
-        return (_t.place(np.asarray(m + s * eps).astype(npd), dev),)
+        # torch: output.normal_(0, std) then add_(mean) for a number std, otherwise
+        # output.normal_(0, 1).mul_(std).add_(mean): each step in the output's dtype
+        n = int(np.prod(shape))
+        if s_is:
+            out = _gen(generator, dev).normal(n, npd).reshape(shape) * np.asarray(s, npd)
+        else:
+            out = _gen(generator, dev).normal(n, npd, 0.0, float(s)).reshape(shape)
+        return (_t.place(np.asarray(out + np.asarray(m, npd), npd), dev),)
     out = _t.drawn(draw, tuple(tensors))
     return _zero_grad_to(out, mean, std)
 
 
-def _random_factory(base, draw, fn, kernel):
-    """rand / randn with the generator= keyword; the global generator's path is base's (a
-    draw with a Generator leaves the global one untouched, as in torch)."""
-    def make(*size, generator=None, dtype=None, device=None, requires_grad=False, **kw):
+def _random_factory(draw, fn, kernel):
+    """rand / randn with the generator= keyword (a fresh tensor: contiguous)."""
+    def make(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None, **kw):
         _check_gen(generator, fn)
-        if generator is None:
-            return base(*size, dtype=dtype, device=device, requires_grad=requires_grad, **kw)
+        if out is not None or kw:
+            raise TypeError(f"{fn}() got an unexpected keyword argument '{next(iter(kw), 'out')}'")
         shape, npd, dev = _t.factory_args(size, dtype, device, fn, kernel)
-        return _t.drawn(lambda: (_t.place(draw(int(np.prod(shape)), npd, generator).reshape(shape), dev),), (),
-                        requires_grad)
+        n = math.prod(shape)
+        return _t.drawn(lambda: (_t.place(draw(_gen(generator, dev), n, npd).reshape(shape), dev),), (), requires_grad)
     make.__name__ = fn
     return make
 
 
-rand = _random_factory(_t.rand, _uniform, "rand", "check_uniform_bounds")
-randn = _random_factory(_t.randn, _standard_normal, "randn", "normal_kernel_cpu")
+rand = _random_factory(lambda g, n, npd: g.uniform(n, npd), "rand", "check_uniform_bounds")
+randn = _random_factory(lambda g, n, npd: g.normal(n, npd), "randn", "normal_kernel_cpu")
 
 
-def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False):
+def _random_like(factory, fn):
+    def make(input, *, generator=None, dtype=None, device=None, requires_grad=False, layout=None,
+             memory_format=None):
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{fn}(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+        return factory(*input._data.shape, generator=generator, dtype=dtype or input.dtype,
+                       device=device or input.device, requires_grad=requires_grad)
+    make.__name__ = fn
+    return make
+
+
+rand_like = _random_like(rand, "rand_like")
+randn_like = _random_like(randn, "randn_like")
+
+
+def randint_like(input, low=0, high=None, *, generator=None, dtype=None, device=None, requires_grad=False,
+                 layout=None, memory_format=None):
     if high is None:
         low, high = 0, low
     if (dtype or input.dtype) is _dt.bool_ and high > 2:
         raise RuntimeError("to - 1 is out of bounds for bool")
-    return _random.randint(low, high, tuple(input._data.shape), dtype=dtype or input.dtype,
+    return _random.randint(low, high, tuple(input._data.shape), generator=generator, dtype=dtype or input.dtype,
                            device=device or input.device, requires_grad=requires_grad)
 
 
 def manual_seed(seed):
-    """Seeds the global draws and returns torch.default_generator, as torch does."""
-    _t.manual_seed(seed)
-    return default_generator.manual_seed(seed)
+    """Seeds torch.default_generator (and the CUDA stream) and returns it, as torch does."""
+    return _t.manual_seed(seed)
+
+
+def seed():
+    """torch.seed(): the default generator seeded from the system's entropy; that seed."""
+    s = default_generator.seed()
+    _t.stream(_device.device("cuda")).manual_seed(s)  # (torch seeds every device with it)
+    return s
+
+
+def initial_seed():
+    return default_generator.initial_seed()
+
+
+def get_rng_state():
+    """torch.get_rng_state(): the default generator's state, torch's uint8 tensor."""
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state):
+    default_generator.set_state(new_state)
 
 
 METHODS = {"uniform_": uniform_, "normal_": normal_, "exponential_": exponential_, "bernoulli_": bernoulli_,
            "random_": random_, "fill_diagonal_": fill_diagonal_,
            "bernoulli": bernoulli, "multinomial": multinomial}
 FUNCTIONS = {"bernoulli": bernoulli, "multinomial": multinomial, "normal": normal, "rand": rand, "randn": randn,
-             "randint_like": randint_like, "manual_seed": manual_seed, "default_generator": default_generator}
+             "randint_like": randint_like, "rand_like": rand_like, "randn_like": randn_like,
+             "manual_seed": manual_seed, "seed": seed, "initial_seed": initial_seed, "get_rng_state": get_rng_state,
+             "set_rng_state": set_rng_state, "default_generator": default_generator}

@@ -247,6 +247,7 @@ METADATA = {"numel": S(u(3, 4)), "is_tensor": S(u(3)), "element_size": S(u(3)), 
             "is_contiguous": S(u(3))}
 # functions that take no tensor, or are not ops: nothing to batch
 NOT_BATCHED = set("""arange empty eye full linspace logspace ones zeros rand randn randint randperm manual_seed
+    seed initial_seed get_rng_state set_rng_state
     set_default_device set_default_dtype set_num_threads set_printoptions set_verbosity get_default_device
     get_default_dtype get_num_threads get_verbosity is_grad_enabled is_inference_mode_enabled from_numpy from_dlpack
     place torch_size compile load save half register_hook register_post_accumulate_grad_hook cpu cuda numpy""".split())

@@ -268,7 +268,8 @@ EXCLUDED = {
     # the runtime, not ops
     **dict.fromkeys(["compile", "get_default_device", "get_default_dtype", "get_num_threads", "get_verbosity",
                      "set_default_device", "set_default_dtype", "set_num_threads", "set_printoptions",
-                     "set_verbosity", "is_grad_enabled", "is_inference_mode_enabled", "manual_seed", "load",
+                     "set_verbosity", "is_grad_enabled", "is_inference_mode_enabled", "manual_seed", "seed",
+                     "initial_seed", "get_rng_state", "set_rng_state", "load",
                      "save", "is_tensor", "is_inference"], "not an op"),
     # conversions whose dtype is the other library's (numpy/dlpack), tested in tests/tensor
     **dict.fromkeys(["from_numpy", "from_dlpack"], "dtype comes from the numpy/dlpack array"),

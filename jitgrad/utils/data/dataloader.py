@@ -157,8 +157,7 @@ class _LoaderIter:
         # torch draws the workers' base seed here, before the sampler's first draw: a
         # shuffle with a seeded generator visits torch's order only if this draw is made too
         gen = loader.generator
-        self._base_seed = int(gen.random64(1)[0]) % (1 << 63) if isinstance(gen, Generator) \
-            else int(_rng[0].integers(0, 1 << 63))
+        self._base_seed = int((gen if isinstance(gen, Generator) else _rng[0]).integers(1, 0, 1 << 63)[0])
         self._dataset_iter = iter(self._dataset) if loader._iterable else None
         self._ended = False
         self._num_yielded = 0

@@ -1,6 +1,6 @@
 """Samplers: the order in which a DataLoader visits a map-style dataset's indices, and how
 BatchSampler groups them. RandomSampler draws as torch's does (randperm, or randint in
-chunks of 32 with replacement), so a seeded jitgrad.Generator gives torch's order."""
+chunks of 32 with replacement), so a seed (manual_seed, or a seeded Generator) gives torch's order."""
 import itertools
 
 import numpy as np
@@ -33,7 +33,8 @@ class SequentialSampler(Sampler):
 def _own_generator():
     """A generator for one pass when the sampler has none: seeded from the global generator,
     as torch seeds it from its default one."""
-    return Generator().manual_seed(int(_rng[0].integers(0, 1 << 63)))
+    # torch: int(torch.empty((), dtype=torch.int64).random_().item()), a 64-bit word % 2**63
+    return Generator().manual_seed(int(_rng[0].integers(1, 0, 1 << 63)[0]))
 
 
 class RandomSampler(Sampler):
@@ -84,7 +85,7 @@ class SubsetRandomSampler(Sampler):
 
 class WeightedRandomSampler(Sampler):
     """num_samples indices drawn with probability proportional to weights (see
-    graph/random.weighted_draws: with replacement, a seeded Generator gives torch's draws)."""
+    graph/random.weighted_draws: torch.multinomial's draws, with or without replacement)."""
 
     def __init__(self, weights, num_samples, replacement=True, generator=None):
         if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
