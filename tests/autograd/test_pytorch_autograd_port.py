@@ -2,8 +2,10 @@
 same code on jitgrad and on torch 2.13 (both(run) compares what run(T) returns) or states
 torch's behaviour where the test is about memory. The torch test each one follows is named
 in its docstring."""
+import copy
 import threading
 import weakref
+from collections import OrderedDict
 
 import pytest
 from conftest import both, err_of, mk
@@ -163,6 +165,120 @@ def test_disable_saved_tensors_hooks_nesting_and_misuse():
 
         out.append(f())
         out.append(no_default_hooks(T))
+        return out
+
+    both(run)
+
+
+# --- an optimizer stepped inside backward by post-accumulate-grad hooks ------------------
+
+def _optim_in_backward(T, engine):
+    """test_post_accumulate_grad_hook_e2e: each parameter's own Adam steps from its
+    post-accumulate-grad hook (torch's optimizer-in-backward pattern) and must track a copy
+    of the model trained the usual way; once the hooks are removed the model is frozen.
+    engine: how backward runs (the compiled sweep, the Python engine under create_graph or
+    anomaly mode, a jitgrad.compile step)."""
+    model = T.nn.Linear(3, 2).double()
+    with T.no_grad():  # the same weights in both libraries (their generators differ)
+        model.weight.copy_(mk(T, [[0.3, -0.1, 0.2], [-0.4, 0.25, 0.5]]))
+        model.bias.copy_(mk(T, [0.05, -0.15]))
+    inp = mk(T, [[0.1, -0.2, 0.3], [0.4, 0.5, -0.6]])
+    optims, handles = {}, []
+
+    def optim_step_hook(param):
+        optims[param].step()
+        optims[param].zero_grad()
+
+    for p in model.parameters():
+        optims[p] = T.optim.Adam([p])
+        handles.append(p.register_post_accumulate_grad_hook(optim_step_hook))
+    model_copy = copy.deepcopy(model)  # the hooks stay behind (torch's deepcopy copies none)
+    optim_copy = T.optim.Adam(model_copy.parameters())
+
+    def step(x):
+        loss = model(x).sum()
+        if engine == "create_graph":
+            loss.backward(create_graph=True)
+        else:
+            loss.backward()
+        return loss
+
+    if engine == "jitgrad.compile" and T.__name__ == "jitgrad":
+        step = T.compile(step)
+    for _ in range(5):
+        if engine == "anomaly":
+            with T.autograd.set_detect_anomaly(True):
+                step(inp)
+        else:
+            step(inp)
+        model_copy(inp).sum().backward()
+        optim_copy.step()
+        optim_copy.zero_grad()
+    tracked = [p.detach().clone() for p in model.parameters()]
+    reference = [p.detach().clone() for p in model_copy.parameters()]
+    for h in handles:
+        h.remove()
+    for _ in range(3):
+        step(inp)
+    frozen = [p.detach().clone() for p in model.parameters()]
+    return tracked, reference, frozen, [p.grad is None for p in model.parameters()]
+
+
+@pytest.mark.parametrize("engine", ["compiled", "create_graph", "anomaly", "jitgrad.compile"])
+def test_post_accumulate_grad_hook_e2e(engine):
+    j, t = both(lambda T: _optim_in_backward(T, engine))
+    tracked, reference, frozen, _ = j
+    for a, b, c in zip(tracked, reference, frozen):
+        assert a.tolist() == b.tolist() == c.tolist()
+
+
+def test_deepcopy_of_tensors_and_parameters_as_torch():
+    """Tensor.__deepcopy__ / Parameter.__deepcopy__: no hooks travel, a tensor's .grad and
+    attributes do, a parameter's .grad does not; a non-leaf cannot be deep-copied."""
+    def run(T):
+        out = []
+        hooked = []
+        x = mk(T, [1.0, 2.0], rg=True)
+        x.register_hook(lambda g: hooked.append("x"))
+        x.register_post_accumulate_grad_hook(lambda t: hooked.append("post"))
+        (x * 2).sum().backward()
+        x.note = {"k": [1]}
+        c = copy.deepcopy(x)
+        out += [c.requires_grad, c.is_leaf, c.grad, c.note, c.note is x.note, c._backward_hooks]
+        (c * 3).sum().backward()
+        out += [c.grad, hooked]
+        p = T.nn.Parameter(mk(T, [3.0]))
+        (p * p).sum().backward()
+        q = copy.deepcopy(p)
+        out += [type(q).__name__, q.grad, q.requires_grad, q.detach()]
+        shared = copy.deepcopy([x, x])
+        out.append(shared[0] is shared[1])
+        out.append(err_of(copy.deepcopy, x * 2))
+        return out
+
+    both(run)
+
+
+# --- Tensor._backward_hooks ---------------------------------------------------------------
+
+@pytest.mark.parametrize("leaf", [True, False])
+def test_assigning_backward_hooks(leaf):
+    """torch allows `t._backward_hooks = OrderedDict()` or None (nn.Module's hooks and old
+    code do): either removes the tensor's hooks; a dict of functions makes them its hooks."""
+    def run(T):
+        seen = []
+        x = mk(T, [1.0, 2.0], rg=True)
+        t = x if leaf else x * 1
+        out = [t._backward_hooks]
+        t.register_hook(lambda g: seen.append("removed"))
+        t._backward_hooks = OrderedDict()
+        (t * 2).sum().backward(retain_graph=True)
+        t._backward_hooks = None
+        (t * 2).sum().backward(retain_graph=True)
+        t._backward_hooks = OrderedDict([(7, lambda g: seen.append(g.tolist()) or g * 10)])
+        out.append(len(t._backward_hooks))
+        (t * 2).sum().backward()
+        out += [seen, x.grad, err_of(delattr, t, "_backward_hooks")]
         return out
 
     both(run)
