@@ -282,3 +282,82 @@ def test_assigning_backward_hooks(leaf):
         return out
 
     both(run)
+
+
+# --- anomaly mode frees the graph like normal mode ---------------------------------------
+
+def test_anomaly_assign_parent_cleanup(no_gc):
+    """test_anomaly_assign_parent_cleanup: a node made by a backward in anomaly mode names
+    its parent; that must not keep the parent's graph alive once its tensors are gone
+    (checked by refcounts alone: the cycle collector is off)."""
+    def run(T):
+        def get_ref():
+            x = mk(T, [[0.5, 1.0], [1.5, 2.0]], rg=True)
+            t = x.exp()
+            with T.autograd.detect_anomaly():
+                T.autograd.grad(t, x, T.ones_like(t), create_graph=True)
+
+            class Foo:
+                pass
+
+            my_obj = Foo()
+            t.grad_fn.metadata[0] = my_obj
+            return t, weakref.ref(my_obj)
+
+        with pytest.warns(UserWarning, match="Anomaly Detection has been enabled"):
+            t, ref = get_ref()
+        alive = ref() is not None
+        del t
+        return alive, ref() is None
+
+    j, t = both(run)
+    assert t == (True, True)
+
+
+def test_nested_anomaly_printstack_cleanup(no_gc):
+    """test_nested_anomaly_printstack_cleanup: the same after anomaly mode reported a NaN
+    through a parent chain (custom Functions, the parent made under create_graph)."""
+    def run(T):
+        def get_ref():
+            class MyFunc(T.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    ctx.save_for_backward(x)
+                    return x
+
+                @staticmethod
+                def backward(ctx, gO):
+                    (x,) = ctx.saved_tensors
+                    return MyFunc2.apply(x)
+
+            class MyFunc2(T.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    return x
+
+                @staticmethod
+                def backward(ctx, gO):
+                    return gO + float("NaN")
+
+            inp = mk(T, [0.25], rg=True)
+            out = MyFunc.apply(inp)
+            (ginp,) = T.autograd.grad(out, (inp,), create_graph=True)
+            with pytest.warns(UserWarning) as w:
+                with T.autograd.detect_anomaly():
+                    e = err_of(ginp.backward)
+            msgs = [str(m.message).split(".")[0] for m in w]
+
+            class Foo:
+                pass
+
+            my_obj = Foo()
+            out.grad_fn.metadata[0] = my_obj
+            return out, weakref.ref(my_obj), e, msgs
+
+        out, ref, e, msgs = get_ref()
+        alive = ref() is not None
+        del out
+        return alive, ref() is None, e, msgs
+
+    j, t = both(run)
+    assert t[:2] == (True, True) and t[2][1].startswith("Function 'MyFunc2Backward' returned nan values")
