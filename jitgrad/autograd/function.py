@@ -233,6 +233,13 @@ class _ErrorNode(FunctionNode):
     def name(self):
         return "torch::autograd::Error"
 
+    @property
+    def next_functions(self):
+        # torch's Error is a C++ node, which has an edge per input, (None, 0) for a None
+        # (a custom Function's node has edges for its Tensor inputs only)
+        edges = iter(super().next_functions)
+        return tuple(next(edges) if is_tensor else (None, 0) for is_tensor in self._state._arg_is_tensor)
+
 
 _ErrorNode.__name__ = _ErrorNode.__qualname__ = "Error"
 _DelayedError._node_cls = _ErrorNode

@@ -3,6 +3,7 @@ same code on jitgrad and on torch 2.13 (both(run) compares what run(T) returns) 
 torch's behaviour where the test is about memory. The torch test each one follows is named
 in its docstring."""
 import copy
+import importlib
 import threading
 import weakref
 from collections import OrderedDict
@@ -361,3 +362,42 @@ def test_nested_anomaly_printstack_cleanup(no_gc):
 
     j, t = both(run)
     assert t[:2] == (True, True) and t[2][1].startswith("Function 'MyFunc2Backward' returned nan values")
+
+
+# --- once_differentiable ---------------------------------------------------------------
+
+def test_once_differentiable():
+    """test_once_differentiable: under create_graph the results of a once_differentiable
+    backward come through torch's Error node, with an edge per result ((None, 0) for the
+    None given to a non-tensor input), and differentiating through it raises. The
+    Function's own node has edges for its tensor inputs only."""
+    def run(T):
+        once_differentiable = importlib.import_module(T.__name__ + ".autograd.function").once_differentiable
+        grad_enabled = []
+
+        class MyFunction(T.autograd.Function):
+            @staticmethod
+            def forward(ctx, tensor1, pyscalar, tensor2):
+                ctx.pyscalar = pyscalar
+                ctx.save_for_backward(tensor1, tensor2)
+                return tensor1 + pyscalar * tensor2 + tensor1 * tensor2
+
+            @staticmethod
+            @once_differentiable
+            def backward(ctx, grad_output):
+                grad_enabled.append(T.is_grad_enabled())
+                t1, t2 = ctx.saved_tensors
+                return grad_output + grad_output * t2, None, grad_output * ctx.pyscalar + grad_output * t1
+
+        x = mk(T, [[0.5, -1.0], [2.0, 0.25]], rg=True)
+        y = mk(T, [[1.5, 0.75], [-0.5, 3.0]], rg=True)
+        result = MyFunction.apply(x, 2, y)
+        go = T.ones((), dtype=T.float64, requires_grad=True)
+        result.sum().backward(go, create_graph=True)
+        out = [graph_desc(result.grad_fn), graph_desc(x.grad.grad_fn), graph_desc(y.grad.grad_fn), x.grad, y.grad,
+               grad_enabled, x.grad.grad_fn.next_functions[1][0].next_functions[1]]
+        out.append(err_of(x.grad.sum().backward))
+        return out
+
+    j, t = both(run)
+    assert t[1] == "CopyBackwards(None, Error(AccumulateGrad(), None, AccumulateGrad()))"
