@@ -53,6 +53,9 @@ class Function(metaclass=_FunctionMeta):
     """Subclass with static forward(ctx, *args) (or forward(*args) plus setup_context)
     and backward(ctx, *grads); call with `apply`."""
 
+    # ctx.saved_tensors may be read once; the ctx then lets go of them (torch's option)
+    clear_saved_tensors_on_access = False
+
     @staticmethod
     def forward(ctx, *args, **kwargs):
         raise NotImplementedError("You must implement the forward function for custom autograd.Function.")

@@ -401,3 +401,173 @@ def test_once_differentiable():
 
     j, t = both(run)
     assert t[1] == "CopyBackwards(None, Error(AccumulateGrad(), None, AccumulateGrad()))"
+
+
+# --- raw saved variables, saved originals ----------------------------------------------
+
+def test_get_data_and_hooks_from_raw_saved_variable():
+    """test_get_data_and_hooks_from_raw_saved_variable: .data is the packed object as is
+    when hooks packed it, a detached value for a saved output, the input itself (not a
+    copy) for a saved non-leaf input; .unpack_hook is the hook or None."""
+    def run(T):
+        def pack_hook(t):
+            return t
+
+        def unpack_hook(t):
+            return t
+
+        a = T.tensor(2.0, dtype=T.float64, requires_grad=True)
+        with T.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook):
+            b = a ** 2
+        c = b.exp()
+        d = c ** 2
+        pow_sv, exp_sv, pow2_sv = b.grad_fn._raw_saved_self, c.grad_fn._raw_saved_result, d.grad_fn._raw_saved_self
+        return [pow_sv.data is a, pow_sv.unpack_hook is unpack_hook, exp_sv.data is c, exp_sv.unpack_hook is None,
+                pow2_sv.data is c, pow2_sv.unpack_hook is None, exp_sv.data, pow2_sv.data]
+
+    j, t = both(run)
+    assert t[:6] == [True, True, False, True, True, True]
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3)])
+def test_saved_originals_are_the_same_python_objects(shape):
+    """Which saved values come back as the very object that was saved (torch's saved
+    original: inputs, leaf or not, of built-in ops and custom Functions) and which as a new
+    one (outputs, saved without their node to avoid a cycle); also once .data was
+    reassigned and for a custom Function that returns a view of a saved input."""
+    def run(T):
+        import numpy as np
+        a = T.tensor(np.linspace(0.5, 1.5, int(np.prod(shape))).reshape(shape), dtype=T.float64,
+                     requires_grad=True)
+        b = a * 1
+        out = {}
+        for nm, inp in (("leaf", a), ("nonleaf", b)):
+            z = inp * inp
+            out["mul_self_" + nm] = (z.grad_fn._saved_self is inp, z.grad_fn._raw_saved_other.data is inp)
+            w = inp.sin()
+            out["sin_" + nm] = w.grad_fn._saved_self is inp
+        y = a.exp()
+        out["exp_result"] = y.grad_fn._saved_result is y
+        c = b.exp()
+        d = c.sin()
+        c.data = c.detach() * 2
+        out["after_data_assign"] = d.grad_fn._saved_self is c
+
+        class Fn(T.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, kind):
+                o = x * 2
+                t = x + 1
+                saved = {"in": x, "out": o, "intermediate": t}[kind]
+                ctx.save_for_backward(saved)
+                ctx.kind = kind
+                return o
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 2, None
+
+        class ViewFn(T.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x.view_as(x)
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+
+        for nm, inp in (("leaf", a), ("nonleaf", b)):
+            for kind in ("in", "out"):
+                o = Fn.apply(inp, kind)
+                out[f"fn_{kind}_{nm}"] = o.grad_fn.saved_tensors[0] is (inp if kind == "in" else o)
+            v = ViewFn.apply(inp.clone() if nm == "nonleaf" else inp)
+            out["view_fn_" + nm] = v.grad_fn.saved_tensors[0] is not v
+        return out
+
+    j, t = both(run)
+    assert t["mul_self_nonleaf"] == (True, True) and t["exp_result"] is False
+
+
+def test_custom_function_saved_tensors():
+    """test_custom_function_saved_tensors: saved_tensors and _raw_saved_tensors (SavedTensor
+    objects, None included), register_hooks' argument checks, errors after the graph is
+    freed, a Function that saved nothing."""
+    def run(T):
+        SavedTensor = T.autograd.graph.SavedTensor if T.__name__ == "jitgrad" else T._C._autograd.SavedTensor
+
+        def get_fn(save=True):
+            class MyFn(T.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    if save:
+                        ctx.save_for_backward(x, None)
+                    return x
+
+                @staticmethod
+                def backward(ctx, g):
+                    return g
+
+            return MyFn
+
+        a = mk(T, [0.5, 1.5, -2.0], rg=True)
+        y = get_fn(True).apply(a)
+        st = y.grad_fn.saved_tensors
+        out = [st[0] is a, st[1]]
+        saved = y.grad_fn._raw_saved_tensors
+        out.append([isinstance(s, SavedTensor) for s in saved])
+        out.append(err_of(saved[1].register_hooks, lambda x: x, lambda x: x))
+        out.append(err_of(saved[0].register_hooks, lambda x: x)[0])
+        out.append(err_of(saved[0].register_hooks, 1, 1)[0])
+        out.append(err_of(saved[0].register_hooks, lambda x: x, lambda x: x))
+        out.append(err_of(saved[0].register_hooks, lambda x: x, lambda x: x))
+        y.sum().backward()
+        del saved
+        out.append(err_of(lambda: y.grad_fn._raw_saved_tensors))
+        out.append(err_of(lambda: y.grad_fn.saved_tensors))
+        y = get_fn(False).apply(a)
+        out += [y.grad_fn.saved_tensors, y.grad_fn._raw_saved_tensors]
+        return out
+
+    both(run)
+
+
+def test_clear_saved_tensors_on_access(no_gc):
+    """test_clear_saved_tensors_on_access(_double_access_error): the ctx lets go of what it
+    saved once backward read it; a second read raises torch's error."""
+    def run(T):
+        out = []
+
+        class MyFn(T.autograd.Function):
+            clear_saved_tensors_on_access = True
+
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x.clone()
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                (x,) = ctx.saved_tensors
+                ref = weakref.ref(x)
+                del x
+                out.append(ref() is None)
+                return grad_output
+
+        class Twice(MyFn):
+            @staticmethod
+            def backward(ctx, grad_output):
+                _ = ctx.saved_tensors
+                _ = ctx.saved_tensors
+                return grad_output
+
+        x = mk(T, [1.0, 2.0, 3.0], rg=True)
+        MyFn.apply(x.clone()).sum().backward()
+        out.append(err_of(Twice.apply(x).sum().backward))
+        y = MyFn.apply(x)
+        out.append(len(y.grad_fn.saved_tensors))
+        out.append(err_of(lambda: y.grad_fn.saved_tensors))
+        return out
+
+    j, t = both(run)
+    assert t[0] is True
