@@ -571,3 +571,195 @@ def test_clear_saved_tensors_on_access(no_gc):
 
     j, t = both(run)
     assert t[0] is True
+
+
+# --- tensor hooks on non-leaves ---------------------------------------------------------
+# Each scenario returns what the hooks saw and the gradients that came out; run under the
+# compiled sweep and (create_graph) the Python engine, against torch. They follow
+# test_hooks, test_retain_grad_inplace(_multiple_outputs), test_tensor_hooks_inplace
+# (_multiple_outputs, _over_view), test_retains_grad_can_always_observe_tensor_prehook,
+# test_accumulate_grad_posthooks_can_observe_tensor_prehook and
+# test_hook_edge_case_when_called_with_grad.
+
+def _bw(T, t, cg, **kw):
+    t.backward(**kw, create_graph=cg, retain_graph=True)
+
+
+def _hooks_basic(T, cg):
+    x = T.ones(5, 5, dtype=T.float64, requires_grad=True)
+    y = (T.ones(5, 5, dtype=T.float64) * 4).requires_grad_()
+    counter = [0]
+    z = x ** 2 + x * 2 + x * y + y
+    x.register_hook(lambda g: counter.__setitem__(0, counter[0] + 0))
+    test = z.register_hook(lambda g: counter.__setitem__(0, counter[0] + 1))
+    out = []
+    _bw(T, z, cg, gradient=T.ones(5, 5, dtype=T.float64))
+    test2 = z.register_hook(lambda g: counter.__setitem__(0, counter[0] + 2))
+    _bw(T, z, cg, gradient=T.ones(5, 5, dtype=T.float64))
+    out.append(counter[0])
+    test2.remove()
+    _bw(T, z, cg, gradient=T.ones(5, 5, dtype=T.float64))
+    out.append(counter[0])
+    test.remove()
+    z.register_hook(lambda g: g.mul(2))
+    y.grad = None
+    _bw(T, z, cg, gradient=T.ones(5, 5, dtype=T.float64))
+    out.append(y.grad.detach())
+    z.register_hook(lambda g: g.mul(2))
+    y.grad = None
+    _bw(T, z, cg, gradient=T.ones(5, 5, dtype=T.float64))
+    return out + [y.grad.detach()]
+
+
+def _retain_grad_inplace(T, cg):
+    out = []
+    for n_inplace in (1, 2):
+        a = mk(T, [1.0, 2.0], rg=True)
+        b = a.clone()
+        b.retain_grad()
+        for k in range(n_inplace):
+            b.mul_(2 + k)
+        _bw(T, b.sum(), cg)
+        out += [b.grad.detach(), a.grad.detach()]
+    a = mk(T, [1.0, 2.0], rg=True)
+    b = a.clone()
+    b.retain_grad()
+    c = b * 2
+    b.mul_(2)
+    _bw(T, (b + c).sum(), cg)
+    return out + [b.grad.detach(), a.grad.detach()]
+
+
+def _hooks_and_inplace(T, cg):
+    seen = []
+
+    def hook(tag, factor):
+        def fn(g):
+            seen.append((tag, g.tolist()))
+            return None if factor is None else g * factor
+        return fn
+
+    a = mk(T, [1.0, 2.0], rg=True)
+    b = a.clone()
+    b.register_hook(hook("before", 2))
+    b.mul_(2)
+    b.register_hook(hook("after", 3))
+    _bw(T, b.sum(), cg)
+    out = [a.grad.detach()]
+    a = mk(T, [1.0, 2.0, 3.0], rg=True)
+    b = a.clone()
+    v = b[:2]
+    b.register_hook(hook("base", 2))
+    v.register_hook(hook("view", 3))
+    v.mul_(2)
+    b.register_hook(hook("base_after", 5))
+    _bw(T, b.sum(), cg)
+    out.append(a.grad.detach())
+    a = mk(T, [1.0, 2.0, 3.0], rg=True)
+    b = a * 1
+    b.register_hook(hook("b_old", None))
+    b[0].mul_(5)
+    b.register_hook(hook("b_new", None))
+    _bw(T, (b * mk(T, [1.0, 2.0, 3.0])).sum(), cg)
+    out.append(a.grad.detach())
+    return seen, out
+
+
+def _order_with_retain_grad(T, cg):
+    seen = []
+    a = mk(T, [1.0, 2.0], rg=True)
+    b = a * 2
+    b.register_hook(lambda g: seen.append(("h1", g.tolist())) or g * 10)
+    b.retain_grad()
+    b.register_hook(lambda g: seen.append(("h2", g.tolist())) or g + 1)
+    _bw(T, (b * 3).sum(), cg)
+    out = [b.grad.detach(), a.grad.detach()]
+    a = mk(T, [1.0, 2.0], rg=True)
+    b = a.clone()
+    b.retain_grad()
+    b.register_hook(lambda g: g * 2)
+    _bw(T, b.sum(), cg)
+    out.append(b.grad.detach())
+    b.grad = None
+    b.register_hook(lambda g: g * 3)
+    _bw(T, b.sum(), cg)
+    out.append(b.grad.detach())
+    a = mk(T, [1.0, 2.0], rg=True)
+    a.register_hook(lambda g: g * 2)
+    a.register_post_accumulate_grad_hook(lambda t: seen.append(("post", t.grad.tolist())))
+    a.register_hook(lambda g: g * 3)
+    _bw(T, (a * 1).sum(), cg)
+    return seen, out + [a.grad.detach()]
+
+
+def _hooks_write_in_place(T, cg):
+    """A hook (tensor hook or node pre-hook) that writes the gradient it got in place and
+    returns it or None: torch's hooks get the engine's own buffer, so the write counts."""
+    def write(g, ret):
+        g.mul_(2)
+        return g if ret else None
+
+    def write_first(gs):
+        gs[0].mul_(5)
+
+    out = []
+    for ret in (True, False):
+        a = mk(T, [1.0, 2.0], rg=True)
+        b = a * 2
+        b.register_hook(lambda g: write(g, ret))
+        _bw(T, (b * 3).sum(), cg)
+        out.append(a.grad.detach())
+        c = a * 2
+        d = c * 3
+        d.grad_fn.register_prehook(write_first)
+        a.grad = None
+        _bw(T, (d * mk(T, [1.0, 1.5])).sum(), cg)  # (a sum's gradient is an expanded view: not writable)
+        out.append(a.grad.detach())
+    return out
+
+
+def _hooks_called_with_grad(T, cg):
+    a = mk(T, [1.0, 2.0], rg=True)
+    b = a * 2
+    c = b * 2
+    counts = [0, 0, 0]
+
+    def count(i):
+        def fn(*args):
+            counts[i] += 1
+        return fn
+
+    for t in (a, b, c):
+        t.register_hook(count(0))
+    for n in (c.grad_fn, b.grad_fn):
+        n.register_prehook(count(1))
+        n.register_hook(count(2))
+    out = []
+    for call in (lambda: T.autograd.grad(c, inputs=(b,), grad_outputs=T.ones_like(c), retain_graph=True,
+                                         create_graph=cg),
+                 lambda: T.autograd.grad(c, inputs=(a, b), grad_outputs=T.ones_like(c), retain_graph=True,
+                                         create_graph=cg),
+                 lambda: _bw(T, c, cg, gradient=T.ones_like(c)),
+                 lambda: _bw(T, c, cg, gradient=T.ones_like(c), inputs=(a, b))):
+        counts[:] = [0, 0, 0]
+        call()
+        out.append(list(counts))
+    return out
+
+
+def _bad_hook_returns(T, cg):
+    out = []
+    for ret in (lambda g: g.float(), lambda g: g[:1], lambda g: 3, lambda g: (g,)):
+        a = mk(T, [1.0, 2.0], rg=True)
+        b = a * 2
+        b.register_hook(ret)
+        out.append(err_of(_bw, T, (b * 3).sum(), cg))
+    return out
+
+
+@pytest.mark.parametrize("create_graph", [False, True], ids=["compiled", "python_engine"])
+@pytest.mark.parametrize("scenario", [_hooks_basic, _retain_grad_inplace, _hooks_and_inplace, _order_with_retain_grad,
+                                      _hooks_write_in_place, _hooks_called_with_grad, _bad_hook_returns],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_tensor_hooks_see_torchs_gradients(scenario, create_graph):
+    both(lambda T: scenario(T, create_graph))
