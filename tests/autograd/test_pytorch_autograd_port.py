@@ -11,6 +11,8 @@ from collections import OrderedDict
 import pytest
 from conftest import both, err_of, mk
 
+import jitgrad
+
 torch = pytest.importorskip("torch")
 
 
@@ -763,3 +765,92 @@ def _bad_hook_returns(T, cg):
                          ids=lambda f: f.__name__.strip("_"))
 def test_tensor_hooks_see_torchs_gradients(scenario, create_graph):
     both(lambda T: scenario(T, create_graph))
+
+
+# --- checkpoint's determinism check -------------------------------------------------------
+
+def _nondeterministic(first, then):
+    calls = [0]
+
+    def fn(x):
+        calls[0] += 1
+        return first(x) if calls[0] == 1 else then(x)
+    return fn
+
+
+def _checkpoint_outcome(T, first, then, use_reentrant=False, early_stop=True, **kw):
+    cp = importlib.import_module(T.__name__ + ".utils.checkpoint")
+    a = mk(T, [0.5], rg=True)
+    with cp.set_checkpoint_early_stop(early_stop):
+        e = err_of(lambda: cp.checkpoint(_nondeterministic(first, then), a, use_reentrant=use_reentrant,
+                                         **kw).sum().backward())
+    if e is None:
+        return None, a.grad
+    # up to the end of torch's tip (its torch.compile paragraph after that is not jitgrad's)
+    msg = e[1]
+    end = msg.find("checkpoint\u2011debug mode globally.")
+    return e[0], msg if end < 0 else msg[:end]
+
+
+def test_checkpoint_detects_non_determinism():
+    """test_checkpoint_detects_non_determinism: a rerun that saves fewer tensors, more (with
+    early stop off), or tensors of other metadata raises CheckpointError with torch's
+    message and tip; determinism_check="none" and early stop let it through; the reentrant
+    form fails where torch's does."""
+    def run(T):
+        def save_3_tensors(x):
+            return x.sin().exp().sin()
+
+        def save_2_tensors(x):
+            return x.sin().exp()
+
+        def save_2_tensors_alt(x):
+            return x.sin() * T.tensor([1.0, 2.0], dtype=T.float64)
+
+        cp = importlib.import_module(T.__name__ + ".utils.checkpoint")
+        return [
+            _checkpoint_outcome(T, save_3_tensors, save_2_tensors),
+            _checkpoint_outcome(T, save_2_tensors, save_3_tensors, early_stop=False),
+            _checkpoint_outcome(T, save_2_tensors, save_3_tensors),
+            _checkpoint_outcome(T, save_2_tensors, save_2_tensors_alt),
+            _checkpoint_outcome(T, save_2_tensors, save_2_tensors_alt, determinism_check="none"),
+            _checkpoint_outcome(T, save_2_tensors, save_2_tensors_alt, use_reentrant=True),
+            err_of(cp.checkpoint, save_2_tensors, mk(T, [0.5], rg=True), use_reentrant=False,
+                   determinism_check="bogus"),
+            issubclass(cp.CheckpointError, RuntimeError),
+        ]
+
+    j, t = both(run)
+    assert t[0][0] == "CheckpointError" and t[3][1].startswith("torch.utils.checkpoint: Recomputed values")
+
+
+def test_checkpoint_debug_report():
+    """debug=True (or set_checkpoint_debug_enabled(True)): the error opens as torch's
+    report, says why it is shown and lists what each run saved. (torch is run once: a
+    second debug run in one pytest process raises TypeError from torch's op logging.)"""
+    def run(T, how):
+        cp = importlib.import_module(T.__name__ + ".utils.checkpoint")
+
+        def first(x):
+            return x.sin().exp()
+
+        def then(x):
+            return x.sin() * T.tensor([1.0, 2.0], dtype=T.float64)
+
+        a = mk(T, [0.5], rg=True)
+        fn = _nondeterministic(first, then)
+        if how == "argument":
+            e = err_of(lambda: cp.checkpoint(fn, a, use_reentrant=False, debug=True).sum().backward())
+        else:
+            with cp.set_checkpoint_debug_enabled(True):
+                e = err_of(lambda: cp.checkpoint(fn, a, use_reentrant=False).sum().backward())
+        msg = e[1]
+        return (e[0], msg.splitlines()[:3],
+                "You are seeing this error because you passed `debug=True` to checkpoint" in msg,
+                "Recomputed values for the following tensors have different metadata" in msg,
+                err_of(cp.checkpoint, first, a, use_reentrant=True, debug=True)), msg
+
+    j, t = both(lambda T: run(T, "argument")[0])
+    assert run(jitgrad, "global")[0] == j
+    msg = run(jitgrad, "global")[1]  # what each run saved (torch logs operators instead)
+    assert "$0: f64[1]   (1 of 2 in original)" in msg and "$1: f64[2]   (2 of 2 in recompute)" in msg
