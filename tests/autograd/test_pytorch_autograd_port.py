@@ -854,3 +854,226 @@ def test_checkpoint_debug_report():
     assert run(jitgrad, "global")[0] == j
     msg = run(jitgrad, "global")[1]  # what each run saved (torch logs operators instead)
     assert "$0: f64[1]   (1 of 2 in original)" in msg and "$1: f64[2]   (2 of 2 in recompute)" in msg
+
+
+# --- more of test_autograd.py's saved-tensor-hooks family, run on both libraries ----------
+
+def _hooks_inner_wins(T):
+    """test_setting_default_saved_variable_hooks_twice_should_use_inner"""
+    g = T.autograd.graph
+    with g.saved_tensors_hooks(lambda x: 3 * x, lambda x: 3 * x):
+        b = mk(T, [0.5, -1.0], rg=True)
+        with g.saved_tensors_hooks(lambda x: 5 * x, lambda x: 5 * x):
+            a = mk(T, [1.5, 2.0], rg=True)
+            y = a * a
+        z = b * b
+    y.sum().backward()
+    z.sum().backward()
+    return a.grad, b.grad
+
+
+def _hooks_error_propagation(T):
+    """test_saved_tensor_hooks_custom_error_propagation"""
+    class CustomError(Exception):
+        pass
+
+    def raise_(what):
+        raise CustomError(what)
+
+    a = T.tensor(1.0, dtype=T.float64, requires_grad=True)
+    with T.autograd.graph.saved_tensors_hooks(lambda x: raise_("pack"), lambda x: x):
+        e1 = err_of(T.sin, a)
+    with T.autograd.graph.saved_tensors_hooks(lambda x: x, lambda x: raise_("unpack")):
+        out = T.sin(a)
+        e2 = err_of(out.backward)
+    return e1, e2
+
+
+def _hooks_function_intermediates(T):
+    """test_saved_tensor_hooks_custom_function_intermediates"""
+    class Func(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            intermediate = x.exp()
+            ctx.save_for_backward(intermediate.clone().detach_().requires_grad_(True))
+            return x.exp()
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            (intermediate,) = ctx.saved_tensors
+            return grad_out * intermediate
+
+    a = T.tensor(1.0, dtype=T.float64, requires_grad=True)
+    with T.autograd.graph.saved_tensors_hooks(lambda x: x, lambda x: x):
+        out = Func.apply(a)
+    out.backward()
+    return a.grad
+
+
+def _hooks_exec_count(T):
+    """test_unpack_hooks_exec_count"""
+    counts = [0, 0]
+
+    def pack(x):
+        counts[0] += 1
+        return x
+
+    def unpack(x):
+        counts[1] += 1
+        return x
+
+    x = T.ones(4, dtype=T.float64, requires_grad=True)
+    y = T.ones(4, dtype=T.float64)
+    with T.autograd.graph.saved_tensors_hooks(pack, unpack):
+        out = x * y
+        seen = [list(counts)]
+        out.sum().backward()
+    return seen + [list(counts)]
+
+
+def _hooks_version_counter_not_shared(T):
+    """test_saved_tensors_hook_version_counter_not_shared"""
+    seen = []
+
+    class Test(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (x,) = ctx.saved_tensors
+            before = a._version
+            x.add_(1)
+            seen.append(a._version == before)
+            return grad_output
+
+    a = T.tensor(1.0, dtype=T.float64, requires_grad=True)
+    a_replacement = a.clone()
+    with T.autograd.graph.saved_tensors_hooks(lambda x: a_replacement, lambda x: x):
+        b = Test.apply(a)
+    b.backward()
+    return seen, a.grad
+
+
+def _save_on_cpu_and_checkpoint(T):
+    """test_save_on_cpu_and_checkpoint"""
+    cp = importlib.import_module(T.__name__ + ".utils.checkpoint")
+    a = mk(T, [[0.5, 1.5], [-1.0, 0.75]], rg=True)
+    b = a.pow(2).pow(2).pow(2).pow(2)
+    b.sum().backward()
+    grads = [a.grad.clone()]
+    a.grad = None
+    with T.autograd.graph.save_on_cpu():
+        h = a.pow(2)
+        h = cp.checkpoint(lambda x: x.pow(2).pow(2), h, use_reentrant=False)
+        c = h.pow(2)
+    c.sum().backward()
+    grads.append(a.grad.clone())
+    a.grad = None
+
+    def f(a):
+        h = a.pow(2)
+        with T.autograd.graph.save_on_cpu():
+            h = h.pow(2).pow(2)
+        return h.pow(2)
+
+    cp.checkpoint(f, a, use_reentrant=False).sum().backward()
+    return grads + [a.grad]
+
+
+def _pack_hook_in_place(T):
+    """test_pack_hook_with_inplace_modification_should_fail"""
+    a = mk(T, [0.5, 1.0], rg=True)
+
+    def inc(x):
+        x += 1
+        return x
+
+    with T.autograd.graph.saved_tensors_hooks(inc, lambda x: x):
+        e1 = err_of(T.exp, a)
+    y = T.exp(a)
+    return e1, err_of(y.grad_fn._raw_saved_result.register_hooks, inc, lambda x: x)
+
+
+def _saving_to_disk(T, tmp_path):
+    """test_saving_variable_to_disk"""
+    names = iter(range(100))
+
+    def pack(x):
+        name = str(tmp_path / f"{T.__name__}-{next(names)}.pt")
+        T.save(x, name)
+        return name
+
+    with T.autograd.graph.saved_tensors_hooks(pack, lambda name: T.load(name)):
+        a = T.ones(5, dtype=T.float64, requires_grad=True)
+        y = a * a
+        saved = y.grad_fn._saved_self
+        y.sum().backward()
+    return saved, a.grad
+
+
+def _hooks_double_backward(T):
+    """test_default_saved_tensors_hooks_double_backward"""
+    g = T.autograd.graph
+    out = []
+    base = [0.5, -1.0, 1.5]
+    with g.saved_tensors_hooks(lambda x: x, lambda x: x):
+        a = mk(T, base, rg=True)
+        (gr,) = T.autograd.grad(T.sum(a ** 3), (a,), create_graph=True)
+        gr.sum().backward()
+        out.append(a.grad)
+    with g.saved_tensors_hooks(lambda x: 2 * x, lambda x: x):
+        a = mk(T, base, rg=True)
+        s = T.sum(a ** 3)
+    (gr,) = T.autograd.grad(s, (a,), create_graph=True)
+    gr.sum().backward()
+    out.append(a.grad)
+    a = mk(T, base, rg=True)
+    s = T.sum(a ** 3)
+    with g.saved_tensors_hooks(lambda x: 2 * x, lambda x: x):
+        (gr,) = T.autograd.grad(s, (a,), create_graph=True)
+        gr.sum().backward()
+    out.append(a.grad)
+    with g.saved_tensors_hooks(lambda x: 2 * x, lambda x: x):
+        a = mk(T, base, rg=True)
+        (gr,) = T.autograd.grad(T.sum(a ** 3), (a,), create_graph=True)
+        gr.sum().backward()
+    return out + [a.grad]
+
+
+def _wrapped_number(T):
+    """test_wrapped_number_saved_tensors_hooks"""
+    def err_hook(x):
+        raise RuntimeError("this hook should not be called")
+
+    with T.autograd.graph.saved_tensors_hooks(err_hook, err_hook):
+        a = mk(T, [0.5, 1.0], rg=True)
+        return T.autograd.grad((a * 3).sum(), (a,))
+
+
+def _graph_save_on_cpu(T):
+    """test_graph_save_on_cpu (dense tensors, both pin_memory settings)"""
+    out = []
+    for pin_memory in (True, False):
+        for dtype in ("float32", "float64"):
+            with T.autograd.graph.save_on_cpu(pin_memory):
+                a = mk(T, [0.5, -1.0, 2.0], dtype=dtype, rg=True)
+                y = a * a
+                out += [y.grad_fn._saved_self, y.grad_fn._saved_other, y.grad_fn._saved_self.dtype == a.dtype]
+                y.sum().backward()
+                out.append(a.grad)
+    return out
+
+
+@pytest.mark.parametrize("scenario", [_hooks_inner_wins, _hooks_error_propagation, _hooks_function_intermediates,
+                                      _hooks_exec_count, _hooks_version_counter_not_shared,
+                                      _save_on_cpu_and_checkpoint, _pack_hook_in_place, _saving_to_disk,
+                                      _hooks_double_backward, _wrapped_number, _graph_save_on_cpu],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_saved_tensors_hooks_family(scenario, tmp_path):
+    if scenario is _saving_to_disk:
+        both(lambda T: scenario(T, tmp_path))
+    else:
+        both(scenario)
