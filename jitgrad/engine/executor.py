@@ -300,7 +300,9 @@ def _accumulate(t, grad, create_graph, owned):
             # grad_fn is then CopyBackwards, whose input is the gradient's own node
             t._grad = F.zeros_like(grad).copy_(grad)
             return
-        t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
+        # torch steals the incoming buffer only outside grad mode; under create_graph it keeps
+        # a clone, so a hook writing .grad does not write the gradient its node handed on
+        t._grad = grad if owned and not create_graph else F._wrap(grad._data.copy())
         return
     if old._data.shape != grad._data.shape:
         # the leaf's .data changed size since its .grad was made: torch adds in place, so a

@@ -1077,3 +1077,67 @@ def test_saved_tensors_hooks_family(scenario, tmp_path):
         both(lambda T: scenario(T, tmp_path))
     else:
         both(scenario)
+
+
+# --- more post-accumulate-grad hook tests (test_post_accumulate_grad_hook_*) ----------------
+
+def _post_acc_on_non_leaf(T, cg):
+    leaf = mk(T, [0.5, 1.0], rg=True)
+    return err_of((2.0 * leaf).register_post_accumulate_grad_hook, lambda t: None)
+
+
+def _in_place(T, fn):
+    """A post-accumulate hook writing its leaf (as optimizers do: under no_grad, which
+    create_graph's backward needs; torch's own tests run without it)."""
+    def hook(t):
+        with T.no_grad():
+            fn(t)
+    return hook
+
+
+def _post_acc_multiple_hooks(T, cg):
+    t = mk(T, [0.5, 1.0, 1.5], rg=True)
+    t.register_post_accumulate_grad_hook(_in_place(T, lambda x: x.sub_(x.grad)))
+    t.register_post_accumulate_grad_hook(_in_place(T, lambda x: x.mul_(4.0)))
+    _bw(T, t.sum(), cg)
+    return t.detach()
+
+
+def _post_acc_multiple_tensors(T, cg):
+    t1 = mk(T, [0.5, 1.0, 1.5], rg=True)
+    t2 = mk(T, [2.0, -1.0], rg=True)
+    for t in (t1, t2):
+        t.register_post_accumulate_grad_hook(_in_place(T, lambda x: x.sub_(x.grad)))
+    _bw(T, t1.sum(), cg)
+    _bw(T, t2.sum(), cg)
+    return t1.detach(), t2.detach()
+
+
+def _post_acc_returns_not_none(T, cg):
+    t = mk(T, [[0.5, 1.0, 1.5], [2.0, -1.0, 0.0]], rg=True)
+    t.register_post_accumulate_grad_hook(lambda x: x.grad)
+    return err_of(_bw, T, t.sum(), cg)
+
+
+def _post_acc_ordering(T, cg):
+    """tensor pre-hook, AccumulateGrad pre-hook, post-accumulate hook, AccumulateGrad post-hook"""
+    t = mk(T, [0.5, 1.0, 1.5], rg=True)
+    acc_grad = t.view_as(t).grad_fn.next_functions[0][0]
+
+    def acc_grad_node_post_hook(grad_in, grad_out):
+        t.grad = grad_out[0].mul(10)
+
+    t.register_hook(lambda g: g.sub(2.0))
+    acc_grad.register_prehook(lambda grad_out: (grad_out[0].div(5.0),))
+    t.register_post_accumulate_grad_hook(_in_place(T, lambda x: x.grad.add_(0.5)))
+    acc_grad.register_hook(acc_grad_node_post_hook)
+    _bw(T, t.sum(), cg)
+    return t.grad.detach()
+
+
+@pytest.mark.parametrize("create_graph", [False, True], ids=["compiled", "python_engine"])
+@pytest.mark.parametrize("scenario", [_post_acc_on_non_leaf, _post_acc_multiple_hooks, _post_acc_multiple_tensors,
+                                      _post_acc_returns_not_none, _post_acc_ordering],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_post_accumulate_grad_hooks(scenario, create_graph):
+    both(lambda T: scenario(T, create_graph))
