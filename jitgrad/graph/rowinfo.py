@@ -140,7 +140,7 @@ def original(tape, row, nr):
     scanned, found = _originals.get(tape, (-1, None))
     if row >= scanned:
         found = {}
-        for o in gc.get_objects():
+        for o in gc.get_referrers(tape):  # (its tensors hold it: one pass over the heap in C)
             if isinstance(o, _tensor.Tensor) and o._tape is tape:
                 found.setdefault((o._row, o._output_nr), weakref.ref(o))
         _originals[tape] = (tape.nrows, found)
