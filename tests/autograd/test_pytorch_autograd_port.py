@@ -1141,3 +1141,50 @@ def _post_acc_ordering(T, cg):
                          ids=lambda f: f.__name__.strip("_"))
 def test_post_accumulate_grad_hooks(scenario, create_graph):
     both(lambda T: scenario(T, create_graph))
+
+
+def test_anomaly_detect_nan():
+    """test_anomaly_detect_nan / test_anomaly_mode_no_check_nan: a NaN a custom Function's
+    backward returns goes through silently, raises torch's error naming the node and the
+    output in anomaly mode (with the forward's traceback warned when the forward ran in it),
+    and passes again with check_nan=False."""
+    def run(T):
+        size = 4
+
+        class MyFunc(T.autograd.Function):
+            @staticmethod
+            def forward(ctx, inp1, inp2, fail_0th):
+                ctx.fail_0th = fail_0th
+                return inp1.sum(0, keepdim=True)
+
+            @staticmethod
+            def backward(ctx, gO):
+                gI = gO.clone().expand(size)
+                gI[0] = 0
+                gI[0] /= 0  # a NaN
+                return (gI, None, None) if ctx.fail_0th else (None, gI, None)
+
+        def inp():
+            return mk(T, [0.25, 0.5, 0.75, 1.0], rg=True)
+
+        out = []
+        x = inp()
+        MyFunc.apply(x, x, True).backward()
+        out.append(bool(T.isnan(x.grad).any()))
+        for fail_0th, forward_in_anomaly in ((True, False), (False, False), (False, True)):
+            x = inp()
+            with pytest.warns(UserWarning) as w:
+                with T.autograd.detect_anomaly():
+                    o = MyFunc.apply(x, x, fail_0th) if forward_in_anomaly else None
+                if o is None:
+                    o = MyFunc.apply(x, x, fail_0th)
+                with T.autograd.detect_anomaly():
+                    out.append(err_of(o.backward))
+            out.append([str(m.message).split("\n")[0][:60] for m in w])
+        x = inp()
+        with T.autograd.set_detect_anomaly(True, check_nan=False):
+            MyFunc.apply(x, x, True).backward()
+        out.append(bool(T.isnan(x.grad).any()))
+        return out
+
+    both(run)
