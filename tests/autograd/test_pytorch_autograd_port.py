@@ -1188,3 +1188,58 @@ def test_anomaly_detect_nan():
         return out
 
     both(run)
+
+
+def test_compiled_step_with_hooked_leaves_runs_eagerly_and_keeps_its_plan():
+    """jitgrad.compile and the optimizer-in-backward pattern: a call whose recorded plan's
+    backward reaches leaves that now have hooks runs eagerly (the hooks run, with eager's
+    numbers) and keeps the plan, rather than recording again (which, with the hooks there,
+    would give up the plan for good). The optimizer steps change what later calls' guards
+    see, so those may record again: they stay eager and right."""
+    model = jitgrad.nn.Linear(3, 2).double()
+    optims = {p: jitgrad.optim.SGD([p], lr=0.1) for p in model.parameters()}
+    twin = copy.deepcopy(model)
+    twin_optim = jitgrad.optim.SGD(twin.parameters(), lr=0.1)
+    runs = [0]
+
+    def step(x):
+        runs[0] += 1
+        loss = model(x).sum()
+        loss.backward()
+        return loss
+
+    def clear():
+        for p in model.parameters():
+            p.grad = None
+
+    compiled = jitgrad.compile(step)
+    x = mk(jitgrad, [[0.1, -0.2, 0.3], [0.4, 0.5, -0.6]])
+    compiled(x)
+    clear()
+    compiled(x)
+    clear()
+    assert runs[0] == 1  # recorded once, then replayed
+    twin(x).sum().backward()  # the twin follows: two backward passes, no step
+    twin(x).sum().backward()
+    twin.zero_grad()
+
+    def hook(p):
+        optims[p].step()
+        optims[p].zero_grad()
+
+    handles = [p.register_post_accumulate_grad_hook(hook) for p in model.parameters()]
+    entries = list(compiled.cache.values())
+    compiled(x)
+    assert runs[0] == 2 and list(compiled.cache.values()) == entries  # eager, the plan kept
+    twin(x).sum().backward()
+    twin_optim.step()
+    twin_optim.zero_grad()
+    for _ in range(2):
+        compiled(x)
+        twin(x).sum().backward()
+        twin_optim.step()
+        twin_optim.zero_grad()
+    assert runs[0] == 4
+    assert all(a.tolist() == b.tolist() for a, b in zip(model.parameters(), twin.parameters()))
+    for h in handles:
+        h.remove()
