@@ -179,11 +179,16 @@ _anomaly_parent = _AnomalyParent()
 
 
 class _SavedHooks(threading.local):
-    stack = ()  # (pack, unpack) pairs of the active saved_tensors_hooks contexts
+    stack = ()       # (pack, unpack) pairs of the active saved_tensors_hooks contexts
+    disabled = None  # disable_saved_tensors_hooks' message: while set, no hooks may be pushed
 
 
 _saved_hooks = _SavedHooks()
 _packing = [0]  # how many saved_tensors_hooks contexts are active in any thread
+
+# torch's words when a context exits more often than it was entered (its TLS stack's assert)
+POP_EMPTY_ERROR = ("is_initialized && !tls.stack.empty() INTERNAL ASSERT FAILED: saved_tensors_hooks exited more "
+                   "times than it was entered")
 
 
 def _set_saved_hooks(stack):
@@ -195,29 +200,34 @@ def _set_saved_hooks(stack):
 
 
 def push_saved_hooks(pack, unpack):
-    """Returns a token for pop_saved_hooks: the stack as it was, and this entry."""
-    prev = _saved_hooks.stack
-    entry = (pack, unpack)
-    _set_saved_hooks(prev + (entry,))
-    return prev, entry
+    """Push on this thread's stack, as torch's _push_saved_tensors_default_hooks."""
+    if _saved_hooks.disabled is not None:
+        raise RuntimeError(_saved_hooks.disabled)
+    _set_saved_hooks(_saved_hooks.stack + ((pack, unpack),))
 
 
-def pop_saved_hooks(token=None):
-    """Undo push_saved_hooks exactly: the stack becomes what it was before the push, so a
-    context left open inside (e.g. entered by an unpack hook and never exited) goes too.
-    If an outer context already popped this entry (exits out of order), nothing changes."""
-    if token is None:
-        _set_saved_hooks(_saved_hooks.stack[:-1])
-        return
-    prev, entry = token
+def pop_saved_hooks():
+    """Pop the innermost entry, whichever context pushed it (torch's stack has no owners:
+    contexts exited out of order pop each other's entries, as there)."""
     stack = _saved_hooks.stack
-    if len(stack) > len(prev) and stack[len(prev)] is entry:
-        _set_saved_hooks(prev)
+    if not stack:
+        raise RuntimeError(POP_EMPTY_ERROR)
+    _set_saved_hooks(stack[:-1])
+
+
+def set_saved_hooks_disabled(message):
+    """disable_saved_tensors_hooks: None enables them again."""
+    _saved_hooks.disabled = message
 
 
 def saved_hooks_state():
-    return _saved_hooks.stack
+    """This thread's saved-tensor-hooks state, for restore_saved_hooks. The engine runs a
+    backward under the state it began with and restores it after (torch's graph task
+    keeps the thread-local state of its call), so contexts a hook or a Function enters or
+    exits during backward do not outlive it."""
+    return _saved_hooks.stack, _saved_hooks.disabled
 
 
-def restore_saved_hooks(stack):
+def restore_saved_hooks(state):
+    stack, _saved_hooks.disabled = state
     _set_saved_hooks(stack)

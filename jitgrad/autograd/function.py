@@ -53,6 +53,9 @@ class Function(metaclass=_FunctionMeta):
     """Subclass with static forward(ctx, *args) (or forward(*args) plus setup_context)
     and backward(ctx, *grads); call with `apply`."""
 
+    # ctx.saved_tensors may be read once; the ctx then lets go of them (torch's option)
+    clear_saved_tensors_on_access = False
+
     @staticmethod
     def forward(ctx, *args, **kwargs):
         raise NotImplementedError("You must implement the forward function for custom autograd.Function.")
@@ -232,6 +235,13 @@ class _ErrorNode(FunctionNode):
 
     def name(self):
         return "torch::autograd::Error"
+
+    @property
+    def next_functions(self):
+        # torch's Error is a C++ node, which has an edge per input, (None, 0) for a None
+        # (a custom Function's node has edges for its Tensor inputs only)
+        edges = iter(super().next_functions)
+        return tuple(next(edges) if is_tensor else (None, 0) for is_tensor in self._state._arg_is_tensor)
 
 
 _ErrorNode.__name__ = _ErrorNode.__qualname__ = "Error"

@@ -2,9 +2,9 @@
 tape rows (graph/node.py); this module adds what needs the engine (multi-grad hooks wait
 for a backward call to end, gradient edges are inputs of grad()), the saved-tensor hook
 context and the version counter bump."""
-import threading
+import contextlib
 
-from jitgrad._core.modes import pop_saved_hooks, push_saved_hooks, saved_hooks_state
+from jitgrad._core.modes import pop_saved_hooks, push_saved_hooks, saved_hooks_state, set_saved_hooks_disabled
 from jitgrad.engine import run as _engine
 from jitgrad.engine.run import GradientEdge, _target
 from jitgrad.graph.node import Node  # noqa: F401  (torch.autograd.graph.Node)
@@ -30,13 +30,6 @@ def increment_version(tensor):
         t._bump()  # not through .data, whose writes torch does not count either
 
 
-class _Disabled(threading.local):
-    message = None  # set inside disable_saved_tensors_hooks: why hooks may not be set
-
-
-_disabled = _Disabled()
-
-
 class saved_tensors_hooks:
     """Within this context, every tensor an op saves for backward is passed to
     pack_hook(tensor), which returns what is kept; backward calls unpack_hook(kept) to get
@@ -47,14 +40,12 @@ class saved_tensors_hooks:
         self.unpack_hook = unpack_hook
 
     def __enter__(self):
-        if _disabled.message is not None:
-            raise RuntimeError(_disabled.message)
-        self._tokens = getattr(self, "_tokens", [])  # one object may be entered again while entered
-        self._tokens.append(push_saved_hooks(self.pack_hook, self.unpack_hook))
+        push_saved_hooks(self.pack_hook, self.unpack_hook)
         return self
 
     def __exit__(self, *exc):
-        pop_saved_hooks(self._tokens.pop())
+        # pops the innermost hooks, as torch's (RuntimeError on an empty stack)
+        pop_saved_hooks()
 
 
 class save_on_cpu(saved_tensors_hooks):
@@ -73,22 +64,19 @@ class save_on_cpu(saved_tensors_hooks):
         super().__init__(pack, unpack)
 
 
-class disable_saved_tensors_hooks:
+@contextlib.contextmanager
+def disable_saved_tensors_hooks(error_message):
     """Within this context, entering saved_tensors_hooks raises RuntimeError(error_message)
-    (so does entering this context while such hooks are active)."""
-
-    def __init__(self, error_message):
-        self.error_message = error_message
-
-    def __enter__(self):
-        if saved_hooks_state():
-            raise RuntimeError(self.error_message)
-        self._prev = _disabled.message
-        _disabled.message = self.error_message
-        return self
-
-    def __exit__(self, *exc):
-        _disabled.message = self._prev
+    (so does entering this context while such hooks are active). A generator context, as
+    torch's: it also decorates functions."""
+    stack, prev = saved_hooks_state()
+    if stack:
+        raise RuntimeError(error_message)
+    set_saved_hooks_disabled(error_message)
+    try:
+        yield
+    finally:
+        set_saved_hooks_disabled(prev)
 
 
 class _MultiHandle:

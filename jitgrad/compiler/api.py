@@ -136,7 +136,10 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)
         tensors = flat if flat is args else [x for x in flat if isinstance(x, Tensor)]
         plan = entry.plan
-        if not (guards.holds(entry.guards) and replay.check(plan, tensors)):
+        ok = guards.holds(entry.guards) and replay.check(plan, tensors)
+        if ok is replay.HOOKED:
+            return self.fn(*args, **kwargs)
+        if not ok:
             del self.cache[key]
             return self._record(key, flat, args, kwargs)
         with self.lock:

@@ -23,18 +23,23 @@ from jitgrad.graph.record import accumulator
 from jitgrad.graph.tape import Tape, close_current_tape
 from jitgrad.graph.tensor import wrap
 
+# check()'s answer when leaves the plan's backward reaches have hooks: the call runs eagerly
+# (the hooks must run, an optimizer stepped from a post-accumulate-grad hook among them) and
+# the plan is kept for calls made once the hooks are gone; recording again would not help
+HOOKED = "hooked"
+
 
 def check(plan, tensors):
     """The guards a call's signature cannot see, on tensors: outside tensors' arrays and
-    requires_grad, and hooks on the leaves a backward reaches (they must run: eagerly).
-    (What the step reached by name, modules included: compiler/guards.py.)"""
+    requires_grad (False: record again), and hooks on the leaves a backward reaches
+    (HOOKED). (What the step reached by name, modules included: compiler/guards.py.)"""
     for t, d, rg in plan.ext:
         if t._data is not d or t._requires_grad != rg:
             return False
     if leaf_hooks[0]:
         for bp in plan.backwards:
             if any(_hooked(tensors[arg] if p is None else p) for _, p, arg, _ in bp.leaves):
-                return False
+                return HOOKED
     return True
 
 

@@ -58,7 +58,7 @@ from jitgrad._core.threads import deferred_interrupts
 from jitgrad.engine import codegen
 from jitgrad.engine import executor as pyengine
 from jitgrad.engine.executor import input_grads
-from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
+from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks, version_of, written
 from jitgrad.engine.kernel_table import KernelTables
 from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.node import AccumulateGrad, node_for
@@ -347,16 +347,18 @@ class _TapeRun:
             hooks = tape.tensor_hooks.get(r)
             if hooks and (r == row or not self.st[r] & HAS):
                 g = self._grad(r, g1, gaddr, gown)
+                seen = version_of(g)
                 new = run_tensor_hooks(hooks, g)
-                if new is not g and new is not None:
-                    self._set_grad(r, new, g1, gaddr, gown)
+                if written(g, new, seen):
+                    self._set_grad(r, g if new is None else new, g1, gaddr, gown)
         pre = tape.node_prehooks.get(row)
         if pre:
             rows = range(row, row + _n_outputs(tape, row))
             grads = [self._grad(r, g1, gaddr, gown) for r in rows]
-            for r, old, new in zip(rows, grads, run_node_prehooks(pre, grads)):
-                if new is not None and new is not old:
-                    self._set_grad(r, new, g1, gaddr, gown)
+            seen = [version_of(g) for g in grads]
+            for r, old, new, v in zip(rows, grads, run_node_prehooks(pre, grads), seen):
+                if written(old, new, v):
+                    self._set_grad(r, old if new is None else new, g1, gaddr, gown)
         self.st[row] &= 0xFF ^ PRE
 
     def _leaves_ready_after(self, row, g1, gaddr, gown, decrement):

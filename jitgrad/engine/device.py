@@ -53,7 +53,7 @@ from jitgrad._core.modes import no_grad
 from jitgrad.engine import codegen
 from jitgrad.engine import compiled as _compiled
 from jitgrad.engine import executor as pyengine
-from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
+from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks, version_of, written
 from jitgrad.gpu import driver
 from jitgrad.gpu.array import DeviceArray, assign
 from jitgrad.graph.node import node_for
@@ -277,16 +277,18 @@ class _DeviceRun:
             hooks = tape.tensor_hooks.get(r)
             if hooks and (r == row or not self.st[r] & HAS):
                 g = self._grad(r)
+                seen = version_of(g)
                 new = run_tensor_hooks(hooks, g)
-                if new is not g and new is not None:
-                    self._set_grad(r, new)
+                if written(g, new, seen):
+                    self._set_grad(r, g if new is None else new)
         pre = tape.node_prehooks.get(row)
         if pre:
             rows = range(row, row + _compiled._n_outputs(tape, row))
             grads = [self._grad(r) for r in rows]
-            for r, old, new in zip(rows, grads, run_node_prehooks(pre, grads)):
-                if new is not None and new is not old:
-                    self._set_grad(r, new)
+            seen = [version_of(g) for g in grads]
+            for r, old, new, v in zip(rows, grads, run_node_prehooks(pre, grads), seen):
+                if written(old, new, v):
+                    self._set_grad(r, old if new is None else new)
         self.st[row] &= 0xFF ^ PRE
 
     def _run_python_node(self, row, retain):

@@ -21,8 +21,9 @@ from jitgrad._core.modes import _anomaly, _anomaly_parent, _check_nan
 from jitgrad._core.threads import leaf_lock
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks
 from jitgrad.gpu.array import DeviceArray
-from jitgrad.graph.node import AccumulateGrad, Node
+from jitgrad.graph.node import AccumulateGrad, Node, node_for
 from jitgrad.graph.pynode import FunctionNode
+from jitgrad.graph.record import SameTapeParent
 from jitgrad.graph.rowinfo import RowInfo
 from jitgrad.graph.spec import FUNCS
 from jitgrad.ops import functional as F
@@ -299,7 +300,9 @@ def _accumulate(t, grad, create_graph, owned):
             # grad_fn is then CopyBackwards, whose input is the gradient's own node
             t._grad = F.zeros_like(grad).copy_(grad)
             return
-        t._grad = grad if create_graph or owned else F._wrap(grad._data.copy())
+        # torch steals the incoming buffer only outside grad mode; under create_graph it keeps
+        # a clone, so a hook writing .grad does not write the gradient its node handed on
+        t._grad = grad if owned and not create_graph else F._wrap(grad._data.copy())
         return
     if old._data.shape != grad._data.shape:
         # the leaf's .data changed size since its .grad was made: torch adds in place, so a
@@ -346,12 +349,17 @@ def report_error(node, exc):
     else:
         warnings.warn(f"Error detected in {node.name()}. No forward pass information available. Enable detect "
                       "anomaly during forward pass for more information.", stacklevel=3)
-    parent = md.get("parent_")
+    parent = _parent_of(node, md)
     while parent is not None:
         pmd = parent.metadata
         warnings.warn(f"\n\nPrevious calculation was induced by {parent.name()}. Traceback of forward call that "
                       "induced the previous calculation:\n" + "".join(pmd.get("traceback_", ())), stacklevel=3)
-        parent = pmd.get("parent_")
+        parent = _parent_of(parent, pmd)
+
+
+def _parent_of(node, md):
+    parent = md.get("parent_")
+    return node_for(node._tape, parent.row) if isinstance(parent, SameTapeParent) else parent
 
 
 def _call_node(node, grad):

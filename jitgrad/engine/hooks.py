@@ -11,10 +11,24 @@ def run_tensor_hooks(hooks, grad):
         r = fn(grad)
         if r is not None:
             if not isinstance(r, Tensor):
-                raise TypeError(f"expected a Tensor or None from a hook, got {type(r).__name__}")
+                raise TypeError(f"expected Variable, but hook returned '{type(r).__name__}'")
             _check_value(fn, grad, r)
             grad = r
     return grad
+
+
+def version_of(g):
+    """g's version before hooks see it (None for no gradient)."""
+    return None if g is None else g._version
+
+
+def written(old, new, version):
+    """Whether hooks changed a gradient the engine handed them as a copy of its buffer: they
+    returned another tensor, or wrote the one they got in place (returning it or None),
+    which torch's hooks see in the engine's own buffer."""
+    if new is not None and new is not old:
+        return True
+    return old is not None and old._version != version
 
 
 def _check_value(fn, old, new):
@@ -24,7 +38,7 @@ def _check_value(fn, old, new):
         return
     name = getattr(fn, "__name__", "hook")
     if not isinstance(new, Tensor):
-        raise TypeError(f"expected a Tensor or None from a hook, got {type(new).__name__}")
+        raise TypeError(f"expected Variable, but hook returned '{type(new).__name__}'")
     if new._data.dtype != old._data.dtype:
         raise RuntimeError(f"hook '{name}' has changed the type of value (was "
                            f"{_type_name(old)} got {_type_name(new)})")

@@ -191,7 +191,7 @@ def _in_new_thread(fn, *args):
         except BaseException as e:  # noqa: BLE001  (raised again in the waiting thread)
             out.append((False, e))
         finally:
-            restore_saved_hooks(())
+            restore_saved_hooks(((), None))  # a worker thread ends as it began: no hooks
 
     worker = threading.Thread(target=work, name="jitgrad-reentrant-backward")
     worker.start()

@@ -29,6 +29,10 @@ from jitgrad.graph.spec import OP_OUT, OP_PYFN
 from jitgrad.graph.tape import current_tape, on_device
 from jitgrad.graph.tensor import Tensor, wrap
 
+CLEARED_ERROR = ("saved_tensors can only be accessed once when clear_saved_tensors_on_access=True is set on the "
+                 "autograd.Function. Either access saved_tensors only once, or set "
+                 "clear_saved_tensors_on_access=False.")
+
 
 class FunctionCtx:
     """What forward and backward share (PyTorch's ctx)."""
@@ -54,6 +58,14 @@ class FunctionCtx:
             return tuple(getattr(self, "saved_for_forward", ()))
         if self._released:
             raise _freed_error()
+        if getattr(getattr(self, "_fn", None), "clear_saved_tensors_on_access", False):
+            # the Function asked that its saved tensors be dropped once read, so that they
+            # are freed as soon as backward lets go of them
+            if getattr(self, "_saved_taken", False):
+                raise RuntimeError(CLEARED_ERROR)
+            self._saved_taken = True
+            saved, self.to_save = getattr(self, "to_save", ()), ()
+            return tuple(_unpack(self, s) for s in saved)
         return tuple(_unpack(self, s) for s in getattr(self, "to_save", ()))
 
     @property
@@ -199,11 +211,15 @@ class _Saved:
     """A saved tensor kept as PyTorch's SavedVariable keeps one: for a tensor of the
     node's own tape its data and where its gradient flows (not the Tensor, which holds
     the tape), and the version it had, checked when it is unpacked."""
-    __slots__ = ("tensor", "data", "row", "nr", "stamp")
+    __slots__ = ("tensor", "ref", "data", "row", "nr", "stamp")
 
-    def __init__(self, t, tape):
+    def __init__(self, t, tape, is_output):
         own = t._tape is tape
         self.tensor = None if own else t
+        # an input (not an output) of the node's own tape comes back as itself, as torch's
+        # saved original does; held weakly, since it holds the tape that holds this. Once
+        # it is gone an equal tensor is made (no one can tell them apart then)
+        self.ref = weakref.ref(t) if own and not is_output else None
         self.data = t._data
         self.row, self.nr = (t._row, t._output_nr) if own else (-1, 0)
         self.stamp = versions.stamp(t._data)
@@ -269,6 +285,10 @@ def _unpack(ctx, s):
         raise modified_error(s.data, now, s.stamp[1])
     if s.tensor is not None:
         return s.tensor
+    if s.ref is not None:
+        t = s.ref()
+        if t is not None and t._data is s.data and t._tape is ctx._tape and t._row == s.row:
+            return t
     t = wrap(s.data)
     t._requires_grad = True
     t._tape, t._row, t._output_nr = ctx._tape, s.row, s.nr
@@ -326,7 +346,8 @@ def record(ctx, args, outputs):
     ctx._row = first
     ctx._out_is_tensor = tuple(isinstance(o, Tensor) for o in outs)
     if hasattr(ctx, "to_save"):
-        ctx.to_save = tuple(_save(t, tape) for t in ctx.to_save)
+        out_ids = {id(o) for _, o in tensor_outs}
+        ctx.to_save = tuple(_save(t, tape, id(t) in out_ids) for t in ctx.to_save)
     ctx._arg_is_tensor = tuple(isinstance(a, Tensor) for a in args)
     ctx._in_meta = tuple((tuple(t._data.shape), t._data.dtype, type(t._data) is DeviceArray) for t in tensors_in)
     ctx._out_meta = tuple((tuple(o._data.shape), o._data.dtype) for _, o in tensor_outs)
@@ -344,11 +365,11 @@ def _zeros(shape, dtype, cuda):
     return z
 
 
-def _save(t, tape):
+def _save(t, tape, is_output):
     if not isinstance(t, Tensor):
         return t
     packed = pack_saved(t)
-    return _Saved(t, tape) if packed is None else _Packed(*packed)
+    return _Saved(t, tape, is_output) if packed is None else _Packed(*packed)
 
 
 def _user_backward(fn):

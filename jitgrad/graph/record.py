@@ -296,14 +296,26 @@ def _ew_packed(spec, result, a, b, aux):
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+class SameTapeParent:
+    """Anomaly mode: the parent of a node recorded by a backward, a row of the node's own tape."""
+    __slots__ = ("row",)
+
+    def __init__(self, row):
+        self.row = row
+
+
 def _trace(tape, row):
     """Anomaly mode: where in the user's forward this node was made (kept in the node's
     metadata, as PyTorch keeps it); jitgrad's own frames are left out."""
     frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_PACKAGE)]
     md = tape.metadata.setdefault(row, {})
     md["traceback_"] = traceback.format_list(frames)
-    if _anomaly_parent.node is not None:  # made by a backward: its error report goes on to that node
-        md["parent_"] = _anomaly_parent.node
+    parent = _anomaly_parent.node
+    if parent is not None:  # made by a backward: its error report goes on to that node
+        # torch's child node holds its parent; here a parent in the same tape is named by
+        # its row, since tape -> metadata -> node -> tape would be a cycle that keeps the
+        # graph (and what users put in its metadata) alive after its last tensor is gone
+        md["parent_"] = parent if parent._tape is not tape else SameTapeParent(parent._row)
 
 
 def record(spec, result, inputs, saved=(), fparams=(), iparams=None, dual=True):

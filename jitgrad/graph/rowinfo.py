@@ -1,4 +1,7 @@
 """What a Python rule needs to know about its node, read back from the tape row."""
+import gc
+import weakref
+
 from jitgrad._core.forward import state as _forward
 from jitgrad.graph import tensor as _tensor  # the Tensor <-> Node pair: saved values read as Tensors
 from jitgrad.graph.spec import OP_ACC, OP_EXT, SPECS
@@ -71,7 +74,7 @@ class RowInfo:
             return _tensor.linked(data, ft, frow, nr)
         return _tensor.linked(data, tape, t, nr)
 
-    def saved_input(self, k, j):
+    def saved_input(self, k, j, exposed=False):
         st = self.tape.hooked(self.row, k)
         if st is not None:
             # packed by hooks: unpack's data, with the input's grad_fn (as PyTorch unpacks)
@@ -79,7 +82,22 @@ class RowInfo:
                 return None
             data = st.unpack_tensor()._data
             return self.input(j, data, unpacked=data)
-        return self.input(j, self.saved(k, self.in_shape(j)))
+        data = self.saved(k, self.in_shape(j))
+        if exposed:  # torch's saved original: the input tensor itself, while it lives
+            t = self.original_input(j)
+            if t is not None:
+                return t
+        return self.input(j, data)
+
+    def original_input(self, j):
+        """The live Tensor object that input j was (a leaf's comes back through `input`)."""
+        tape = self.tape
+        t, nr, _ = tape.edge(self.row, j)
+        if t < 0 or tape.op(t) == OP_ACC:
+            return None
+        if tape.op(t) == OP_EXT:
+            tape, t = tape.ext[t]
+        return original(tape, t, nr)
 
     def result(self, k, always_linked=False):
         data = self.saved(k, self.out_shape())
@@ -102,7 +120,35 @@ class RowInfo:
             return reader(self, k)
         j = spec.input_of(name)
         if j is not None:
-            return self.saved_input(k, j)
+            return self.saved_input(k, j, exposed)
         if name == "result":
             return self.result(k, always_linked=exposed)
         return self.saved(k, self.out_shape())
+
+
+# tape -> (rows it had when scanned, {(row, output nr): weakref of the Tensor object})
+_originals = weakref.WeakKeyDictionary()
+
+
+def original(tape, row, nr):
+    """The Tensor object that is output `nr` of `row`, if it is alive.
+    torch's SavedVariable keeps an input tensor itself, so grad_fn._saved_self is the input.
+    A row keeps only the array: holding each input's Tensor would cost every op a reference
+    (and a cycle through the tape). So the inspection API (grad_fn._saved_<name>,
+    SavedTensor.data) looks the object up among the live ones, once per tape for the rows it
+    has then; backward never does."""
+    scanned, found = _originals.get(tape, (-1, None))
+    if row >= scanned:
+        found = {}
+        for o in gc.get_referrers(tape):  # (its tensors hold it: one pass over the heap in C)
+            if isinstance(o, _tensor.Tensor) and o._tape is tape:
+                found.setdefault((o._row, o._output_nr), weakref.ref(o))
+        _originals[tape] = (tape.nrows, found)
+    ref = found.get((row, nr))
+    t = None if ref is None else ref()
+    # still that output (an in-place op rebases a tensor onto a new row); its data may be
+    # another array than the row's copy of a one-element value, or one .data assigned since,
+    # which torch's saved original shows as well
+    if t is not None and t._tape is tape and t._row == row and t._output_nr == nr:
+        return t
+    return None

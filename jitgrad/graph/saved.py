@@ -95,7 +95,7 @@ def pack(hook, t):
     if t._version != before:
         raise RuntimeError(
             "A saved tensor pack hook is modifying its input in place. Tensors provided as input to pack hook "
-            "can not be modified by in-place operations as this can lead to unexpected side-effects. Please "
+            "cannot be modified by in-place operations as this can lead to unexpected side-effects. Please "
             "open an issue if you need to perform in-place operations on the input to a pack hook.")
     return packed
 

@@ -1,4 +1,5 @@
 """Tensor: a numpy array plus the autograd fields PyTorch exposes."""
+import copy
 import threading
 import warnings
 import weakref
@@ -21,7 +22,7 @@ from jitgrad.gpu import foreign as _foreign
 from jitgrad.gpu.array import TO_NUMPY, DeviceArray
 from jitgrad.graph import node as _node  # the Tensor <-> Node pair: grad_fn is a view of the row
 from jitgrad.graph import views as _views
-from jitgrad.graph.hooks import add_hook
+from jitgrad.graph.hooks import RemovableHandle, add_hook
 from jitgrad.graph.node import lazy_dict
 
 
@@ -200,11 +201,55 @@ class Tensor:
         if self._tape is None:
             x = self._x
             return None if x is None or not x.hooks else x.hooks.get(0)
+        d = getattr(self, "__dict__", None)
+        if d and "_shown_backward_hooks" in d:
+            return d["_shown_backward_hooks"]
         return self._tape.tensor_hooks.get(self._row)
+
+    @_backward_hooks.setter
+    def _backward_hooks(self, value):
+        """torch lets code assign the dict (nn.Module's hooks, old code). On a leaf an empty
+        dict or None removes every hook and a dict {id: fn} makes those its hooks. A
+        non-leaf's hooks were handed to its grad_fn when registered, so in torch they keep
+        running whatever is assigned: only what reads give changes."""
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"_backward_hooks must be a dict or None, not {type(value).__name__}")
+        if self._tape is not None:
+            self.__dict__["_shown_backward_hooks"] = value
+            return
+        x = self._x
+        if x is not None and x.hooks:
+            registry = x.hooks
+            for hid in list(registry.get(0, ())):
+                RemovableHandle(registry, (0, hid), on_leaf=True).remove()  # keeps the count backward reads
+        for fn in (value or {}).values():
+            self.register_hook(fn)
 
     @_backward_hooks.deleter
     def _backward_hooks(self):
         raise RuntimeError("Deletion of _backwards_hooks not allowed!")  # sic: torch's words
+
+    def __deepcopy__(self, memo):
+        """torch's Tensor.__deepcopy__: leaves only; the copy has the data, requires_grad, a
+        deep copy of .grad and of the attributes set on the tensor, and none of its hooks,
+        graph or version count."""
+        if self._tape is not None:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.  If you were attempting to deepcopy a module, this may be "
+                               "because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
+        if id(self) in memo:
+            return memo[id(self)]
+        new = _new(type(self))
+        _init_from(new, copy.deepcopy(self._data, memo))
+        memo[id(self)] = new
+        new._requires_grad = self._requires_grad
+        if self._grad is not None:
+            new.grad = copy.deepcopy(self._grad, memo)
+        d = getattr(self, "__dict__", None)
+        if d:
+            new.__dict__.update(copy.deepcopy(d, memo))
+        return new
 
     @property
     def is_leaf(self):

@@ -1,4 +1,6 @@
 """nn.Parameter: a leaf Tensor that a Module registers as one of its parameters."""
+import copy
+
 import numpy as np
 
 from jitgrad.graph.tensor import Tensor, _init_from
@@ -21,6 +23,12 @@ class Parameter(Tensor):
 
     def __init__(self, data=None, requires_grad=True):
         pass  # everything happens in __new__
+
+    def __deepcopy__(self, memo):
+        # torch's Parameter.__deepcopy__: a new parameter over a copy of the data, no .grad
+        if id(self) not in memo:
+            memo[id(self)] = type(self)(Tensor._make(copy.deepcopy(self._data, memo)), self.requires_grad)
+        return memo[id(self)]
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()

@@ -16,7 +16,9 @@ only works inside a backward() without `inputs` (PyTorch's rule).
 """
 import contextlib
 import itertools
+import os
 import threading
+import traceback
 import warnings
 import weakref
 
@@ -40,6 +42,96 @@ _SEQUENTIAL_REENTRANT_UNSPECIFIED = (
 
 class CheckpointError(RuntimeError):
     """A non-reentrant checkpoint's rerun did not match its forward (torch's class name)."""
+
+
+# what torch's determinism errors end with (its torch.compile paragraph has no jitgrad meaning)
+_TIP = ("\nTip: To see a more detailed error message, either pass `debug=True` to\n"
+        "`torch.utils.checkpoint.checkpoint(...)` or wrap the code block\n"
+        "with `with torch.utils.checkpoint.set_checkpoint_debug_enabled(True):` to\n"
+        "enable checkpoint\u2011debug mode globally.\n")
+
+# debug=True: torch's report, its operator logs being here the log of the tensors the
+# forward and the rerun saved (jitgrad has no operator dispatch to log), each with the
+# user's stack where it was saved
+_DEBUG_REPORT = """ An error happened while unpacking tensors; dumping logs of latest computation
+because you passed `debug=True` to `torch.utils.checkpoint.checkpoint()`.
+Scroll all the way down for guidance on how to navigate these logs.
+
++~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~+
+|        1. Stack traces of the tensors saved in the original forward          |
++------------------------------------------------------------------------------+
+
+{forward_traces}
++~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~+
+|        2. Stack traces of the tensors saved during recomputation             |
++------------------------------------------------------------------------------+
+
+{recompute_traces}
++~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~+
+|       3. Log of tensors saved in the original forward and recomputation     |
++------------------------------------------------------------------------------+
+(Scroll up to correlate stack traces with each tensor listed below.)
+
+Tensors saved during the original forward:
+
+{forward_ops}
+
+Tensors saved during recomputation:
+
+{recompute_ops}
+
++------------------------------------------------------------------------------+
+ ERROR: Detected non-determinism while running activation checkpointing
+
+ You are seeing this error because you passed `debug=True` to checkpoint and
+ tensors to be saved during the original forward and differ between those saved
+ during recomputation. This can happen if different operators were ran in the
+ original forward and in the recomputation.
+
+ To identify where the mismatch may be coming from, compare the tensors saved
+ during the original forward and during recomputation (listed above in the order
+ they were saved), and review where in your code each was saved.
+
+ Note that the logs can be quite long. Here's how they are structured:
+ (Tip: you can Ctrl-f for these headers)
+
+ 1. Stack traces of the tensors saved in the original forward
+ 2. Stack traces of the tensors saved during recomputation
+ 3. Log of tensors saved in the original forward and recomputation
+ 4. Error message                                             <--- You are here
+--------------------------------------------------------------------------------
+"""
+
+_debug_enabled = [None]  # set_checkpoint_debug_enabled: None defers to each checkpoint's `debug`
+
+
+@contextlib.contextmanager
+def set_checkpoint_debug_enabled(enabled):
+    """Within this context every non-reentrant checkpoint runs with debug=enabled (None:
+    as each one asks), as torch's."""
+    prev, _debug_enabled[0] = _debug_enabled[0], enabled
+    try:
+        yield
+    finally:
+        _debug_enabled[0] = prev
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _log_entry(t, log):
+    """debug mode: a saved tensor as torch's logs print a value (f32[2, 3]) and the user's
+    frames where it was saved."""
+    short = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}
+    dt = str(t.dtype).split(".")[-1]
+    frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_PACKAGE)]
+    log.append((f"${len(log)}: {short.get(dt, dt)}[{', '.join(map(str, t.shape))}]",
+                [f"{f.filename}:{f.lineno}:{f.name}" for f in frames]))
+
+
+def _traces(label, log):
+    return "".join(f"{entry}   ({i + 1} of {len(log)} in {label})\n\n" + "\n".join(tb) + "\n\n\n"
+                   for i, (entry, tb) in enumerate(log))
 
 
 def noop_context_fn():
@@ -145,8 +237,10 @@ class _Frame:
     """One non-reentrant checkpoint call: what its forward saved, and per backward call the
     tensors its rerun produced, each handed out once."""
 
-    def __init__(self, function, args, kwargs, rng_state, recompute_ctx, check, early_stop):
+    def __init__(self, function, args, kwargs, rng_state, recompute_ctx, check, early_stop, debug=False):
         self.function, self.args, self.kwargs = function, args, kwargs
+        self.debug = debug
+        self.fwd_log, self.rec_log = [], []  # debug: what each run saved, and where
         self.rng_state = rng_state
         self.recompute_ctx = recompute_ctx
         self.check = check
@@ -158,6 +252,8 @@ class _Frame:
     def pack(self, t):
         h = _Holder(len(self.metas))
         self.metas.append(_metadata(t))
+        if self.debug:
+            _log_entry(t, self.fwd_log)
         self.holders.append(weakref.ref(h))
         return h
 
@@ -167,7 +263,15 @@ class _Frame:
             call = next(_outside_backward)
         values = self.recomputed.get(call)
         if values is None:
-            values = self._recompute()
+            try:
+                values = self._recompute()
+            except CheckpointError as e:
+                if not self.debug:
+                    raise
+                raise CheckpointError(_DEBUG_REPORT.format(
+                    forward_traces=_traces("original", self.fwd_log), recompute_traces=_traces("recompute", self.rec_log),
+                    forward_ops="\n".join(entry for entry, _ in self.fwd_log),
+                    recompute_ops="\n".join(entry for entry, _ in self.rec_log))) from e
             if call > 0:
                 self.recomputed[call] = values
                 _engine.queue_callback(lambda: self.recomputed.pop(call, None))
@@ -182,11 +286,15 @@ class _Frame:
         metas = []
         n = len(self.metas)
 
+        self.rec_log = []
+
         def pack(t):
             i = len(metas)
+            if self.debug:
+                _log_entry(t, self.rec_log)
             if i >= n:
                 raise CheckpointError("torch.utils.checkpoint: trying to save more tensors during recomputation "
-                                      "than during the original forward pass.")
+                                      "than during the original forward pass.\n" + _TIP)
             metas.append(_metadata(t))
             if self.holders[i]() is not None:
                 values[i] = t.detach() if t.requires_grad else t  # saved as the forward saved it
@@ -206,22 +314,26 @@ class _Frame:
         if len(metas) != n:
             raise CheckpointError("torch.utils.checkpoint: A different number of tensors was saved during the "
                                   f"original forward and recomputation.\nNumber of tensors saved during forward: "
-                                  f"{n}\nNumber of tensors saved during recomputation: {len(metas)}.\n")
+                                  f"{n}\nNumber of tensors saved during recomputation: {len(metas)}.\n" + _TIP)
         if self.check:
             wrong = "".join(f"tensor at position {i}:\nsaved metadata: {self.metas[i]}\nrecomputed metadata: {m}\n"
                             for i, m in enumerate(metas) if i in values and m != self.metas[i])
             if wrong:
                 raise CheckpointError("torch.utils.checkpoint: Recomputed values for the following tensors have "
-                                      f"different metadata than during the forward pass.\n{wrong}.\n")
+                                      f"different metadata than during the forward pass.\n{wrong}.\n" + _TIP)
         return values
 
 
-def _checkpoint_without_reentrant(function, preserve, context_fn, determinism_check, early_stop, args, kwargs):
+def _checkpoint_without_reentrant(function, preserve, context_fn, determinism_check, early_stop, debug, args,
+                                  kwargs):
     if determinism_check not in ("default", "none"):
         raise ValueError(f"determinism_check should be one of ['default', 'none'], but got {determinism_check}")
+    debug = debug if _debug_enabled[0] is None else _debug_enabled[0]
+    if debug and context_fn is not noop_context_fn:
+        raise ValueError("debug=True is incompatible with non-default context_fn")
     forward_ctx, recompute_ctx = context_fn()
     frame = _Frame(function, args, kwargs, _rng_state(preserve), recompute_ctx, determinism_check == "default",
-                   _early_stop.enabled if early_stop is None else bool(early_stop))
+                   _early_stop.enabled if early_stop is None else bool(early_stop), bool(debug))
     with saved_tensors_hooks(frame.pack, frame.unpack), forward_ctx:
         return function(*args, **kwargs)
 
@@ -239,7 +351,8 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=noop_context_fn, 
         if context_fn is not noop_context_fn or debug is not False:
             raise ValueError("Passing `context_fn` or `debug` is only supported when use_reentrant=False.")
         return CheckpointFunction.apply(function, preserve, *args)
-    return _checkpoint_without_reentrant(function, preserve, context_fn, determinism_check, early_stop, args, kwargs)
+    return _checkpoint_without_reentrant(function, preserve, context_fn, determinism_check, early_stop, debug, args,
+                                         kwargs)
 
 
 def checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwargs):

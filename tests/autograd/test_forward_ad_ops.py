@@ -297,6 +297,7 @@ NOT_DIFFERENTIABLE = {
                      "__lt__", "__le__", "__gt__", "__ge__"), "an integer or bool result"),
     **dict.fromkeys(("new_empty", "new_full", "new_ones", "new_tensor", "new_zeros", "bernoulli_", "exponential_",
                      "normal_", "random_", "uniform_"), "a factory or a random draw"),
+    "__deepcopy__": "copies a leaf outside autograd (torch's copy has no tangent either)",
     "detach": "no tangent by definition (detach_ too)",
     "detach_": "no tangent by definition",
     "half": "float16: a float64 gradcheck cannot hold its rounding (float and to() are checked)",

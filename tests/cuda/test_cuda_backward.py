@@ -244,6 +244,38 @@ def test_tensor_hooks_retain_grad_and_node_hooks():
         assert_close(g.cpu(), c)
 
 
+def test_hooks_writing_the_gradient_in_place_count_on_the_device_sweep():
+    # torch's hooks get the engine's own buffer: a tensor hook or node pre-hook that writes
+    # the gradient in place (returning it or None) changes what flows on (issue 26)
+    seen = {}
+    for dev in ("cpu", "cuda"):
+        out = []
+        for ret in (True, False):
+            a = jitgrad.tensor([1.0, 2.0], dtype=F64, device=dev, requires_grad=True)
+            b = a * 2
+
+            def hook(g, ret=ret):
+                g.mul_(2)
+                return g if ret else None
+
+            b.register_hook(hook)
+            (b * 3).sum().backward()
+            out.append(a.grad.cpu())
+            d = (a * 2) * 3
+
+            def pre(gs):
+                gs[0].mul_(5)
+
+            d.grad_fn.register_prehook(pre)
+            a.grad = None
+            (d * jitgrad.tensor([1.0, 1.5], dtype=F64, device=dev)).sum().backward()
+            out.append(a.grad.cpu())
+        seen[dev] = out
+    assert [g.tolist() for g in seen["cpu"]] == [[12.0, 12.0], [30.0, 45.0]] * 2
+    for c, g in zip(seen["cpu"], seen["cuda"]):
+        assert_close(g, c)
+
+
 class _Cube(jitgrad.autograd.Function):
     @staticmethod
     def forward(ctx, x):
