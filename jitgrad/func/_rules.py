@@ -586,6 +586,35 @@ def _repeat(ctx, x, *repeats):
     return ctx.wrap(ctx.fn(p, (1,) * ctx.nb + reps))
 
 
+@batch_rule(public=("tile",))
+def _tile(ctx, x, *dims):
+    """torch.tile(x, dims) and Tensor.tile(*dims): the physical tensor repeated, the batch dims once."""
+    if len(dims) == 1 and not isinstance(dims[0], (tuple, list)) and ctx.fn is not F.tile_method:
+        return ctx.fn(F.zeros_like(ctx.phys(x).reshape(tuple(x.shape))), *dims)  # torch's error
+    reps = _shape(dims)
+    reps = (1,) * (x.ndim - len(reps)) + tuple(reps)
+    return ctx.wrap(ctx.padded(x, len(reps)).repeat((1,) * ctx.nb + reps))
+
+
+@batch_rule(primitives=("diag",), public=("diag",))
+def _diag(ctx, x, diagonal=0):
+    """A vector per sample becomes a matrix (diag_embed over its last dim), a matrix's
+    diagonal a vector (a copy, as torch's diag)."""
+    if x.ndim == 1:
+        return ctx.wrap(F.diag_embed(ctx.phys(x), diagonal, -2, -1))
+    if x.ndim != 2:
+        return ctx.fn(F.zeros_like(ctx.phys(x).reshape(tuple(x.shape))), diagonal)  # torch's error
+    return ctx.wrap(ctx.phys(x).diagonal(diagonal, -2, -1).clone())
+
+
+@batch_rule(primitives=("diag_embed",), public=("diag_embed",))
+def _diag_embed(ctx, x, offset=0, dim1=-2, dim2=-1):
+    if x.ndim == 0:
+        return ctx.fn(F.zeros_like(ctx.phys(x).reshape(())), offset, dim1, dim2)  # torch's error
+    r = x.ndim + 1
+    return ctx.wrap(ctx.fn(ctx.phys(x), offset, _pdim(ctx, dim1, r), _pdim(ctx, dim2, r)))
+
+
 @batch_rule(primitives=("t",), public=("t",))
 def _t(ctx, x):
     if x.ndim > 2:
