@@ -11,6 +11,7 @@ from jitgrad._core.messages import scalar_name as _scalar_name
 from jitgrad._core.messages import size_str as _size_str
 from jitgrad._core.messages import torch_size
 from jitgrad.graph.tensor import Tensor, _rng, place
+from jitgrad.graph.tensor import zeros as _zeros
 from jitgrad.ops import functional as _F
 from jitgrad.ops import nn as _nn
 from jitgrad.ops._common import _operand_error
@@ -239,3 +240,90 @@ from jitgrad.ops.activations import (  # noqa: F401,E402
     softplus,
     softsign,
 )
+
+
+# --- attention -------------------------------------------------------------------------------
+# c10's names of scalar types in sdpa's messages ("double", "long int"), and in its legacy one
+_C10 = {"float64": "double", "float32": "float", "int64": "long int", "int32": "int", "bool": "bool"}
+_C10_TYPE = {"int64": "Long", "int32": "Int", "bool": "Bool"}
+
+
+def _check_sdpa(query, key, value, attn_mask):
+    """torch's validate_sdpa_input, in its order."""
+    for pos, (name, t) in enumerate((("query", query), ("key", key), ("value", value)), 1):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"scaled_dot_product_attention(): argument '{name}' (position {pos}) must be Tensor, "
+                            f"not {type(t).__name__}")
+    if attn_mask is not None and not isinstance(attn_mask, Tensor):
+        raise TypeError(f"scaled_dot_product_attention(): argument 'attn_mask' must be Tensor, not "
+                        f"{type(attn_mask).__name__}")
+    q, k, v = (_C10.get(t.dtype.name, t.dtype.name) for t in (query, key, value))
+    if not q == k == v:
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: {q} "
+                           f"key.dtype: {k} and value.dtype: {v} instead.")
+    if not query.device == key.device == value.device:
+        raise RuntimeError(f"Expected query, key, and value to have the same device type, but got query.device: "
+                           f"{query.device} key.device: {key.device} and value.device: {value.device} instead.")
+    if min(query.ndim, key.ndim, value.ndim) < 2:
+        raise RuntimeError(f"Expected query, key, and value to all be  at least 2 dimensional, but got query.dim: "
+                           f"{query.ndim} key.dim: {key.ndim} and value.dim: {value.ndim} instead.")
+    if attn_mask is not None and attn_mask.dtype not in (_dtype.bool_, _dtype.float32, query.dtype):
+        raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+                           f"attn_mask.dtype: {_C10.get(attn_mask.dtype.name, attn_mask.dtype.name)} and  "
+                           f"query.dtype: {q} instead.")
+    if not query.is_floating_point():
+        raise RuntimeError(f"expected scalar type Float but found {_C10_TYPE.get(query.dtype.name, q)}")
+
+
+def _grouped(query, key, value):
+    """enable_gqa: key's and value's heads (dim -3) each repeated, interleaved, to query's count."""
+    hq, hk, hv = query.size(-3), key.size(-3), value.size(-3)
+    if hq == hk == hv:
+        return key, value
+    if hq % hk or hq % hv:
+        raise RuntimeError("Number of heads in key and value must divide the number of heads in ")
+
+    def interleave(t, h):
+        shape = tuple(t.shape)
+        return t.unsqueeze(-3).expand(shape[:-2] + (hq // h,) + shape[-2:]).reshape(shape[:-3] + (hq,) + shape[-2:])
+    return interleave(key, hk), interleave(value, hv)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """softmax(query @ key^T * scale + mask) @ value, as torch's math backend composes it from
+    differentiable ops: query and key^T each scaled by sqrt(scale) before their product (for
+    range), a boolean mask (True: attend) as 0 / -inf added, a float mask added, a causal
+    mask (is_causal: the lower triangle of the (L, S) scores, from the top left), and a
+    softmax that gives 0 on a row whose every score is -inf (torch's _safe_softmax: its
+    gradient there is 0, not NaN). Dropout as at::dropout, when dropout_p > 0."""
+    _check_sdpa(query, key, value, attn_mask)
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    factor = (1.0 / np.sqrt(query.size(-1)) if scale is None else abs(scale)) ** 0.5
+    q = query * (-factor if scale is not None and scale < 0 else factor)
+    if enable_gqa:
+        key, value = _grouped(query, key, value)
+    attn = _F.matmul(q, key.transpose(-2, -1) * factor)
+    if attn_mask is None:
+        if is_causal:
+            L, S = query.size(-2), key.size(-2)
+            above = _F._wrap(place(~np.tril(np.ones((L, S), dtype=bool)), query.device))
+            attn = attn.masked_fill(above, float("-inf"))
+        attn = _nn.softmax(attn, -1)   # (no row is all -inf: a causal row attends to its first key at least)
+    else:
+        shape = tuple(attn.shape)
+        if attn_mask.dtype == _dtype.bool_:
+            attn_mask = _zeros(tuple(attn_mask.shape), dtype=query.dtype, device=query.device).masked_fill(
+                attn_mask.logical_not(), float("-inf"))
+        attn = attn + attn_mask.to(attn.dtype)   # torch adds in place: its message for a wider mask
+        if tuple(attn.shape) != shape:
+            raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape "
+                               f"{list(attn.shape)}")
+        masked = (attn == float("-inf")).all(-1, keepdim=True)   # rows with nothing to attend to
+        attn = _F.where(masked, 0.0, _nn.softmax(_F.where(masked, 0.0, attn), -1))
+    if dropout_p > 0.0:
+        if dropout_p > 1.0:
+            raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+        attn = dropout(attn, dropout_p, True)
+    return _F.matmul(attn, value)
