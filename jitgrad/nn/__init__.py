@@ -56,4 +56,6 @@ def __getattr__(name):
     # torch.nn.parallel, imported on first use: it brings in jitgrad.distributed
     if name == "parallel":
         return _importlib.import_module("jitgrad.nn.parallel")
+    if name == "DataParallel":
+        return _importlib.import_module("jitgrad.nn.parallel.data_parallel").DataParallel
     raise AttributeError(f"module 'jitgrad.nn' has no attribute '{name}'")
