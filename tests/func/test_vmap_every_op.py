@@ -139,6 +139,11 @@ SAMPLES.update({
     "diagonal": [S(u(3, 4)), S(u(2, 3, 4), 1, 1, 2)], "tril": [S(u(3, 4)), S(u(3, 4), -1)], "triu": [S(u(3, 4), 1)],
     "roll": [S(u(3, 4), 1, 1), S(u(3, 4), (1, 2), (0, 1))], "flip": [S(u(3, 4), (0,)), S(u(3, 4), (0, 1))],
     "repeat": [S(u(3, 2), (2, 1)), S(u(3), (2, 2))],
+    "tile": [S(u(3, 2), (2,)), S(u(3), (2, 2))], "diag": [S(u(3)), S(u(3, 4), 1), S(u(4), -2)],
+    "diag_embed": [S(u(2, 3)), S(u(3), 1, 0, 1), S(u(2, 3), -1, 2, 0)],
+    "scaled_dot_product_attention": [S(u(2, 3, 4), u(2, 5, 4), u(2, 5, 3)),
+                                     S(u(2, 4, 4), u(2, 4, 4), u(2, 4, 2), is_causal=True),
+                                     S(u(3, 4), u(5, 4), u(5, 2), mask(3, 5)), S(u(3, 4), u(5, 4), u(5, 2), u(3, 5))],
     "cat": [S([u(2, 3), u(1, 3)]), S([u(2, 3), u(2, 2)], 1)], "concat": [S([u(2, 3), u(2, 3)])],
     "concatenate": [S([u(2, 3), u(1, 3)], 0)], "stack": [S([u(2, 3), u(2, 3)]), S([u(3), u(3)], 1)],
     "meshgrid": [S(u(3), u(2), indexing="ij")],
@@ -191,7 +196,7 @@ SAMPLES.update({
     "empty_like": [S(u(3, 4))], "new_empty": [S(u(3, 4), (2,))],      # shapes and dtypes only
     "zeros_like": [S(u(3, 4))], "ones_like": [S(u(3, 4))], "full_like": [S(u(3, 4), 2.5)],
     "new_zeros": [S(u(3, 4), (2,))], "new_ones": [S(u(3, 4), 2, 3)], "new_full": [S(u(3, 4), (2,), 1.5)],
-    "new_tensor": [S(u(3, 4), [1.0, 2.0])], "tensor": [S(u(3, 4))], "as_tensor": [S(u(3, 4))],
+    "new_tensor": [S(u(3, 4), [1.0, 2.0])], "new": [S(u(3, 4), [1.0, 2.0])], "tensor": [S(u(3, 4))], "as_tensor": [S(u(3, 4))],
     "to": [S(u(3, 4), "float32"), S(u(3, 4), "int64")], "type": [S(u(3, 4), "float32")], "type_as": [S(u(3), idx(3, high=2))],
     # in-place (run on a clone of self)
     "fill_": [S(u(3, 4), 2.0), S(u(3, 4), u())], "zero_": [S(u(3, 4))], "copy_": [S(u(3, 4), u(3, 4)), S(u(3, 4), u(4))],
