@@ -62,7 +62,9 @@ def new(self, *args, device=None, **kwargs):
     (that tensor's storage, detached: it must have x's dtype and device). Never a graph."""
     size = kwargs.pop("size", None)
     if kwargs:
-        got = ", ".join([type(a).__name__ for a in args] + [f"{k}={type(v).__name__}" for k, v in kwargs.items()])
+        def kind(v):
+            return "torch.dtype" if isinstance(v, _dtype.dtype) else type(v).__name__
+        got = ", ".join([kind(a) for a in args] + [f"{k}={kind(v)}" for k, v in kwargs.items()])
         raise TypeError(_NEW_SIGNATURES.format(got))
     dev = self.device if device is None else device
     if size is not None:
