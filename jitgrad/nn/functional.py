@@ -241,7 +241,6 @@ from jitgrad.ops.activations import (  # noqa: F401,E402
     softsign,
 )
 
-
 # --- attention -------------------------------------------------------------------------------
 # c10's names of scalar types in sdpa's messages ("double", "long int"), and in its legacy one
 _C10 = {"float64": "double", "float32": "float", "int64": "long int", "int32": "int", "bool": "bool"}
