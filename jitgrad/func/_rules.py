@@ -903,6 +903,22 @@ def _pad2d(ctx, x, pads, mode):
     return ctx.wrap(ctx.fn(ctx.phys(x), pads, mode))
 
 
+@batch_rule(primitives=("constant_pad_nd", "reflection_pad1d", "replication_pad1d", "reflection_pad3d",
+                        "replication_pad3d"), public=("pad",))
+def _pad(ctx, x, pad, mode="constant", value=None):
+    """F.pad pads trailing dims: the physical tensor, with its batch dims merged into the first
+    unpadded one (the non-constant modes take inputs of k + 1 or k + 2 dims only)."""
+    k = len(pad) // 2 if isinstance(pad, (tuple, list)) else 0
+    if mode == "constant" or not 1 <= k <= 3 or x.ndim not in (k + 1, k + 2):
+        if k > x.ndim or mode != "constant":  # torch's error, from the logical shape
+            return ctx.fn(F.zeros_like(ctx.phys(x).reshape(tuple(x.shape))), pad, mode, value)
+        return ctx.wrap(ctx.fn(ctx.phys(x), pad, mode, value))
+    p = ctx.phys(x, expand=True)
+    flat = p.reshape((-1,) + tuple(p.shape[-(k + 1):]))
+    out = ctx.fn(flat, pad, mode, value)
+    return ctx.wrap(out.reshape(tuple(p.shape[:-(k + 1)]) + tuple(out.shape[1:])))
+
+
 @batch_rule(primitives=("layer_norm",), public=("layer_norm",))
 def _layer_norm(ctx, input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if not is_batched(weight) and not is_batched(bias):

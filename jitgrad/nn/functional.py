@@ -222,6 +222,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 
 from jitgrad.nn.conv import conv2d, max_pool2d  # noqa: F401,E402
 from jitgrad.nn.losses import binary_cross_entropy, huber_loss, kl_div, l1_loss, smooth_l1_loss  # noqa: F401,E402
+from jitgrad.nn.padding import pad  # noqa: F401,E402
 from jitgrad.ops.activations import (  # noqa: F401,E402
     celu,
     cosine_similarity,

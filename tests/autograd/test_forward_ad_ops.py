@@ -176,6 +176,7 @@ NN_SAMPLES = {
     "normalize": fn("normalize", dim=1),
     "dropout": fn("dropout", p=0.5, training=False),
     "linear": ([(S, "any"), ((4, 3), "any"), ((4,), "any")], lambda T, x, w, b: T.nn.functional.linear(x, w, b)),
+    "pad": ([((2, 3, 4), "any")], lambda T, x: T.nn.functional.pad(x, (1, 2, -1, 1), mode="constant", value=0.5)),
     "scaled_dot_product_attention": ([((2, 3, 4), "any"), ((2, 3, 4), "any"), ((2, 3, 2), "any")],
                                      lambda T, q, k, v: T.nn.functional.scaled_dot_product_attention(
                                          q, k, v, is_causal=True)),

@@ -141,6 +141,8 @@ SAMPLES.update({
     "repeat": [S(u(3, 2), (2, 1)), S(u(3), (2, 2))],
     "tile": [S(u(3, 2), (2,)), S(u(3), (2, 2))], "diag": [S(u(3)), S(u(3, 4), 1), S(u(4), -2)],
     "diag_embed": [S(u(2, 3)), S(u(3), 1, 0, 1), S(u(2, 3), -1, 2, 0)],
+    "pad": [S(u(3, 4), (1, 2)), S(u(2, 3, 4), (1, -1, 2, 0), value=1.5), S(u(2, 3, 4), (1, 2), mode="reflect"),
+            S(u(3, 4), (2, 1), mode="replicate"), S(u(2, 3, 4), (1, 2, 1, 1), mode="circular")],
     "scaled_dot_product_attention": [S(u(2, 3, 4), u(2, 5, 4), u(2, 5, 3)),
                                      S(u(2, 4, 4), u(2, 4, 4), u(2, 4, 2), is_causal=True),
                                      S(u(3, 4), u(5, 4), u(5, 2), mask(3, 5)), S(u(3, 4), u(5, 4), u(5, 2), u(3, 5))],

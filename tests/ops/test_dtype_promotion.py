@@ -244,6 +244,7 @@ F_FORMS.update({
     "cross_entropy": ab(lambda m, f, A, B: f(A(), B())),
     "nll_loss": ab(lambda m, f, A, B: f(A(), B((2,)))),
     "linear": ab(lambda m, f, A, B: f(A(), B((4, 3)))),
+    "pad": u(lambda m, f, A, B: f(A(), (1, 1), value=1)),
     "scaled_dot_product_attention": ab(lambda m, f, A, B: f(A(), B((4, 3)), B((4, 2)))),
     "conv2d": ab(lambda m, f, A, B: f(A((1, 1, 3, 3)), B((1, 1, 2, 2)))),
     "embedding": ab(lambda m, f, A, B: f(A((2,)), B((8, 3)))),
