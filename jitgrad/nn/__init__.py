@@ -40,10 +40,12 @@ from jitgrad.nn.layers import (  # noqa: F401
     MSELoss,
     NLLLoss,
     ReLU,
+    RMSNorm,
     Sequential,
     Sigmoid,
     Softmax,
     Tanh,
+    Unflatten,
 )
 from jitgrad.nn.loss_modules import BCELoss, HuberLoss, KLDivLoss, L1Loss, SmoothL1Loss  # noqa: F401
 from jitgrad.nn.module import Module  # noqa: F401

@@ -327,3 +327,47 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
         attn = dropout(attn, dropout_p, True)
     return _F.matmul(attn, value)
+
+
+# --- small compositions of everyday model code -------------------------------------------------
+def glu(input, dim=-1):
+    """a * sigmoid(b), a and b the two halves of input along dim."""
+    if input.ndim == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    if input._data.dtype.kind not in "f":
+        raise _dtype.not_implemented("glu_cpu", input._data.dtype)
+    d = dim % input.ndim if -input.ndim <= dim < input.ndim else dim
+    n = input.size(dim)
+    if n % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {n}")
+    a, b = input.split(n // 2, dim)
+    return a * sigmoid(b)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    return _nn.softmax(-input, _implicit_dim("softmin", input.dim(), _stacklevel) if dim is None else dim, dtype)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """x / sqrt(mean(x^2 over the normalized trailing dims) + eps) * weight; eps defaults to the
+    dtype's machine epsilon, as torch's."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(shape)
+    if not k:
+        raise RuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one "
+                           "element, but got normalized_shape = []")
+    if tuple(input.shape[input.ndim - k:]) != shape or input.ndim < k:
+        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape [*"
+                           f"{', '.join(map(str, shape))}], but got input of size{list(input.shape)}")
+    if weight is not None and tuple(weight.shape) != shape:
+        raise RuntimeError(f"Expected weight to be of same shape as normalized_shape, but got weight of shape "
+                           f"{list(weight.shape)} and normalized_shape = {list(shape)}")
+    if input._data.dtype.kind != "f":
+        raise _dtype.not_implemented("rms_norm", input._data.dtype)
+    if eps is None:
+        eps = float(np.finfo(input._data.dtype).eps)
+    dims = tuple(range(input.ndim - k, input.ndim))
+    out = input * ((input * input).mean(dims, keepdim=True) + eps).rsqrt()
+    if weight is None:
+        return out
+    return out * (weight if weight.dtype == out.dtype else weight.to(out.dtype))   # (torch: the input's dtype)

@@ -17,7 +17,7 @@ from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph import views as _views
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
-from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim
+from jitgrad.graph.tensor import Size, Tensor, _Rare, _wrap_dim
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.shape import (
     f_cat,
@@ -33,7 +33,7 @@ from jitgrad.kernels.shape import (
     k_scatter,
     k_view,
 )
-from jitgrad.ops._common import _cap, _needs, asarray, like, traced
+from jitgrad.ops._common import _broadcast_error, _cap, _needs, asarray, like, traced
 
 
 def _dims(x, dim):
@@ -841,6 +841,57 @@ def tile(x, dims):
 
 def tile_method(x, *dims):
     return tile(x, dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims)
+
+
+def broadcast_shapes(*shapes):
+    """torch.broadcast_shapes: the shape every argument broadcasts to (an int is a 1-d shape),
+    combined left to right as torch does, with its message for the first that does not fit."""
+    out = ()
+    for i, s in enumerate(shapes):
+        s = (operator.index(s),) if hasattr(s, "__index__") else tuple(s)
+        n = max(len(out), len(s))
+        a, b = (1,) * (n - len(out)) + out, (1,) * (n - len(s)) + s
+        for k in range(n - 1, -1, -1):  # (torch reports the rightmost mismatch)
+            if a[k] != b[k] and a[k] != 1 and b[k] != 1:
+                raise RuntimeError(f"Attempting to broadcast a dimension of length {b[k]} at {k - n}! Mismatching "
+                                   f"argument at index {i} had {s}; but expected shape should be broadcastable to "
+                                   f"{list(out)}")
+        out = tuple(y if x == 1 else x for x, y in zip(a, b))
+    return Size(out)
+
+
+def broadcast_to(x, size):
+    """torch.broadcast_to / Tensor.broadcast_to: expand (a view, ExpandBackward0)."""
+    return expand(x, size)
+
+
+def broadcast_tensors(*tensors):
+    shape = ()
+    for t in tensors:  # torch's infer_size, pairwise, with its message
+        try:
+            shape = np.broadcast_shapes(shape, tuple(t.shape))
+        except ValueError:
+            raise _broadcast_error(shape, tuple(t.shape)) from None
+    return tuple(expand(t, shape) for t in tensors)
+
+
+def unflatten(x, dim, sizes):
+    """torch.unflatten / Tensor.unflatten: dim split into `sizes` (one of them may be -1): a view."""
+    nd = x._data.ndim
+    dim = _wrap_dim(operator.index(dim), nd)
+    sizes = _shape_arg((sizes,), "unflatten", "sizes")
+    if not sizes:
+        raise RuntimeError("unflatten: sizes must be non-empty")
+    n = x._data.shape[dim]
+    if sizes.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    known = math.prod(s for s in sizes if s != -1)
+    if (-1 in sizes and (known == 0 or n % known)) or (-1 not in sizes and known != n):
+        raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {dim} "
+                           f"({n}) in the input tensor")
+    if -1 in sizes:
+        sizes = tuple(n // known if s == -1 else s for s in sizes)
+    return view(x, x._data.shape[:dim] + sizes + x._data.shape[dim + 1:])
 
 
 def _diagonal_int(offset, fn="diag"):

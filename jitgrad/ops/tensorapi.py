@@ -173,7 +173,7 @@ PROPERTIES = {
     "itemsize": element_size,
     "nbytes": lambda self: self._data.size * self._data.dtype.itemsize,
 }
-FUNCTIONS = {"numel": numel, "set_printoptions": set_printoptions}
+FUNCTIONS = {"numel": numel, "set_printoptions": set_printoptions, "broadcast_shapes": F.broadcast_shapes}
 
 
 def install():

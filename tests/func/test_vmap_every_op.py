@@ -141,6 +141,11 @@ SAMPLES.update({
     "repeat": [S(u(3, 2), (2, 1)), S(u(3), (2, 2))],
     "tile": [S(u(3, 2), (2,)), S(u(3), (2, 2))], "diag": [S(u(3)), S(u(3, 4), 1), S(u(4), -2)],
     "diag_embed": [S(u(2, 3)), S(u(3), 1, 0, 1), S(u(2, 3), -1, 2, 0)],
+    "broadcast_to": [S(u(3), (2, 3)), S(u(2, 1), (2, 4))], "broadcast_tensors": [S(u(3), u(2, 1))],
+    "glu": [S(u(3, 4)), S(u(4, 2), 0)], "softmin": [S(u(3, 4), 1)],
+    "repeat_interleave": [S(u(3, 2), 2, dim=1), S(u(3), 2)],
+    "rms_norm": [S(u(3, 4), (4,)), S(u(2, 3, 4), (3, 4), u(3, 4), 1e-3)],
+    "unflatten": [S(u(3, 4), 1, (2, 2)), S(u(6), 0, (-1, 3))],
     "pad": [S(u(3, 4), (1, 2)), S(u(2, 3, 4), (1, -1, 2, 0), value=1.5), S(u(2, 3, 4), (1, 2), mode="reflect"),
             S(u(3, 4), (2, 1), mode="replicate"), S(u(2, 3, 4), (1, 2, 1, 1), mode="circular")],
     "scaled_dot_product_attention": [S(u(2, 3, 4), u(2, 5, 4), u(2, 5, 3)),
@@ -254,7 +259,7 @@ METADATA = {"numel": S(u(3, 4)), "is_tensor": S(u(3)), "element_size": S(u(3)), 
 NOT_BATCHED = set("""arange empty eye full linspace logspace ones zeros rand randn randint randperm manual_seed
     set_default_device set_default_dtype set_num_threads set_printoptions set_verbosity get_default_device
     get_default_dtype get_num_threads get_verbosity is_grad_enabled is_inference_mode_enabled from_numpy from_dlpack
-    place torch_size compile load save half register_hook register_post_accumulate_grad_hook cpu cuda numpy""".split())
+    place torch_size compile load save half broadcast_shapes register_hook register_post_accumulate_grad_hook cpu cuda numpy""".split())
 # compile, load, save: jitgrad attributes loaded on first use (public once some test has used them).
 # half: jitgrad has no float16. The op's own hooks and grad state: checked by test_vmap.py / test_per_sample_grads.py
 NOT_BATCHED |= {"retain_grad", "detach_"}
