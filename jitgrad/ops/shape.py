@@ -883,8 +883,8 @@ def unflatten(x, dim, sizes):
     if not sizes:
         raise RuntimeError("unflatten: sizes must be non-empty")
     n = x._data.shape[dim]
-    if sizes.count(-1) > 1:
-        raise RuntimeError("only one dimension can be inferred")
+    if sizes.count(-1) > 1:  # (torch wraps infer_size's message so)
+        raise RuntimeError("unflatten got an unexpected error:\nonly one dimension can be inferred")
     known = math.prod(s for s in sizes if s != -1)
     if (-1 in sizes and (known == 0 or n % known)) or (-1 not in sizes and known != n):
         raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {dim} "
