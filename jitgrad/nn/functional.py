@@ -308,7 +308,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if attn_mask is None:
         if is_causal:
             L, S = query.size(-2), key.size(-2)
-            above = _F._wrap(place(~np.tril(np.ones((L, S), dtype=bool)), query.device))
+            dev = query.device
+            (above,) = _computed(lambda: (place(~np.tril(np.ones((L, S), dtype=bool)), dev),), (), "causal mask")
             attn = attn.masked_fill(above, float("-inf"))
         attn = _nn.softmax(attn, -1)   # (no row is all -inf: a causal row attends to its first key at least)
     else:

@@ -7,6 +7,7 @@ import operator
 
 import numpy as np
 
+from jitgrad._core.capture import state as _cap
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.tensor import Tensor, place
 from jitgrad.graph.tensor import wrap as _wrap
@@ -70,9 +71,16 @@ def _constant(x, pairs, value):
         return _wrap(place(out, x.device))
     res = index_put_flat(x, _on(x, dest), out_shape, CONSTANT_PAD_ND)
     if value:
-        empty = np.ones(out_shape, dtype=x.dtype.np)
-        empty.reshape(-1)[dest] = 0
-        res = res + _wrap(place(empty * value, x.device))
+        dt, dev = x.dtype.np, x.device
+
+        def fill():  # value where nothing was placed
+            empty = np.full(out_shape, value, dtype=dt)
+            empty.reshape(-1)[dest] = 0
+            return (place(empty, dev),)
+        (filled,) = (_wrap(a) for a in fill())
+        if _cap.on and _cap.mine():  # jitgrad.compile: a Python instruction makes it at each replay
+            _cap.rec.python(fill, (), (filled,), "padding value")
+        res = res + filled
     return res
 
 
