@@ -56,6 +56,7 @@ def test_torch_checkpoint_of_a_tied_model_loads_strictly():
     sd = {k: jitgrad.tensor(v.numpy()) for k, v in t.state_dict().items()}
     result = j.load_state_dict(sd)
     assert result.missing_keys == [] and result.unexpected_keys == []
+    assert repr(result) == repr(t.load_state_dict(t.state_dict())) == "<All keys matched successfully>"
     assert j.wte.weight is j.lm_head.weight   # still tied, with torch's values
     np.testing.assert_array_equal(j.wte.weight.detach().numpy(), t.wte.weight.detach().numpy())
     # a checkpoint without the second name is incomplete for torch too: strict loading names it
@@ -64,7 +65,9 @@ def test_torch_checkpoint_of_a_tied_model_loads_strictly():
         j.load_state_dict(sd)
     with pytest.raises(RuntimeError, match="Error\\(s\\) in loading state_dict for LM"):
         t.load_state_dict({k: torch.tensor(v.numpy()) for k, v in sd.items()})
-    assert j.load_state_dict(sd, strict=False).missing_keys == ["lm_head.weight"]
+    partial = j.load_state_dict(sd, strict=False)
+    assert partial.missing_keys == ["lm_head.weight"]
+    assert repr(partial) == "_IncompatibleKeys(missing_keys=['lm_head.weight'], unexpected_keys=[])"  # torch's
 
 
 def test_error_order_is_torchs():
