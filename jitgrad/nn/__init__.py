@@ -27,11 +27,13 @@ from jitgrad.nn.containers import ModuleDict, ParameterDict, ParameterList  # no
 from jitgrad.nn.conv import Conv2d, MaxPool2d  # noqa: F401,E402
 from jitgrad.nn.layers import (  # noqa: F401
     GELU,
+    GLU,
     BCEWithLogitsLoss,
     CrossEntropyLoss,
     Dropout,
     Embedding,
     Flatten,
+    Hardshrink,
     Identity,
     LayerNorm,
     Linear,
@@ -44,7 +46,11 @@ from jitgrad.nn.layers import (  # noqa: F401
     Sequential,
     Sigmoid,
     Softmax,
+    Softmin,
+    Softshrink,
     Tanh,
+    Tanhshrink,
+    Threshold,
     Unflatten,
 )
 from jitgrad.nn.loss_modules import BCELoss, HuberLoss, KLDivLoss, L1Loss, SmoothL1Loss  # noqa: F401

@@ -372,3 +372,32 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     if weight is None:
         return out
     return out * (weight if weight.dtype == out.dtype else weight.to(out.dtype))   # (torch: the input's dtype)
+
+
+def threshold(input, threshold, value, inplace=False):
+    """input where input > threshold, else value (in input's dtype)."""
+    if input._data.dtype.kind == "b":
+        raise _dtype.not_implemented("threshold_cpu", input._data.dtype)
+    out = input.masked_fill(~(input > threshold), value)
+    return input.copy_(out) if inplace else out
+
+
+def tanhshrink(input):
+    return input - tanh(input)
+
+
+def softshrink(input, lambd=0.5):
+    """input - lambd above lambd, input + lambd below -lambd, 0 between (x * 0: torch's signed zero)."""
+    if input._data.dtype.kind != "f":
+        raise _dtype.not_implemented("softshrink_check", input._data.dtype)
+    if lambd < 0:
+        raise RuntimeError(f"lambda must be in range [0, {np.finfo(input._data.dtype).max:.6g}] for input dtype "
+                           f"{_scalar_name(input._data.dtype)}, but found {lambd:g}")
+    return _F.where(input > lambd, input - lambd, _F.where(input < -lambd, input + lambd, input * 0))
+
+
+def hardshrink(input, lambd=0.5):
+    """input where |input| > lambd, else 0."""
+    if input._data.dtype.kind != "f":
+        raise _dtype.not_implemented("hardshrink_cpu", input._data.dtype)
+    return input.masked_fill((input >= -lambd) & (input <= lambd), 0.0)

@@ -107,6 +107,60 @@ class Unflatten(Module):
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
+class _Elementwise(Module):
+    """A module around one functional form with fixed arguments, as torch.nn's activations."""
+    _fn, _args = None, ()
+
+    def __init__(self, *args):
+        super().__init__()
+        for name, default, value in zip(self._args, self._defaults, args + self._defaults[len(args):]):
+            setattr(self, name, default if value is None else value)
+
+    def forward(self, input):
+        return type(self)._fn(input, *(getattr(self, n) for n in self._args))
+
+
+class GLU(_Elementwise):
+    _fn, _args, _defaults = staticmethod(F.glu), ("dim",), (-1,)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Softmin(_Elementwise):
+    _fn, _args, _defaults = staticmethod(F.softmin), ("dim",), (None,)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Tanhshrink(_Elementwise):
+    _fn, _args, _defaults = staticmethod(F.tanhshrink), (), ()
+
+
+class Softshrink(_Elementwise):
+    _fn, _args, _defaults = staticmethod(F.softshrink), ("lambd",), (0.5,)
+
+    def extra_repr(self):
+        return str(self.lambd)
+
+
+class Hardshrink(Softshrink):
+    _fn = staticmethod(F.hardshrink)
+
+
+class Threshold(Module):
+    def __init__(self, threshold, value, inplace=False):
+        super().__init__()
+        self.threshold, self.value, self.inplace = threshold, value, inplace
+
+    def forward(self, input):
+        return F.threshold(input, self.threshold, self.value, self.inplace)
+
+    def extra_repr(self):
+        return f"threshold={self.threshold}, value={self.value}" + (", inplace=True" if self.inplace else "")
+
+
 class RMSNorm(Module):
     """x / sqrt(mean(x^2) + eps) * weight over the trailing normalized_shape (eps None: the
     input dtype's machine epsilon), as torch.nn.RMSNorm."""

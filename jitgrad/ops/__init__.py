@@ -40,6 +40,7 @@ FUNCTIONS.update({
     "chunk": shape.chunk, "split": shape.split, "split_with_sizes": shape.split_with_sizes,
     "diagonal": shape.diagonal, "diag": shape.diag, "diag_embed": shape.diag_embed, "tile": shape.tile,
     "broadcast_to": shape.broadcast_to, "broadcast_tensors": shape.broadcast_tensors, "unflatten": shape.unflatten,
+    "ravel": lambda input: shape.reshape(input, (-1,)),
     # reductions
     "sum": reduce.sum, "mean": reduce.mean, "amax": reduce.amax, "amin": reduce.amin, "max": reduce.max,
     "min": reduce.min, "argmax": reduce.argmax, "argmin": reduce.argmin, "prod": reduce.prod,
@@ -62,7 +63,7 @@ for _name in ("add", "sub", "mul", "div", "pow", "reciprocal", "sign", "clamp", 
               "argmax", "argmin", "prod", "matmul", "mm", "addmm", "dot", "mv", "bmm", "trace",
               "softmax", "log_softmax", "narrow", "select", "unbind", "chunk", "split", "split_with_sizes",
               "diagonal", "masked_fill", "all", "any", "diag", "diag_embed", "broadcast_to",
-              "unflatten"):
+              "unflatten", "ravel"):
     METHODS[_name] = FUNCTIONS[_name]
 METHODS.update(gathers.METHODS)
 METHODS.update(mathops.METHODS)

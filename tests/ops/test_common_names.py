@@ -111,3 +111,40 @@ def test_gradcheck_and_forward_mode():
     for fn in (lambda t: F.rms_norm(t, (4,)), lambda t: F.glu(t), lambda t: t.repeat_interleave(2, dim=1),
                lambda t: F.softmin(t, 2), lambda t: t.unflatten(2, (2, 2)).sin(), lambda t: t.broadcast_to((2, 2, 3, 4))):
         assert jitgrad.autograd.gradcheck(fn, (x,), check_forward_ad=True)
+
+
+ACTIVATIONS = {
+    "threshold": lambda T, x: T.nn.functional.threshold(x, 0.2, -1.0),
+    "threshold int": lambda T, x: T.nn.functional.threshold(x.long(), 0.5, 2.5),
+    "threshold bool": lambda T, x: T.nn.functional.threshold(x > 0, 0.5, 1),
+    "Threshold": lambda T, x: T.nn.Threshold(0.1, 20.0)(x),
+    "tanhshrink": lambda T, x: T.nn.Tanhshrink()(x), "tanhshrink int": lambda T, x: T.nn.functional.tanhshrink(x.long()),
+    "softshrink": lambda T, x: T.nn.functional.softshrink(x, 0.3), "Softshrink": lambda T, x: T.nn.Softshrink()(x),
+    "softshrink negative": lambda T, x: T.nn.functional.softshrink(x, -1.0),
+    "softshrink int": lambda T, x: T.nn.functional.softshrink(x.long()),
+    "hardshrink": lambda T, x: T.nn.Hardshrink(0.3)(x), "hardshrink int": lambda T, x: T.nn.functional.hardshrink(x.long()),
+    "hardshrink negative": lambda T, x: T.nn.functional.hardshrink(x, -1.0),
+    "GLU": lambda T, x: T.nn.GLU(0)(x.reshape(2, 3)), "Softmin": lambda T, x: T.nn.Softmin(0)(x),
+    "ravel": lambda T, x: x.reshape(3, 2).t().ravel(), "torch.ravel": lambda T, x: T.ravel(x.reshape(2, 3)),
+}
+X = np.array([-2.0, -0.3, 0.0, 0.25, 0.4, 1.5])
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activations_against_torch(name):
+    ref, mine = (_outcome(T, ACTIVATIONS[name], X) for T in LIBS)
+    if isinstance(ref[0], str) or isinstance(mine[0], str):
+        assert mine == ref
+        return
+    assert mine[:2] == ref[:2]
+    np.testing.assert_allclose(mine[2][0], ref[2][0], rtol=1e-12, atol=1e-12)
+    if ref[3] is not None:
+        np.testing.assert_allclose(mine[3], ref[3], rtol=1e-12, atol=1e-12)
+
+
+def test_activation_modules_print_as_torch():
+    for T in LIBS:
+        got = [repr(m) for m in (T.nn.GLU(), T.nn.Softmin(1), T.nn.Tanhshrink(), T.nn.Softshrink(), T.nn.Hardshrink(0.2),
+                                 T.nn.Threshold(0.1, 20), T.nn.Threshold(0.1, 20, True))]
+        assert got == ["GLU(dim=-1)", "Softmin(dim=1)", "Tanhshrink()", "Softshrink(0.5)", "Hardshrink(0.2)",
+                       "Threshold(threshold=0.1, value=20)", "Threshold(threshold=0.1, value=20, inplace=True)"]
