@@ -585,6 +585,35 @@ def _repeat(ctx, x, *repeats):
     return ctx.wrap(ctx.fn(p, (1,) * ctx.nb + reps))
 
 
+@batch_rule(public=("tile",))
+def _tile(ctx, x, *dims):
+    """torch.tile(x, dims) and Tensor.tile(*dims): the physical tensor repeated, the batch dims once."""
+    if len(dims) == 1 and not isinstance(dims[0], (tuple, list)) and ctx.fn is not F.tile_method:
+        return ctx.fn(F.zeros_like(ctx.phys(x).reshape(tuple(x.shape))), *dims)  # torch's error
+    reps = _shape(dims)
+    reps = (1,) * (x.ndim - len(reps)) + tuple(reps)
+    return ctx.wrap(ctx.padded(x, len(reps)).repeat((1,) * ctx.nb + reps))
+
+
+@batch_rule(primitives=("diag",), public=("diag",))
+def _diag(ctx, x, diagonal=0):
+    """A vector per sample becomes a matrix (diag_embed over its last dim), a matrix's
+    diagonal a vector (a copy, as torch's diag)."""
+    if x.ndim == 1:
+        return ctx.wrap(F.diag_embed(ctx.phys(x), diagonal, -2, -1))
+    if x.ndim != 2:
+        return ctx.fn(F.zeros_like(ctx.phys(x).reshape(tuple(x.shape))), diagonal)  # torch's error
+    return ctx.wrap(ctx.phys(x).diagonal(diagonal, -2, -1).clone())
+
+
+@batch_rule(primitives=("diag_embed",), public=("diag_embed",))
+def _diag_embed(ctx, x, offset=0, dim1=-2, dim2=-1):
+    if x.ndim == 0:
+        return ctx.fn(F.zeros_like(ctx.phys(x).reshape(())), offset, dim1, dim2)  # torch's error
+    r = x.ndim + 1
+    return ctx.wrap(ctx.fn(ctx.phys(x), offset, _pdim(ctx, dim1, r), _pdim(ctx, dim2, r)))
+
+
 @batch_rule(primitives=("t",), public=("t",))
 def _t(ctx, x):
     if x.ndim > 2:
@@ -897,6 +926,22 @@ def _batch_norm(ctx, *args, **kwargs):
 @batch_rule(primitives=("reflection_pad2d", "replication_pad2d"), public=("_pad2d",))
 def _pad2d(ctx, x, pads, mode):
     return ctx.wrap(ctx.fn(ctx.phys(x), pads, mode))
+
+
+@batch_rule(primitives=("constant_pad_nd", "reflection_pad1d", "replication_pad1d", "reflection_pad3d",
+                        "replication_pad3d"), public=("pad",))
+def _pad(ctx, x, pad, mode="constant", value=None):
+    """F.pad pads trailing dims: the physical tensor, with its batch dims merged into the first
+    unpadded one (the non-constant modes take inputs of k + 1 or k + 2 dims only)."""
+    k = len(pad) // 2 if isinstance(pad, (tuple, list)) else 0
+    if mode == "constant" or not 1 <= k <= 3 or x.ndim not in (k + 1, k + 2):
+        if k > x.ndim or mode != "constant":  # torch's error, from the logical shape
+            return ctx.fn(F.zeros_like(ctx.phys(x).reshape(tuple(x.shape))), pad, mode, value)
+        return ctx.wrap(ctx.fn(ctx.phys(x), pad, mode, value))
+    p = ctx.phys(x, expand=True)
+    flat = p.reshape((-1,) + tuple(p.shape[-(k + 1):]))
+    out = ctx.fn(flat, pad, mode, value)
+    return ctx.wrap(out.reshape(tuple(p.shape[:-(k + 1)]) + tuple(out.shape[1:])))
 
 
 @batch_rule(primitives=("layer_norm",), public=("layer_norm",))

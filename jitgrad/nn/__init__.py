@@ -28,11 +28,13 @@ from jitgrad.nn.containers import ModuleDict, ParameterDict, ParameterList  # no
 from jitgrad.nn.conv import Conv2d, ConvTranspose2d, MaxPool2d  # noqa: F401,E402
 from jitgrad.nn.layers import (  # noqa: F401
     GELU,
+    GLU,
     BCEWithLogitsLoss,
     CrossEntropyLoss,
     Dropout,
     Embedding,
     Flatten,
+    Hardshrink,
     Identity,
     LayerNorm,
     Linear,
@@ -41,10 +43,16 @@ from jitgrad.nn.layers import (  # noqa: F401
     MSELoss,
     NLLLoss,
     ReLU,
+    RMSNorm,
     Sequential,
     Sigmoid,
     Softmax,
+    Softmin,
+    Softshrink,
     Tanh,
+    Tanhshrink,
+    Threshold,
+    Unflatten,
 )
 from jitgrad.nn.loss_modules import BCELoss, HuberLoss, KLDivLoss, L1Loss, SmoothL1Loss  # noqa: F401
 from jitgrad.nn.module import Module  # noqa: F401
@@ -57,4 +65,6 @@ def __getattr__(name):
     # torch.nn.parallel, imported on first use: it brings in jitgrad.distributed
     if name == "parallel":
         return _importlib.import_module("jitgrad.nn.parallel")
+    if name == "DataParallel":
+        return _importlib.import_module("jitgrad.nn.parallel.data_parallel").DataParallel
     raise AttributeError(f"module 'jitgrad.nn' has no attribute '{name}'")

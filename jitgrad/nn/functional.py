@@ -15,6 +15,7 @@ from jitgrad._core.rng import laid_out as _laid_out
 from jitgrad._core.rng import layout_of as _layout_of
 from jitgrad.graph.tensor import Tensor, place
 from jitgrad.graph.tensor import stream as _stream
+from jitgrad.graph.tensor import zeros as _zeros
 from jitgrad.ops import functional as _F
 from jitgrad.ops import nn as _nn
 from jitgrad.ops._common import _operand_error
@@ -231,6 +232,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 
 from jitgrad.nn.conv import conv2d, conv_transpose2d, max_pool2d  # noqa: F401,E402
 from jitgrad.nn.losses import binary_cross_entropy, huber_loss, kl_div, l1_loss, smooth_l1_loss  # noqa: F401,E402
+from jitgrad.nn.padding import pad  # noqa: F401,E402
 from jitgrad.ops.activations import (  # noqa: F401,E402
     celu,
     cosine_similarity,
@@ -249,3 +251,163 @@ from jitgrad.ops.activations import (  # noqa: F401,E402
     softplus,
     softsign,
 )
+
+# --- attention -------------------------------------------------------------------------------
+# c10's names of scalar types in sdpa's messages ("double", "long int"), and in its legacy one
+_C10 = {"float64": "double", "float32": "float", "int64": "long int", "int32": "int", "bool": "bool"}
+_C10_TYPE = {"int64": "Long", "int32": "Int", "bool": "Bool"}
+
+
+def _check_sdpa(query, key, value, attn_mask):
+    """torch's validate_sdpa_input, in its order."""
+    for pos, (name, t) in enumerate((("query", query), ("key", key), ("value", value)), 1):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"scaled_dot_product_attention(): argument '{name}' (position {pos}) must be Tensor, "
+                            f"not {type(t).__name__}")
+    if attn_mask is not None and not isinstance(attn_mask, Tensor):
+        raise TypeError(f"scaled_dot_product_attention(): argument 'attn_mask' must be Tensor, not "
+                        f"{type(attn_mask).__name__}")
+    q, k, v = (_C10.get(t.dtype.name, t.dtype.name) for t in (query, key, value))
+    if not q == k == v:
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: {q} "
+                           f"key.dtype: {k} and value.dtype: {v} instead.")
+    if not query.device == key.device == value.device:
+        raise RuntimeError(f"Expected query, key, and value to have the same device type, but got query.device: "
+                           f"{query.device} key.device: {key.device} and value.device: {value.device} instead.")
+    if min(query.ndim, key.ndim, value.ndim) < 2:
+        raise RuntimeError(f"Expected query, key, and value to all be  at least 2 dimensional, but got query.dim: "
+                           f"{query.ndim} key.dim: {key.ndim} and value.dim: {value.ndim} instead.")
+    if attn_mask is not None and attn_mask.dtype not in (_dtype.bool_, _dtype.float32, query.dtype):
+        raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+                           f"attn_mask.dtype: {_C10.get(attn_mask.dtype.name, attn_mask.dtype.name)} and  "
+                           f"query.dtype: {q} instead.")
+    if not query.is_floating_point():
+        raise RuntimeError(f"expected scalar type Float but found {_C10_TYPE.get(query.dtype.name, q)}")
+
+
+def _grouped(query, key, value):
+    """enable_gqa: key's and value's heads (dim -3) each repeated, interleaved, to query's count."""
+    hq, hk, hv = query.size(-3), key.size(-3), value.size(-3)
+    if hq == hk == hv:
+        return key, value
+    if hq % hk or hq % hv:
+        raise RuntimeError("Number of heads in key and value must divide the number of heads in ")
+
+    def interleave(t, h):
+        shape = tuple(t.shape)
+        return t.unsqueeze(-3).expand(shape[:-2] + (hq // h,) + shape[-2:]).reshape(shape[:-3] + (hq,) + shape[-2:])
+    return interleave(key, hk), interleave(value, hv)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """softmax(query @ key^T * scale + mask) @ value, as torch's math backend composes it from
+    differentiable ops: query and key^T each scaled by sqrt(scale) before their product (for
+    range), a boolean mask (True: attend) as 0 / -inf added, a float mask added, a causal
+    mask (is_causal: the lower triangle of the (L, S) scores, from the top left), and a
+    softmax that gives 0 on a row whose every score is -inf (torch's _safe_softmax: its
+    gradient there is 0, not NaN). Dropout as at::dropout, when dropout_p > 0."""
+    _check_sdpa(query, key, value, attn_mask)
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    factor = (1.0 / np.sqrt(query.size(-1)) if scale is None else abs(scale)) ** 0.5
+    q = query * (-factor if scale is not None and scale < 0 else factor)
+    if enable_gqa:
+        key, value = _grouped(query, key, value)
+    attn = _F.matmul(q, key.transpose(-2, -1) * factor)
+    if attn_mask is None:
+        if is_causal:
+            L, S = query.size(-2), key.size(-2)
+            dev = query.device
+            (above,) = _computed(lambda: (place(~np.tril(np.ones((L, S), dtype=bool)), dev),), (), "causal mask")
+            attn = attn.masked_fill(above, float("-inf"))
+        attn = _nn.softmax(attn, -1)   # (no row is all -inf: a causal row attends to its first key at least)
+    else:
+        shape = tuple(attn.shape)
+        if attn_mask.dtype == _dtype.bool_:
+            attn_mask = _zeros(tuple(attn_mask.shape), dtype=query.dtype, device=query.device).masked_fill(
+                attn_mask.logical_not(), float("-inf"))
+        attn = attn + attn_mask.to(attn.dtype)   # torch adds in place: its message for a wider mask
+        if tuple(attn.shape) != shape:
+            raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape "
+                               f"{list(attn.shape)}")
+        masked = (attn == float("-inf")).all(-1, keepdim=True)   # rows with nothing to attend to
+        attn = _F.where(masked, 0.0, _nn.softmax(_F.where(masked, 0.0, attn), -1))
+    if dropout_p > 0.0:
+        if dropout_p > 1.0:
+            raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+        attn = dropout(attn, dropout_p, True)
+    return _F.matmul(attn, value)
+
+
+# --- small compositions of everyday model code -------------------------------------------------
+def glu(input, dim=-1):
+    """a * sigmoid(b), a and b the two halves of input along dim."""
+    if input.ndim == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    if input._data.dtype.kind not in "f":
+        raise _dtype.not_implemented("glu_cpu", input._data.dtype)
+    d = dim % input.ndim if -input.ndim <= dim < input.ndim else dim
+    n = input.size(dim)
+    if n % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {n}")
+    a, b = input.split(n // 2, dim)
+    return a * sigmoid(b)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    return _nn.softmax(-input, _implicit_dim("softmin", input.dim(), _stacklevel) if dim is None else dim, dtype)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """x / sqrt(mean(x^2 over the normalized trailing dims) + eps) * weight; eps defaults to the
+    dtype's machine epsilon, as torch's."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(shape)
+    if not k:
+        raise RuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one "
+                           "element, but got normalized_shape = []")
+    if tuple(input.shape[input.ndim - k:]) != shape or input.ndim < k:
+        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape [*"
+                           f"{', '.join(map(str, shape))}], but got input of size{list(input.shape)}")
+    if weight is not None and tuple(weight.shape) != shape:
+        raise RuntimeError(f"Expected weight to be of same shape as normalized_shape, but got weight of shape "
+                           f"{list(weight.shape)} and normalized_shape = {list(shape)}")
+    if input._data.dtype.kind != "f":
+        raise _dtype.not_implemented("rms_norm", input._data.dtype)
+    if eps is None:
+        eps = float(np.finfo(input._data.dtype).eps)
+    dims = tuple(range(input.ndim - k, input.ndim))
+    out = input * ((input * input).mean(dims, keepdim=True) + eps).rsqrt()
+    if weight is None:
+        return out
+    return out * (weight if weight.dtype == out.dtype else weight.to(out.dtype))   # (torch: the input's dtype)
+
+
+def threshold(input, threshold, value, inplace=False):
+    """input where input > threshold, else value (in input's dtype)."""
+    if input._data.dtype.kind == "b":
+        raise _dtype.not_implemented("threshold_cpu", input._data.dtype)
+    out = input.masked_fill(~(input > threshold), value)
+    return input.copy_(out) if inplace else out
+
+
+def tanhshrink(input):
+    return input - tanh(input)
+
+
+def softshrink(input, lambd=0.5):
+    """input - lambd above lambd, input + lambd below -lambd, 0 between (x * 0: torch's signed zero)."""
+    if input._data.dtype.kind != "f":
+        raise _dtype.not_implemented("softshrink_check", input._data.dtype)
+    if lambd < 0:
+        raise RuntimeError(f"lambda must be in range [0, {np.finfo(input._data.dtype).max:.6g}] for input dtype "
+                           f"{_scalar_name(input._data.dtype)}, but found {lambd:g}")
+    return _F.where(input > lambd, input - lambd, _F.where(input < -lambd, input + lambd, input * 0))
+
+
+def hardshrink(input, lambd=0.5):
+    """input where |input| > lambd, else 0."""
+    if input._data.dtype.kind != "f":
+        raise _dtype.not_implemented("hardshrink_cpu", input._data.dtype)
+    return input.masked_fill((input >= -lambd) & (input <= lambd), 0.0)

@@ -95,6 +95,101 @@ class Flatten(Module):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
+class Unflatten(Module):
+    def __init__(self, dim, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, unflattened_size
+
+    def forward(self, input):
+        return input.unflatten(self.dim, self.unflattened_size)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
+class _Elementwise(Module):
+    """A module around one functional form with fixed arguments, as torch.nn's activations."""
+    _fn, _args = None, ()
+
+    def __init__(self, *args):
+        super().__init__()
+        for name, default, value in zip(self._args, self._defaults, args + self._defaults[len(args):]):
+            setattr(self, name, default if value is None else value)
+
+    def forward(self, input):
+        return type(self)._fn(input, *(getattr(self, n) for n in self._args))
+
+
+class GLU(_Elementwise):
+    _fn, _args, _defaults = staticmethod(F.glu), ("dim",), (-1,)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Softmin(_Elementwise):
+    _fn, _args, _defaults = staticmethod(F.softmin), ("dim",), (None,)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Tanhshrink(_Elementwise):
+    _fn, _args, _defaults = staticmethod(F.tanhshrink), (), ()
+
+
+class Softshrink(_Elementwise):
+    _fn, _args, _defaults = staticmethod(F.softshrink), ("lambd",), (0.5,)
+
+    def extra_repr(self):
+        return str(self.lambd)
+
+
+class Hardshrink(Softshrink):
+    _fn = staticmethod(F.hardshrink)
+
+
+class Threshold(Module):
+    def __init__(self, threshold, value, inplace=False):
+        super().__init__()
+        self.threshold, self.value, self.inplace = threshold, value, inplace
+
+    def forward(self, input):
+        return F.threshold(input, self.threshold, self.value, self.inplace)
+
+    def extra_repr(self):
+        return f"threshold={self.threshold}, value={self.value}" + (", inplace=True" if self.inplace else "")
+
+
+class RMSNorm(Module):
+    """x / sqrt(mean(x^2) + eps) * weight over the trailing normalized_shape (eps None: the
+    input dtype's machine epsilon), as torch.nn.RMSNorm."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
+        super().__init__()
+        if isinstance(normalized_shape, numbers.Integral):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(empty(*self.normalized_shape, dtype=dtype or _dtype.get_default_dtype(),
+                                          device=device))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        if self.elementwise_affine:
+            init.ones_(self.weight)
+
+    def forward(self, x):
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
 class Dropout(Module):
     def __init__(self, p=0.5, inplace=False):
         super().__init__()

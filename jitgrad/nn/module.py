@@ -16,7 +16,16 @@ from jitgrad.graph.tensor import Tensor
 from jitgrad.nn.init import _assign
 from jitgrad.nn.parameter import Parameter
 
-_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    __slots__ = ()
+
+    def __repr__(self):
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
 
 
 def _to_args(args, kwargs):
@@ -190,15 +199,16 @@ class Module:
     register_module = add_module
 
     # -- traversal ----------------------------------------------------------------
-    def named_modules(self, memo=None, prefix=""):
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
         memo = set() if memo is None else memo
         if id(self) in memo:
             return
-        memo.add(id(self))
+        if remove_duplicate:
+            memo.add(id(self))
         yield prefix, self
         for name, m in self._modules.items():
             if m is not None:
-                yield from m.named_modules(memo, prefix + ("." if prefix else "") + name)
+                yield from m.named_modules(memo, prefix + ("." if prefix else "") + name, remove_duplicate)
 
     def modules(self):
         for _, m in self.named_modules():
@@ -215,25 +225,28 @@ class Module:
         for _, m in self.named_children():
             yield m
 
-    def _named_members(self, kind, prefix="", recurse=True):
+    def _named_members(self, kind, prefix="", recurse=True, remove_duplicate=True):
+        """torch's walk: a tensor reached under several names (a tied weight) is yielded once,
+        under its first name, unless remove_duplicate=False (then every name, every time)."""
         seen = set()
-        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
         for mprefix, m in mods:
             for name, v in getattr(m, kind).items():
                 if v is None or id(v) in seen:
                     continue
-                seen.add(id(v))
+                if remove_duplicate:
+                    seen.add(id(v))
                 yield mprefix + ("." if mprefix else "") + name, v
 
-    def named_parameters(self, prefix="", recurse=True):
-        return self._named_members("_parameters", prefix, recurse)
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        return self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse=True):
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix="", recurse=True):
-        return self._named_members("_buffers", prefix, recurse)
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse=True):
         for _, b in self.named_buffers(recurse=recurse):
@@ -310,12 +323,22 @@ class Module:
         return self._apply(lambda t: t.double() if t.is_floating_point() else t)
 
     def _state(self, prefix=""):
-        """(name, tensor) of what state_dict holds: parameters and the persistent buffers."""
-        skipped = {prefix + (p + "." if p else "") + b for p, m in self.named_modules()
-                   for b in m.__dict__.get("_non_persistent_buffers_set", ())}
-        return list(self.named_parameters(prefix)) + [(n, t) for n, t in self.named_buffers(prefix) if n not in skipped]
+        """(key, tensor) of what state_dict holds, in torch's order: each module's parameters,
+        then its persistent buffers, then its children's, each under the key of every path that
+        reaches it. No deduplication: a tied weight (GPT's lm_head.weight and wte.weight) has
+        both keys, so that a torch checkpoint of it loads strictly."""
+        out = []
+        skipped = self.__dict__.get("_non_persistent_buffers_set", ())
+        out.extend((prefix + k, p) for k, p in self._parameters.items() if p is not None)
+        out.extend((prefix + k, b) for k, b in self._buffers.items() if b is not None and k not in skipped)
+        for name, m in self._modules.items():
+            if m is not None:
+                out.extend(m._state(prefix + name + "."))
+        return out
 
-    def state_dict(self, destination=None, prefix="", keep_vars=False):
+    def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
+        if args:  # torch's deprecated positional form: state_dict(destination, prefix, keep_vars)
+            destination, prefix, keep_vars = (tuple(args) + (destination, prefix, keep_vars)[len(args):])[:3]
         out = OrderedDict() if destination is None else destination
         for name, t in self._state(prefix):
             out[name] = t if keep_vars else t.detach()
@@ -328,11 +351,11 @@ class Module:
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         errors = []
-        if strict:
-            if unexpected:
-                errors.append("Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
+        if strict:  # (torch's order: missing keys, unexpected keys, then size mismatches)
             if missing:
                 errors.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ")
+            if unexpected:
+                errors.append("Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
         for k, t in own.items():
             if k in state_dict:
                 v = state_dict[k]

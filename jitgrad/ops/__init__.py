@@ -38,7 +38,9 @@ FUNCTIONS.update({
     "swapdims": shape.transpose, "swapaxes": shape.transpose,
     "cat": shape.cat, "stack": shape.stack, "narrow": shape.narrow, "select": shape.select, "unbind": shape.unbind,
     "chunk": shape.chunk, "split": shape.split, "split_with_sizes": shape.split_with_sizes,
-    "diagonal": shape.diagonal,
+    "diagonal": shape.diagonal, "diag": shape.diag, "diag_embed": shape.diag_embed, "tile": shape.tile,
+    "broadcast_to": shape.broadcast_to, "broadcast_tensors": shape.broadcast_tensors, "unflatten": shape.unflatten,
+    "ravel": lambda input: shape.reshape(input, (-1,)),
     # reductions
     "sum": reduce.sum, "mean": reduce.mean, "amax": reduce.amax, "amin": reduce.amin, "max": reduce.max,
     "min": reduce.min, "argmax": reduce.argmax, "argmin": reduce.argmin, "prod": reduce.prod,
@@ -60,12 +62,14 @@ for _name in ("add", "sub", "mul", "div", "pow", "reciprocal", "sign", "clamp", 
               "unsqueeze", "expand", "permute", "transpose", "swapdims", "swapaxes", "t", "sum", "mean", "amax", "amin", "max", "min",
               "argmax", "argmin", "prod", "matmul", "mm", "addmm", "dot", "mv", "bmm", "trace",
               "softmax", "log_softmax", "narrow", "select", "unbind", "chunk", "split", "split_with_sizes",
-              "diagonal", "masked_fill", "all", "any"):
+              "diagonal", "masked_fill", "all", "any", "diag", "diag_embed", "broadcast_to",
+              "unflatten", "ravel"):
     METHODS[_name] = FUNCTIONS[_name]
 METHODS.update(gathers.METHODS)
 METHODS.update(mathops.METHODS)
 METHODS.update({
-    "true_divide": elementwise.div, "view": shape.view, "expand_as": shape.expand_as, "repeat": shape.repeat,
+    "true_divide": elementwise.div, "view": shape.view, "tile": shape.tile_method, "expand_as": shape.expand_as,
+    "repeat": shape.repeat,
     "sum_to_size": lambda self, *size: reduce.sum_to(self, size[0] if len(size) == 1 and
                                                       isinstance(size[0], (tuple, list)) else size),
 })

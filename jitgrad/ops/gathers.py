@@ -586,7 +586,58 @@ def one_hot(tensor, num_classes=-1):
     return _wrap((a[..., None] == np.arange(num_classes)).astype(np.int64))
 
 
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):  # noqa: A002
+    """torch.repeat_interleave: each element (each slice along dim; of the flattened input when
+    dim is None) repeated `repeats` times. An int repeats composes expand and reshape; a tensor
+    of counts is an index_select at the repeated positions (torch's two graphs). With the
+    counts alone (repeat_interleave(counts)): the indices, each repeated its count."""
+    if repeats is None:   # repeat_interleave(repeats): arange(len).repeat(repeats)
+        counts = _count_array(input)
+        return _wrap(np.repeat(np.arange(counts.size, dtype=np.int64), counts))
+    if dim is None:
+        input, dim = reshape(input, (-1,)), 0
+    shape = tuple(input._data.shape)
+    dim = _wrap_dim(dim, len(shape))
+    if isinstance(repeats, Tensor) and repeats._data.ndim == 1 and repeats._data.size != 1:
+        counts = _count_array(repeats)
+        if counts.size != shape[dim]:
+            raise RuntimeError(f"repeats must have the same size as input along dim, but got repeats.size(0) = "
+                               f"{counts.size} and input.size({dim}) = {shape[dim]}")
+        return index_select(input, dim, _wrap(np.repeat(np.arange(shape[dim], dtype=np.int64), counts)))
+    if isinstance(repeats, Tensor):
+        count = int(_count_array(repeats).reshape(-1)[0])
+    elif isinstance(repeats, (bool, np.bool_)) or not hasattr(repeats, "__index__"):
+        raise TypeError(f"repeat_interleave() received an invalid combination of arguments - got "
+                        f"({type(repeats).__name__}, dim=int), but expected one of:\n"
+                        " * (Tensor repeats, int dim = None, *, int output_size = None)\n"
+                        " * (int repeats, int dim = None, *, int output_size = None)\n")
+    else:
+        count = int(repeats)
+    if count < 0:
+        raise RuntimeError("Repeats must be non-negative")
+    out = expand(input.unsqueeze(dim + 1), shape[:dim + 1] + (count,) + shape[dim + 1:])
+    return reshape(out, shape[:dim] + (shape[dim] * count,) + shape[dim + 1:])
+
+
+def _count_array(t):
+    a = t._data
+    a = a.get() if type(a) is DeviceArray else np.asarray(a)
+    if a.dtype.kind not in "iu":
+        raise _dtype.not_implemented("repeat_interleave_cpu", a.dtype)
+    if a.ndim > 1:
+        raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
+    if (a < 0).any():
+        raise RuntimeError("repeats can not be negative")
+    return a.reshape(-1)
+
+
+def where_method(self, condition, y):
+    """Tensor.where(condition, y): torch.where(condition, self, y)."""
+    return _where3(condition, self, y)
+
+
 FUNCTIONS = {
+    "repeat_interleave": repeat_interleave,
     "gather": gather, "take_along_dim": take_along_dim, "index_select": index_select,
     "masked_select": masked_select, "scatter": scatter, "scatter_add": scatter_add, "index_add": index_add,
     "index_fill": index_fill, "index_copy": index_copy, "sort": sort, "argsort": argsort, "topk": topk,
@@ -595,6 +646,6 @@ FUNCTIONS = {
 }
 # jitgrad.where (not Tensor.where, whose first argument is the input): also the one-argument form
 PUBLIC_ONLY = {"where": where_}
-METHODS = dict(FUNCTIONS, scatter_=scatter_, scatter_add_=scatter_add_, index_add_=index_add_,
+METHODS = dict(FUNCTIONS, where=where_method, scatter_=scatter_, scatter_add_=scatter_add_, index_add_=index_add_,
                index_fill_=index_fill_, index_copy_=index_copy_)
 del METHODS["searchsorted"]

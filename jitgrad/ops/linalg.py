@@ -13,7 +13,7 @@ from jitgrad.graph.tensor import Tensor
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.blas import mm as _mm
 from jitgrad.kernels.linalg import f_addmm, f_matmul, f_trace, k_addmm, k_matmul, k_trace
-from jitgrad.ops._common import _cap, _needs, _operand_error, traced
+from jitgrad.ops._common import _broadcast_error, _cap, _needs, _operand_error, traced
 from jitgrad.ops.reduce import sum_to, traced_as
 from jitgrad.ops.shape import RESHAPE_ALIAS, _view_like, reshape, t, transpose
 
@@ -61,8 +61,9 @@ def matmul(a, b):
         # host matrix @ matrix: ndarray.dot (blas.mm) runs the same gemm (bit for bit) with less dispatch
         out = (np.matmul(ad, bd) if device else _mm(ad, bd) if spec is MATMUL and ad.ndim == 2
                else np.asarray(np.matmul(ad, bd)))
-    except ValueError as e:
-        raise RuntimeError(str(e)) from None
+    except ValueError as e:  # batch dims that do not broadcast: torch's message (infer_size over them)
+        raise _broadcast_error(ad.shape[:-2], bd.shape[:-2] if bd.ndim > 1 else ()) if spec is BMM \
+            else RuntimeError(str(e)) from None
     res = _wrap(out)
     if not _needs(a, b):
         if _cap.on and _cap.mine():

@@ -46,7 +46,7 @@ from jitgrad.ops._common import _cap, _needs, traced
 from jitgrad.ops.elementwise import _erf_array, _ew, exp, reciprocal, sqrt, to_dtype
 from jitgrad.ops.linalg import _as_array, _like, _on_device, _same_device, matmul, transpose
 from jitgrad.ops.reduce import mean, sum
-from jitgrad.ops.shape import INDEX, cat, expand, getitem, index_flat, index_put_flat, permute, reshape
+from jitgrad.ops.shape import INDEX, INDEX_PUT, cat, expand, getitem, index_flat, index_put_flat, permute, reshape
 
 
 def _record_with(spec, res, inputs, saved, fparams=(), iparams=None, reads=(), extra=()):
@@ -838,6 +838,16 @@ REPLICATION_PAD2D = alias("replication_pad2d", INDEX, "ReplicationPad2DBackward0
 REFLECTION_PAD2D.jvp = _gather_jvp(REFLECTION_PAD2D)
 REPLICATION_PAD2D.jvp = _gather_jvp(REPLICATION_PAD2D)
 _PAD_SPEC = {"reflect": REFLECTION_PAD2D, "replicate": REPLICATION_PAD2D, "circular": INDEX}
+# F.pad's other dims (nn/padding.py): the same gathers under torch's names, and constant
+# padding as the scatter of the input into the padded shape
+REFLECTION_PAD1D = alias("reflection_pad1d", INDEX, "ReflectionPad1DBackward0", consts=("_flat_index",))
+REPLICATION_PAD1D = alias("replication_pad1d", INDEX, "ReplicationPad1DBackward0", consts=("_flat_index",))
+REFLECTION_PAD3D = alias("reflection_pad3d", INDEX, "ReflectionPad3DBackward0", consts=("_flat_index",))
+REPLICATION_PAD3D = alias("replication_pad3d", INDEX, "ReplicationPad3DBackward0", consts=("_flat_index",))
+CONSTANT_PAD_ND = alias("constant_pad_nd", INDEX_PUT, "ConstantPadNdBackward0", consts=("_flat_index",))
+PAD_SPECS = {("reflect", 1): REFLECTION_PAD1D, ("reflect", 2): REFLECTION_PAD2D, ("reflect", 3): REFLECTION_PAD3D,
+             ("replicate", 1): REPLICATION_PAD1D, ("replicate", 2): REPLICATION_PAD2D,
+             ("replicate", 3): REPLICATION_PAD3D}
 
 
 def _pad2d(x, pads, mode):

@@ -15,7 +15,7 @@ from jitgrad.graph.tensor import Tensor
 from jitgrad.ops._common import asarray
 
 # functions of the table that take no out= in PyTorch: several views, or a Python bool
-NO_OUT = {"split", "split_with_sizes", "chunk", "unbind", "allclose", "equal"}
+NO_OUT = {"broadcast_tensors", "split", "split_with_sizes", "chunk", "unbind", "allclose", "equal"}
 
 
 # factories with out=: they make the values in out's dtype, and resize out without a warning

@@ -17,7 +17,7 @@ from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph import views as _views
 from jitgrad.graph.record import record
 from jitgrad.graph.spec import alias, structural
-from jitgrad.graph.tensor import Tensor, _Rare, _wrap_dim
+from jitgrad.graph.tensor import Size, Tensor, _Rare, _wrap_dim
 from jitgrad.graph.tensor import wrap as _wrap
 from jitgrad.kernels.shape import (
     f_cat,
@@ -33,7 +33,7 @@ from jitgrad.kernels.shape import (
     k_scatter,
     k_view,
 )
-from jitgrad.ops._common import _cap, _needs, asarray, like, traced
+from jitgrad.ops._common import _broadcast_error, _cap, _needs, asarray, like, traced
 
 
 def _dims(x, dim):
@@ -369,16 +369,18 @@ def index_flat(x, idx, out_shape, spec, data=None):
     return record(spec, res, (x,), (idx,))
 
 
-def index_put_flat(g, idx, in_shape):
-    """zeros(in_shape) with g accumulated at flat indices idx: the adjoint of index_flat."""
+def index_put_flat(g, idx, in_shape, spec=None):
+    """zeros(in_shape) with g accumulated at flat indices idx: the adjoint of index_flat
+    (recorded as `spec`, an alias of INDEX_PUT such as diag_embed, or INDEX_PUT itself)."""
+    spec = INDEX_PUT if spec is None else spec
     out = np.zeros(int(np.prod(in_shape, dtype=np.int64)), dtype=g._data.dtype, like=like(g._data))
     np.add.at(out, idx, g._data.reshape(-1))
     res = _wrap(out.reshape(in_shape))
     if not _needs(g):
         if _cap.on and _cap.mine():
-            _report(INDEX_PUT, res, (g,), lambda a: _scatter_add(a, idx, in_shape), (idx,))
+            _report(spec, res, (g,), lambda a: _scatter_add(a, idx, in_shape), (idx,))
         return res
-    return record(INDEX_PUT, res, (g,), (idx,))
+    return record(spec, res, (g,), (idx,))
 
 
 def _scatter_add(a, idx, shape):
@@ -824,11 +826,126 @@ def repeat(x, *repeats):
     return index_flat(x, pos, shape, REPEAT)
 
 
+def tile(x, dims):
+    """torch.tile: repeat, with dims padded by leading 1s to x's rank (Tensor.tile also takes
+    the dims unpacked: tile_method)."""
+    if not isinstance(dims, (tuple, list)):
+        raise TypeError(f"tile(): argument 'dims' (position 2) must be tuple of ints, not {type(dims).__name__}")
+    for k, n in enumerate(dims):
+        if isinstance(n, (bool, np.bool_)) or not hasattr(n, "__index__"):
+            raise TypeError(f"tile(): argument 'dims' (position 2) must be tuple of ints, but found element of type "
+                            f"{type(n).__name__} at pos {k}")
+    reps = tuple(operator.index(n) for n in dims)
+    return repeat(x, (1,) * (x._data.ndim - len(reps)) + reps)
+
+
+def tile_method(x, *dims):
+    return tile(x, dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims)
+
+
+def broadcast_shapes(*shapes):
+    """torch.broadcast_shapes: the shape every argument broadcasts to (an int is a 1-d shape),
+    combined left to right as torch does, with its message for the first that does not fit."""
+    out = ()
+    for i, s in enumerate(shapes):
+        s = (operator.index(s),) if hasattr(s, "__index__") else tuple(s)
+        n = max(len(out), len(s))
+        a, b = (1,) * (n - len(out)) + out, (1,) * (n - len(s)) + s
+        for k in range(n - 1, -1, -1):  # (torch reports the rightmost mismatch)
+            if a[k] != b[k] and a[k] != 1 and b[k] != 1:
+                raise RuntimeError(f"Attempting to broadcast a dimension of length {b[k]} at {k - n}! Mismatching "
+                                   f"argument at index {i} had {s}; but expected shape should be broadcastable to "
+                                   f"{list(out)}")
+        out = tuple(y if x == 1 else x for x, y in zip(a, b))
+    return Size(out)
+
+
+def broadcast_to(x, size):
+    """torch.broadcast_to / Tensor.broadcast_to: expand (a view, ExpandBackward0)."""
+    return expand(x, size)
+
+
+def broadcast_tensors(*tensors):
+    shape = ()
+    for t in tensors:  # torch's infer_size, pairwise, with its message
+        try:
+            shape = np.broadcast_shapes(shape, tuple(t.shape))
+        except ValueError:
+            raise _broadcast_error(shape, tuple(t.shape)) from None
+    return tuple(expand(t, shape) for t in tensors)
+
+
+def unflatten(x, dim, sizes):
+    """torch.unflatten / Tensor.unflatten: dim split into `sizes` (one of them may be -1): a view."""
+    nd = x._data.ndim
+    dim = _wrap_dim(operator.index(dim), nd)
+    sizes = _shape_arg((sizes,), "unflatten", "sizes")
+    if not sizes:
+        raise RuntimeError("unflatten: sizes must be non-empty")
+    n = x._data.shape[dim]
+    if sizes.count(-1) > 1:  # (torch wraps infer_size's message so)
+        raise RuntimeError("unflatten got an unexpected error:\nonly one dimension can be inferred")
+    known = math.prod(s for s in sizes if s != -1)
+    if (-1 in sizes and (known == 0 or n % known)) or (-1 not in sizes and known != n):
+        raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {dim} "
+                           f"({n}) in the input tensor")
+    if -1 in sizes:
+        sizes = tuple(n // known if s == -1 else s for s in sizes)
+    return view(x, x._data.shape[:dim] + sizes + x._data.shape[dim + 1:])
+
+
+def _diagonal_int(offset, fn="diag"):
+    if isinstance(offset, (bool, np.bool_)) or not hasattr(offset, "__index__"):
+        raise TypeError(f"{fn}(): argument '{'diagonal' if fn == 'diag' else 'offset'}' (position 2) must be int, "
+                        f"not {type(offset).__name__}")
+    return operator.index(offset)
+
+
+def diag_embed(x, offset=0, dim1=-2, dim2=-1):
+    """torch.diag_embed: x's last dim placed on the `offset` diagonal of new dims dim1, dim2
+    (of the result), zeros elsewhere. The scatter primitive (adjoint of a gather) at the flat
+    positions of that diagonal, in x's element order: its gradient is the diagonal's gather."""
+    offset = _diagonal_int(offset, "diag_embed")
+    d = x._data
+    nd = d.ndim + 1
+    a, b = _wrap_dim(operator.index(dim1), nd), _wrap_dim(operator.index(dim2), nd)
+    if a == b:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n = d.shape[-1] + abs(offset)
+    batch = list(d.shape[:-1])
+    shape = []
+    for k in range(nd):
+        shape.append(n if k in (a, b) else batch.pop(0))
+    # np.diagonal of the result's positions lists them with the diagonal last, batch dims in
+    # order: exactly x's layout
+    pos = np.diagonal(np.arange(math.prod(shape), dtype=np.int64).reshape(shape), offset, a, b).reshape(-1)
+    if type(d) is DeviceArray:
+        pos = DeviceArray.from_host(pos)
+    return index_put_flat(x, pos, tuple(shape), DIAG_EMBED)
+
+
+def diag(x, diagonal=0):
+    """torch.diag: a 1-D x as the `diagonal` diagonal of a square matrix (diag_embed), or the
+    diagonal of a 2-D x as a new tensor (a copy, unlike Tensor.diagonal's view)."""
+    diagonal = _diagonal_int(diagonal)
+    d = x._data
+    if d.ndim == 1:
+        return diag_embed(x, diagonal, 0, 1)
+    if d.ndim != 2:
+        raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {d.ndim}D")
+    pos = np.diagonal(np.arange(d.size, dtype=np.int64).reshape(d.shape), diagonal).reshape(-1)
+    if type(d) is DeviceArray:
+        pos = DeviceArray.from_host(pos)
+    return index_flat(x, pos, (pos.size,), DIAG)
+
+
 SPLIT = alias("split", INDEX, "SplitBackward0", forward=split, consts=("_flat_index",))
 SPLIT_WITH_SIZES = alias("split_with_sizes", INDEX, "SplitWithSizesBackward0", forward=split_with_sizes,
                          consts=("_flat_index",))
 UNBIND = alias("unbind", INDEX, "UnbindBackward0", forward=unbind, consts=("_flat_index",))
 DIAGONAL = alias("diagonal", INDEX, "DiagonalBackward0", forward=diagonal, consts=("_flat_index",))
 REPEAT = alias("repeat", INDEX, "RepeatBackward0", forward=repeat, consts=("_flat_index",))
+DIAG = alias("diag", INDEX, "DiagonalBackward0_copy", forward=diag, consts=("_flat_index",))  # (torch's name)
+DIAG_EMBED = alias("diag_embed", INDEX_PUT, "DiagEmbedBackward0", forward=diag_embed, consts=("_flat_index",))
 # the gathers whose result is a view of the input: their tangent is the same view of its tangent
 _VIEW_GATHERS = {s.op for s in (SELECT, SLICE, SPLIT, SPLIT_WITH_SIZES, UNBIND, DIAGONAL)}

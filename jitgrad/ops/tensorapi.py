@@ -41,6 +41,55 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
     return _t.tensor(data, dtype=dt, device=dev, requires_grad=requires_grad)
 
 
+# c10's names of the scalar types, as torch's TensorOptions messages print them
+_C10_NAMES = {"float64": "double", "float32": "float", "int64": "long int", "int32": "int", "bool": "bool"}
+
+
+def _options(t):
+    return (f"TensorOptions(dtype={_C10_NAMES.get(t.dtype.name, t.dtype.name)}, device={t.device}, layout=Strided, "
+            "requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt))")
+
+
+_NEW_SIGNATURES = ("new() received an invalid combination of arguments - got ({}), but expected one of:\n"
+                   " * (*, torch.device device = None)\n * (torch.Storage storage)\n * (Tensor other)\n"
+                   " * (tuple of ints size, *, torch.device device = None)\n"
+                   " * (object data, *, torch.device device = None)\n")
+
+
+def new(self, *args, device=None, **kwargs):
+    """torch's legacy constructor: x.new() (empty), x.new(*sizes) / x.new(torch.Size) /
+    x.new(size=...) (uninitialised), x.new(sequence) (the data, in x's dtype), x.new(tensor)
+    (that tensor's storage, detached: it must have x's dtype and device). Never a graph."""
+    size = kwargs.pop("size", None)
+    if kwargs:
+        def kind(v):
+            return "torch.dtype" if isinstance(v, _dtype.dtype) else type(v).__name__
+        got = ", ".join([kind(a) for a in args] + [f"{k}={kind(v)}" for k, v in kwargs.items()])
+        raise TypeError(_NEW_SIGNATURES.format(got))
+    dev = self.device if device is None else device
+    if size is not None:
+        args = (tuple(size),)
+    if not args:
+        return _t.empty(0, dtype=self.dtype, device=dev)
+    if len(args) == 1:
+        a = args[0]
+        if isinstance(a, Tensor):
+            if a.dtype != self.dtype or a.device != self.device:
+                raise TypeError(f"expected {_options(self)} (got {_options(a)})")
+            return a.detach()
+        if isinstance(a, _t.Size) or size is not None:
+            return _t.empty(tuple(a), dtype=self.dtype, device=dev)
+        if isinstance(a, (bool, np.bool_, float, np.floating, complex)):
+            raise TypeError(f"new(): data must be a sequence (got {type(a).__name__})")
+        if not hasattr(a, "__index__") or isinstance(a, np.ndarray) and a.ndim:  # a sequence or an array: its values
+            return _t.tensor(a, dtype=self.dtype, device=dev)
+    for k, n in enumerate(args):
+        if isinstance(n, (bool, np.bool_)) or not hasattr(n, "__index__"):
+            raise TypeError(f"new(): argument 'size' failed to unpack the object at pos {k + 1} with error "
+                            f'"type must be tuple of ints,but got {type(n).__name__}"')
+    return _t.empty(tuple(int(n) for n in args), dtype=self.dtype, device=dev)
+
+
 def type_as(self, other):
     if not isinstance(other, Tensor):
         raise TypeError(f"type_as(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
@@ -114,7 +163,7 @@ def numel(input):
 
 METHODS = {
     "new_zeros": _new_factory(_t.zeros), "new_ones": _new_factory(_t.ones), "new_empty": _new_factory(_t.empty),
-    "new_full": new_full, "new_tensor": new_tensor, "type_as": type_as,
+    "new_full": new_full, "new_tensor": new_tensor, "new": new, "type_as": type_as,
     "int": lambda self, memory_format=None: F.to_dtype(self, _dtype.int32),
     "bool": lambda self, memory_format=None: F.to_dtype(self, _dtype.bool_),
     "half": half, "element_size": element_size, "stride": stride, "data_ptr": data_ptr,
@@ -124,7 +173,7 @@ PROPERTIES = {
     "itemsize": element_size,
     "nbytes": lambda self: self._data.size * self._data.dtype.itemsize,
 }
-FUNCTIONS = {"numel": numel, "set_printoptions": set_printoptions}
+FUNCTIONS = {"numel": numel, "set_printoptions": set_printoptions, "broadcast_shapes": F.broadcast_shapes}
 
 
 def install():

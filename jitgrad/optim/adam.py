@@ -7,11 +7,24 @@ from jitgrad.optim import _checks, _device, _kernels
 from jitgrad.optim.optimizer import Optimizer, _check_hyperparameters, _data, _state_tensor, _zeros_like
 
 
+def _implementation_flags(foreach, capturable, differentiable, fused):
+    """torch's choices of implementation (for-each, fused kernels): one update here computes
+    what each of them does, so they are accepted (code such as nanoGPT's configure_optimizers
+    asks for fused=True when the signature has it); what would change the semantics is refused."""
+    if fused and foreach:
+        raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+    if differentiable:
+        raise NotImplementedError("jitgrad's optimizers do not record their step for autograd (differentiable=True)")
+    if capturable:
+        raise NotImplementedError("jitgrad's optimizers have no CUDA-graph capturable step (capturable=True)")
+
+
 class Adam(Optimizer):
     _decoupled = False
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False,
-                 maximize=False):
+                 maximize=False, *, foreach=None, capturable=False, differentiable=False, fused=None):
+        _implementation_flags(foreach, capturable, differentiable, fused)
         _check_hyperparameters([
             (0.0 <= lr, f"Invalid learning rate: {lr}"),
             (0.0 <= eps, f"Invalid epsilon value: {eps}"),
@@ -115,5 +128,6 @@ class AdamW(Adam):
     _decoupled = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False,
-                 maximize=False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)
+                 maximize=False, *, foreach=None, capturable=False, differentiable=False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach=foreach,
+                         capturable=capturable, differentiable=differentiable, fused=fused)

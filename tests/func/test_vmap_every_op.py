@@ -139,6 +139,20 @@ SAMPLES.update({
     "diagonal": [S(u(3, 4)), S(u(2, 3, 4), 1, 1, 2)], "tril": [S(u(3, 4)), S(u(3, 4), -1)], "triu": [S(u(3, 4), 1)],
     "roll": [S(u(3, 4), 1, 1), S(u(3, 4), (1, 2), (0, 1))], "flip": [S(u(3, 4), (0,)), S(u(3, 4), (0, 1))],
     "repeat": [S(u(3, 2), (2, 1)), S(u(3), (2, 2))],
+    "tile": [S(u(3, 2), (2,)), S(u(3), (2, 2))], "diag": [S(u(3)), S(u(3, 4), 1), S(u(4), -2)],
+    "diag_embed": [S(u(2, 3)), S(u(3), 1, 0, 1), S(u(2, 3), -1, 2, 0)],
+    "broadcast_to": [S(u(3), (2, 3)), S(u(2, 1), (2, 4))], "broadcast_tensors": [S(u(3), u(2, 1))],
+    "glu": [S(u(3, 4)), S(u(4, 2), 0)], "softmin": [S(u(3, 4), 1)], "ravel": [S(u(3, 4))],
+    "threshold": [S(u(3, 4), 0.2, -1.0)], "tanhshrink": [S(u(3, 4))], "softshrink": [S(u(3, 4), 0.3)],
+    "hardshrink": [S(u(3, 4))],
+    "repeat_interleave": [S(u(3, 2), 2, dim=1), S(u(3), 2)],
+    "rms_norm": [S(u(3, 4), (4,)), S(u(2, 3, 4), (3, 4), u(3, 4), 1e-3)],
+    "unflatten": [S(u(3, 4), 1, (2, 2)), S(u(6), 0, (-1, 3))],
+    "pad": [S(u(3, 4), (1, 2)), S(u(2, 3, 4), (1, -1, 2, 0), value=1.5), S(u(2, 3, 4), (1, 2), mode="reflect"),
+            S(u(3, 4), (2, 1), mode="replicate"), S(u(2, 3, 4), (1, 2, 1, 1), mode="circular")],
+    "scaled_dot_product_attention": [S(u(2, 3, 4), u(2, 5, 4), u(2, 5, 3)),
+                                     S(u(2, 4, 4), u(2, 4, 4), u(2, 4, 2), is_causal=True),
+                                     S(u(3, 4), u(5, 4), u(5, 2), mask(3, 5)), S(u(3, 4), u(5, 4), u(5, 2), u(3, 5))],
     "cat": [S([u(2, 3), u(1, 3)]), S([u(2, 3), u(2, 2)], 1)], "concat": [S([u(2, 3), u(2, 3)])],
     "concatenate": [S([u(2, 3), u(1, 3)], 0)], "stack": [S([u(2, 3), u(2, 3)]), S([u(3), u(3)], 1)],
     "meshgrid": [S(u(3), u(2), indexing="ij")],
@@ -193,7 +207,7 @@ SAMPLES.update({
     "empty_like": [S(u(3, 4))], "new_empty": [S(u(3, 4), (2,))],      # shapes and dtypes only
     "zeros_like": [S(u(3, 4))], "ones_like": [S(u(3, 4))], "full_like": [S(u(3, 4), 2.5)],
     "new_zeros": [S(u(3, 4), (2,))], "new_ones": [S(u(3, 4), 2, 3)], "new_full": [S(u(3, 4), (2,), 1.5)],
-    "new_tensor": [S(u(3, 4), [1.0, 2.0])], "tensor": [S(u(3, 4))], "as_tensor": [S(u(3, 4))],
+    "new_tensor": [S(u(3, 4), [1.0, 2.0])], "new": [S(u(3, 4), [1.0, 2.0])], "tensor": [S(u(3, 4))], "as_tensor": [S(u(3, 4))],
     "to": [S(u(3, 4), "float32"), S(u(3, 4), "int64")], "type": [S(u(3, 4), "float32")], "type_as": [S(u(3), idx(3, high=2))],
     # in-place (run on a clone of self)
     "fill_": [S(u(3, 4), 2.0), S(u(3, 4), u())], "zero_": [S(u(3, 4))], "copy_": [S(u(3, 4), u(3, 4)), S(u(3, 4), u(4))],
@@ -250,7 +264,7 @@ NOT_BATCHED = set("""arange empty eye full linspace logspace ones zeros rand ran
     seed initial_seed get_rng_state set_rng_state
     set_default_device set_default_dtype set_num_threads set_printoptions set_verbosity get_default_device
     get_default_dtype get_num_threads get_verbosity is_grad_enabled is_inference_mode_enabled from_numpy from_dlpack
-    place torch_size compile load save half register_hook register_post_accumulate_grad_hook cpu cuda numpy""".split())
+    place torch_size compile load save half broadcast_shapes register_hook register_post_accumulate_grad_hook cpu cuda numpy""".split())
 # compile, load, save: jitgrad attributes loaded on first use (public once some test has used them).
 # half: jitgrad has no float16. The op's own hooks and grad state: checked by test_vmap.py / test_per_sample_grads.py
 NOT_BATCHED |= {"retain_grad", "detach_"}

@@ -144,6 +144,15 @@ FORMS.update({
     "narrow": u(lambda m, f, A, B: f(A(), 0, 0, 1)),
     "select": u(lambda m, f, A, B: f(A(), 0, 1)),
     "diagonal": u(lambda m, f, A, B: f(A())),
+    "diag": u(lambda m, f, A, B: f(A(), 1)),
+    "diag_embed": u(lambda m, f, A, B: f(A(), -1)),
+    "tile": u(lambda m, f, A, B: f(A(), (2, 1))),
+    "broadcast_to": u(lambda m, f, A, B: f(A(), (2, 2, 3))),
+    "broadcast_tensors": ab(lambda m, f, A, B: f(A(), B((1, 3)))),
+    "unflatten": u(lambda m, f, A, B: f(A(), 1, (3, 1))),
+    "ravel": UNARY,
+    "repeat_interleave": u(lambda m, f, A, B: f(A(), 2, dim=0)),
+    "new": u(lambda m, f, A, B: f(A(), [1, 2])),
     "expand": u(lambda m, f, A, B: f(A((1, 3)), 2, 3)),
     "reshape": u(lambda m, f, A, B: f(A(), (3, 2))),
     "view": u(lambda m, f, A, B: f(A(), 3, 2)),
@@ -240,6 +249,13 @@ F_FORMS.update({
     "cross_entropy": ab(lambda m, f, A, B: f(A(), B())),
     "nll_loss": ab(lambda m, f, A, B: f(A(), B((2,)))),
     "linear": ab(lambda m, f, A, B: f(A(), B((4, 3)))),
+    "pad": u(lambda m, f, A, B: f(A(), (1, 1), value=1)),
+    "glu": u(lambda m, f, A, B: f(A((2, 4)))),
+    "softmin": u(lambda m, f, A, B: f(A(), 1)),
+    "threshold": u(lambda m, f, A, B: f(A(), 0.2, 1)), "tanhshrink": UNARY, "softshrink": UNARY,
+    "hardshrink": UNARY,
+    "rms_norm": ab(lambda m, f, A, B: f(A(), (3,), B((3,)))),
+    "scaled_dot_product_attention": ab(lambda m, f, A, B: f(A(), B((4, 3)), B((4, 2)))),
     "conv2d": ab(lambda m, f, A, B: f(A((1, 1, 3, 3)), B((1, 1, 2, 2)))),
     "conv_transpose2d": ab(lambda m, f, A, B: f(A((1, 1, 3, 3)), B((1, 1, 2, 2)))),
     "embedding": ab(lambda m, f, A, B: f(A((2,)), B((8, 3)))),
@@ -270,7 +286,7 @@ EXCLUDED = {
                      "set_default_device", "set_default_dtype", "set_num_threads", "set_printoptions",
                      "set_verbosity", "is_grad_enabled", "is_inference_mode_enabled", "manual_seed", "seed",
                      "initial_seed", "get_rng_state", "set_rng_state", "load",
-                     "save", "is_tensor", "is_inference"], "not an op"),
+                     "save", "is_tensor", "is_inference", "broadcast_shapes"], "not an op"),
     # conversions whose dtype is the other library's (numpy/dlpack), tested in tests/tensor
     **dict.fromkeys(["from_numpy", "from_dlpack"], "dtype comes from the numpy/dlpack array"),
     # jitgrad has no float16 (the dtypes are DTYPES above): half() raises TypeError, said in its message
@@ -295,6 +311,10 @@ def _method(name):
     return lambda self, *a, **k: getattr(self, name)(*a, **k)
 
 
+# Tensor methods whose arguments differ from the function of the same name
+METHOD_FORMS = {"where": b(lambda m, f, A, B: f(A(), m.tensor([True, False, True]), B()))}
+
+
 def _cases():
     """(label, form, jitgrad op, torch op) for every public name, and the names missing a form."""
     cases, missing = [], []
@@ -317,7 +337,8 @@ def _cases():
             missing.append("Tensor." + name)
             continue
         same = getattr(jitgrad.Tensor, name) is inspect.unwrap(getattr(jitgrad, name, None) or _method)
-        cases.append(("Tensor." + name, FORMS[name] + (same,), _method(name), _method(name)))
+        cases.append(("Tensor." + name, METHOD_FORMS.get(name, FORMS[name]) + (same,), _method(name),
+                      _method(name)))
     for prefix, mod, tmod, forms in (("F.", JF, TF, F_FORMS), ("linalg.", JL, torch.linalg, L_FORMS)):
         for name in dir(mod):
             obj = getattr(mod, name)
