@@ -15,6 +15,7 @@ from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.format import tensor_repr
 from jitgrad._core.forward import state as _forward
 from jitgrad._core.messages import NONLEAF_GRAD_WARNING, c_name, scalar_name, size_str
+from jitgrad._core.meta import MetaArray
 from jitgrad._core.modes import _state
 from jitgrad.gpu import driver as _gpu
 from jitgrad.gpu import foreign as _foreign
@@ -140,7 +141,8 @@ class Tensor:
 
     @property
     def device(self):
-        return _device.CUDA if type(self._data) is DeviceArray else _device.CPU
+        t = type(self._data)
+        return _device.CUDA if t is DeviceArray else _device.META if t is MetaArray else _device.CPU
 
     @property
     def is_cuda(self):
@@ -148,7 +150,11 @@ class Tensor:
 
     @property
     def is_cpu(self):
-        return type(self._data) is not DeviceArray
+        return type(self._data) not in (DeviceArray, MetaArray)
+
+    @property
+    def is_meta(self):
+        return type(self._data) is MetaArray
 
     def get_device(self):
         return 0 if type(self._data) is DeviceArray else -1
@@ -409,6 +415,8 @@ class Tensor:
         d = self._data
         if type(d) is DeviceArray:
             raise TypeError(TO_NUMPY)
+        if type(d) is MetaArray:
+            raise TypeError(TO_NUMPY.replace("cuda:0", "meta"))
         if type(d) is not np.ndarray:
             d = self._data = np.array(d)
         return d
@@ -510,7 +518,7 @@ def _init_from(t, arr):
 
 
 _new = object.__new__
-_ARRAYLIKE = (np.ndarray, np.generic, DeviceArray)
+_ARRAYLIKE = (np.ndarray, np.generic, DeviceArray, MetaArray)
 
 
 def place(arr, dev):
@@ -518,6 +526,8 @@ def place(arr, dev):
     a device copy for CUDA (raising PyTorch's error when there is no GPU)."""
     if dev.type == "cpu":
         return arr
+    if dev.type == "meta":
+        return MetaArray.like(arr)
     _gpu.require()
     if dev.index is not None and dev.index >= _gpu.device_count():
         raise RuntimeError("CUDA error: invalid device ordinal")
