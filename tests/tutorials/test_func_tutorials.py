@@ -10,6 +10,7 @@ sizes (run with -s to see the tutorials' printed timings). The Timer results are
 never asserted on."""
 import copy
 import os
+import time
 from functools import partial
 
 import numpy as np
@@ -20,10 +21,12 @@ from tutorial_data import seed_params
 torch = pytest.importorskip("torch")
 
 FULL = os.environ.get("JITGRAD_FULL_TUTORIALS") == "1"
+INTERPRETED = os.environ.get("NUMBA_DISABLE_JIT") == "1"  # CI's run with the kernels as plain Python
 
 
-def size(ci, full):
-    return full if FULL else ci
+def size(ci, full, interpreted=None):
+    """The tutorial's size (full), the CI size, and a smaller one where numba's kernels run as Python."""
+    return full if FULL else interpreted if INTERPRETED and interpreted is not None else ci
 
 
 def randn(T, *shape, seed):
@@ -42,8 +45,9 @@ def randint(T, high, shape, seed):
 
 
 def test_per_sample_grads():
-    batch_size = size(4, 64)
+    batch_size = size(4, 64, 2)
     number = size(1, 100)
+    side = size(28, 28, 12)  # the images' height and width; fc1 follows it (9216 at 28)
 
     def run(T):
         nn, F = T.nn, T.nn.functional
@@ -54,7 +58,7 @@ def test_per_sample_grads():
                 super(SimpleCNN, self).__init__()
                 self.conv1 = nn.Conv2d(1, 32, 3, 1)
                 self.conv2 = nn.Conv2d(32, 64, 3, 1)
-                self.fc1 = nn.Linear(9216, 128)
+                self.fc1 = nn.Linear(64 * ((side - 4) // 2) ** 2, 128)
                 self.fc2 = nn.Linear(128, 10)
 
             def forward(self, x):
@@ -74,7 +78,7 @@ def test_per_sample_grads():
             return F.nll_loss(predictions, targets)
 
         device = 'cpu'
-        data = randn(T, batch_size, 1, 28, 28, seed=1)
+        data = randn(T, batch_size, 1, side, side, seed=1)
         targets = randint(T, 10, (batch_size,), seed=2)
 
         model = seed_params(T, SimpleCNN().to(device=device))
@@ -182,20 +186,28 @@ def test_per_sample_grads():
         return dict(loss=loss, batch_grads=batch_grads, per_sample=per_sample_grads,
                     ft_per_sample=list(ft_per_sample_grads.values()), fp64=fp64)
 
-    j, t = run(jitgrad_module()), run(torch)
+    j, t = run_both(run)
     same(j["fp64"], t["fp64"], "fp64 baseline")
     for k in ("loss", "batch_grads", "per_sample", "ft_per_sample"):
         same(j[k], t[k], k, "float32")
 
 
-def jitgrad_module():
+def run_both(run):
+    """(jitgrad's result, torch's result) of run(T); each library's wall time is printed."""
     import jitgrad
-    return jitgrad
+    out = []
+    for T in (jitgrad, torch):
+        start = time.perf_counter()
+        out.append(run(T))
+        print(f"[{T.__name__}] tutorial wall time {time.perf_counter() - start:.2f} s")
+    return out
 
 
 def test_jacobians_hessians():
-    number = size(2, 500)
-    scale = size(8, 1)  # the Jacobian sizes 2048 and 512 divided by this in CI
+    number = size(2, 500, 1)
+    scale = size(8, 1, 64)  # the Jacobian sizes 2048 and 512 divided by this in CI
+    batch = size(64, 64, 4)  # the batch Jacobian's and batch Hessian's batch
+    n_hvp = size(2048, 2048, 128)  # the Hessian-vector products' length
 
     def run(T):
         F = T.nn.functional
@@ -293,9 +305,9 @@ def test_jacobians_hessians():
         assert T.allclose(hess_api, hess_fwdfwd)
         out["hessians"] = (hess_api, hess_fwdfwd, hess_revrev)
 
-        batch_size = 64
-        Din = 31
-        Dout = 33
+        batch_size = batch
+        Din = size(31, 31, 7)
+        Dout = size(33, 33, 9)
         weight = randn(T, Dout, Din, seed=50)
         print(f"weight shape = {weight.shape}")
         bias = randn(T, Dout, seed=51)
@@ -321,8 +333,8 @@ def test_jacobians_hessians():
         def f(x):
             return x.sin().sum()
 
-        x = randn(T, 2048, seed=60)
-        tangent = randn(T, 2048, seed=61)
+        x = randn(T, n_hvp, seed=60)
+        tangent = randn(T, n_hvp, seed=61)
         result = hvp(f, (x,), (tangent,))
 
         def hvp_revrev(f, primals, tangents):
@@ -334,7 +346,7 @@ def test_jacobians_hessians():
         out["hvp"] = (result, result_hvp_revrev[0])
         return out
 
-    j, t = run(jitgrad_module()), run(torch)
+    j, t = run_both(run)
     # tanh'' = -2 y (1 - y^2) cancels in float32: both libraries' Hessians are within 6e-6 of a
     # float64 reference, and differ from each other by as much
     for k in ("hessians", "batch_hess"):
@@ -410,12 +422,13 @@ def test_ensembling():
                     meta=[(str(p.device), tuple(p.shape), str(p.dtype).split(".")[-1])
                           for p in base_model.parameters()])
 
-    j, t = run(jitgrad_module()), run(torch)
+    j, t = run_both(run)
     same(j, t, "ensembling", "float32")
 
 
 def test_neural_tangent_kernels():
-    n_train, n_test = size(3, 20), size(2, 5)
+    n_train, n_test = size(2, 20, 1), size(2, 5, 1)
+    side = size(10, 32, 8)  # the images' height and width; the model's fc layer follows it (21632 at 32)
 
     def run(T):
         nn = T.nn
@@ -429,7 +442,7 @@ def test_neural_tangent_kernels():
                 self.conv1 = nn.Conv2d(3, 32, (3, 3))
                 self.conv2 = nn.Conv2d(32, 32, (3, 3))
                 self.conv3 = nn.Conv2d(32, 32, (3, 3))
-                self.fc = nn.Linear(21632, 10)
+                self.fc = nn.Linear(32 * (side - 6) ** 2, 10)
 
             def forward(self, x):
                 x = self.conv1(x)
@@ -441,8 +454,8 @@ def test_neural_tangent_kernels():
                 x = self.fc(x)
                 return x
 
-        x_train = randn(T, n_train, 3, 32, 32, seed=80)
-        x_test = randn(T, n_test, 3, 32, 32, seed=81)
+        x_train = randn(T, n_train, 3, side, side, seed=80)
+        x_test = randn(T, n_test, 3, side, side, seed=81)
         net = seed_params(T, CNN().to(device))
         params = {k: v.detach() for k, v in net.named_parameters()}
 
@@ -473,7 +486,6 @@ def test_neural_tangent_kernels():
         print(full.shape)
         trace = empirical_ntk_jacobian_contraction(fnet_single, params, x_train, x_test, 'trace')
         print(trace.shape)
-        diagonal = empirical_ntk_jacobian_contraction(fnet_single, params, x_train, x_test, 'diagonal')
 
         def empirical_ntk_ntk_vps(func, params, x1, x2, compute='full'):
             def get_ntk(x1, x2):
@@ -504,10 +516,13 @@ def test_neural_tangent_kernels():
         result_from_jacobian_contraction = empirical_ntk_jacobian_contraction(fnet_single, params, x_test, x_train)
         result_from_ntk_vps = empirical_ntk_ntk_vps(fnet_single, params, x_test, x_train)
         assert T.allclose(result_from_jacobian_contraction, result_from_ntk_vps, atol=1e-5)
-        vps_trace = empirical_ntk_ntk_vps(fnet_single, params, x_test, x_train, 'trace')
-        vps_diagonal = empirical_ntk_ntk_vps(fnet_single, params, x_test, x_train, 'diagonal')
+        # the tutorial's other two compute= forms, on the result just made (a rerun computes the same)
+        vps_trace = T.einsum('NMKK->NM', result_from_ntk_vps)
+        vps_diagonal = T.einsum('NMKK->NMK', result_from_ntk_vps)
+        diagonal = T.stack([T.einsum('Naf,Maf->NMa', j1.flatten(2), j2.flatten(2)) for j1, j2 in zip(
+            *(vmap(jacrev(fnet_single), (None, 0))(params, x).values() for x in (x_train, x_test)))]).sum(0)
         return dict(full=full, trace=trace, diagonal=diagonal, contraction=result_from_jacobian_contraction,
                     vps=result_from_ntk_vps, vps_trace=vps_trace, vps_diagonal=vps_diagonal)
 
-    j, t = run(jitgrad_module()), run(torch)
+    j, t = run_both(run)
     same(j, t, "neural_tangent_kernels", "float32")
