@@ -25,18 +25,28 @@ class MetaArray:
     the values in any way raises NotImplementedError."""
     __slots__ = ("shape", "dtype", "strides")
 
-    def __init__(self, shape, dtype):
+    def __init__(self, shape, dtype, strides=None):
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
-        strides, step = [], self.dtype.itemsize
-        for n in reversed(self.shape):
-            strides.append(step)
-            step *= max(n, 1)
-        self.strides = tuple(reversed(strides))
+        if strides is None:  # contiguous
+            strides, step = [], self.dtype.itemsize
+            for n in reversed(self.shape):
+                strides.append(step)
+                step *= max(n, 1)
+            strides = reversed(strides)
+        self.strides = tuple(strides)
 
     @classmethod
     def like(cls, arr):
-        return cls(arr.shape, arr.dtype)
+        """The meta copy of arr: torch's copy (preserve_format) keeps the strides of a dense
+        layout (a transpose stays transposed) and makes anything else contiguous."""
+        order = sorted(range(arr.ndim), key=lambda d: (arr.strides[d], arr.shape[d]))
+        step = arr.dtype.itemsize
+        for d in order:
+            if arr.shape[d] != 1 and arr.strides[d] != step:
+                return cls(arr.shape, arr.dtype)
+            step *= max(arr.shape[d], 1)
+        return cls(arr.shape, arr.dtype, arr.strides)
 
     @property
     def ndim(self):
@@ -60,13 +70,13 @@ class MetaArray:
         return self.shape[0]
 
     def copy(self):
-        return MetaArray(self.shape, self.dtype)
+        return MetaArray(self.shape, self.dtype, self.strides)
 
     def __deepcopy__(self, memo):
-        return MetaArray(self.shape, self.dtype)
+        return self.copy()
 
     def __reduce__(self):
-        return MetaArray, (self.shape, self.dtype)
+        return MetaArray, (self.shape, self.dtype, self.strides)
 
     def __repr__(self):
         return f"MetaArray(shape={self.shape}, dtype={self.dtype})"

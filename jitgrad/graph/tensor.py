@@ -906,7 +906,7 @@ def full(size, fill_value, dtype=None, requires_grad=False, device=None):
                np.dtype(np.int64) if isinstance(fill_value, int) else _dtype.get_default_dtype().np)
     if dev.type == "cuda":
         return _finish(filled(shape, npd, fill_value, dev), requires_grad)
-    return _finish(np.full(shape, fill_value, dtype=npd), requires_grad)
+    return _finish(place(np.full(shape, fill_value, dtype=npd), dev), requires_grad)
 
 
 def _arange_error(start, end, step):
