@@ -125,3 +125,15 @@ def test_meta_module_called_directly_raises():
     m = copy.deepcopy(net(jitgrad)).to("meta")
     with pytest.raises(NotImplementedError, match="Meta"):
         m(jitgrad.ones(2, 3))
+
+
+def test_load_onto_meta():
+    import io
+
+    def run(T):
+        buf = io.BytesIO()
+        T.save({"w": T.ones(2, 3, dtype=T.float64), "n": 3}, buf)
+        buf.seek(0)
+        out = T.load(buf, map_location="meta")
+        return describe(out["w"]), out["n"]
+    both(run)
