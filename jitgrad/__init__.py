@@ -100,6 +100,7 @@ _LAZY = {
     "serialization": ("jitgrad.serialization", None),
     "utils": ("jitgrad.utils", None),
     "viz": ("jitgrad.viz", None),  # graphviz itself is imported only by viz.make_dot
+    "vmap": ("jitgrad.func", "vmap"),  # torch.vmap is torch.func.vmap
 }
 
 

@@ -1,4 +1,5 @@
-"""Devices: the CPU (numpy arrays) and CUDA (gpu/array.py's DeviceArray, numba.cuda).
+"""Devices: the CPU (numpy arrays), CUDA (gpu/array.py's DeviceArray, numba.cuda) and meta
+(_core/meta.py's MetaArray: shape and dtype, no data).
 
 Every factory and `.to()` / `.cuda()` resolves its device argument through `check`, so a
 request for a device jitgrad cannot give raises PyTorch's error instead of silently
@@ -57,6 +58,7 @@ class device:
 
 CPU = device("cpu")
 CUDA = device("cuda", 0)  # what a CUDA tensor's .device says: jitgrad uses one GPU, the first
+META = device("meta")  # shape and dtype without data (_core/meta.py)
 
 
 def _tname(x):
@@ -96,7 +98,9 @@ def check(dev, fn):
         if dev.index is not None and dev.index < 0:
             raise RuntimeError("Device index must not be negative")
         return CUDA if dev.index in (None, 0) else dev
+    if dev.type == "meta":
+        return META
     if dev.type in _NOT_COMPILED:
         raise AssertionError(f"Torch not compiled with {_NOT_COMPILED[dev.type]} enabled")
     raise NotImplementedError(f"Could not run 'aten::empty.memory_format' with arguments from the '{dev.type}' "
-                              "backend: jitgrad computes on the cpu and cuda only")
+                              "backend: jitgrad computes on the cpu and cuda only (and has meta tensors)")

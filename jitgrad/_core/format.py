@@ -2,6 +2,8 @@
 torch.set_printoptions' precision, sci_mode, threshold, edgeitems and linewidth."""
 import numpy as np
 
+from jitgrad._core.meta import MetaArray
+
 _DEFAULTS = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80, "sci_mode": None}
 _PROFILES = {"default": _DEFAULTS, "short": dict(_DEFAULTS, precision=2, threshold=1000, edgeitems=2),
              "full": dict(_DEFAULTS, threshold=np.inf)}
@@ -99,15 +101,21 @@ def _nest(arr, fmt, width, indent, summarize):
 def tensor_repr(t):
     arr = t._data
     extras = []
-    if not isinstance(arr, (np.ndarray, np.generic)):  # a CUDA tensor: printed from a host copy, as torch does
-        arr = arr.get()
-        extras.append(f"device='{t.device}'")
-    if arr.dtype not in (np.float32, np.int64, np.bool_):
-        extras.append(f"dtype={t.dtype!r}")
-    elif arr.size == 0 and arr.dtype != np.float32:
-        extras.append(f"dtype={t.dtype!r}")
-    if arr.size == 0 and arr.shape != (0,):
-        extras.insert(0, f"size={tuple(arr.shape)}")
+    meta = type(arr) is MetaArray
+    if meta:  # no values to print: torch's "..." and the size, and the dtype unless float32
+        extras += ["device='meta'", f"size={arr.shape}"]
+        if arr.dtype != np.float32:
+            extras.append(f"dtype={t.dtype!r}")
+    else:
+        if not isinstance(arr, (np.ndarray, np.generic)):  # a CUDA tensor: printed from a host copy, as torch does
+            arr = arr.get()
+            extras.append(f"device='{t.device}'")
+        if arr.dtype not in (np.float32, np.int64, np.bool_):
+            extras.append(f"dtype={t.dtype!r}")
+        elif arr.size == 0 and arr.dtype != np.float32:
+            extras.append(f"dtype={t.dtype!r}")
+        if arr.size == 0 and arr.shape != (0,):
+            extras.insert(0, f"size={tuple(arr.shape)}")
     try:
         name = None if t.grad_fn is None else t.grad_fn.name()
     except RuntimeError:  # a view whose base was modified in place where that is forbidden
@@ -119,7 +127,7 @@ def tensor_repr(t):
     tangent = None if t._x is None else t._x.fw  # forward AD, at the open dual level
     if tangent is not None:
         extras.append("tangent=" + tensor_repr(tangent))
-    text = "tensor(" + _body(arr)
+    text = "tensor(" + ("..." if meta else _body(arr))
     # torch's _add_suffixes: a suffix that would pass 80 columns goes on a line of its own
     last = len(text) - text.rfind("\n") + 1
     for e in extras:

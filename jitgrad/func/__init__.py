@@ -8,8 +8,8 @@ from jitgrad.func._batched import (  # noqa: F401  (what grad() inside vmap uses
     is_batched,
     physical,
 )
-from jitgrad.func.functional_call import functional_call
+from jitgrad.func.functional_call import functional_call, stack_module_state
 from jitgrad.func.transforms import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, vjp
 from jitgrad.func.vmap import vmap
 
-__all__ = ["vmap", "functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "vjp"]
+__all__ = ["vmap", "functional_call", "stack_module_state", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "vjp"]

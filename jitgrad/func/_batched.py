@@ -219,8 +219,14 @@ def batched_leaf_like(x):
     else:
         # a C-order copy: numpy's copy of an expanded array keeps the stride-0 batch dim
         # innermost, and every op and saved value would then pay for that layout
-        p = Tensor._make(np.array(p._data, order="C")).requires_grad_(True)
+        p = transform_leaf(Tensor._make(np.array(p._data, order="C")).requires_grad_(True))
     return wrap(p, levels)
+
+
+def transform_leaf(t):
+    """t marked as a leaf a transform made for one of its inputs (transforms._reaches_foreign_leaf)."""
+    t._func_leaf = True
+    return t
 
 
 def _has_tangent(p):

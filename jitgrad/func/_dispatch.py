@@ -117,9 +117,12 @@ _SWAPPED = []   # (owner, name, original)
 
 
 def _public_functions(module):
-    """{attribute: function} of a namespace's public functions (not classes or modules)."""
+    """{attr: function} of a namespace's public functions (not classes or modules). jitgrad's
+    lazily loaded names (compile, save, load, vmap ...) are entry points, not ops, even once
+    their first use has put them in the namespace."""
+    lazy = vars(module).get("_LAZY", ())
     return {attr: f for attr, f in list(vars(module).items())
-            if callable(f) and not attr.startswith("_") and not isinstance(f, type)
+            if callable(f) and not attr.startswith("_") and not isinstance(f, type) and attr not in lazy
             and getattr(f, "__module__", "").startswith("jitgrad")}
 
 

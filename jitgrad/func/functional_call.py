@@ -1,5 +1,7 @@
 """torch.func.functional_call: run a Module with some of its parameters and buffers
-replaced by the given tensors, as torch.nn.utils.stateless does.
+replaced by the given tensors, as torch.nn.utils.stateless does; and stack_module_state,
+which makes those tensors for an ensemble of same-class modules (one stacked tensor per
+name, the model index first) to vmap functional_call over.
 
 The tensors are swapped into the modules' `_parameters` / `_buffers` dicts (or set as
 attributes) for the call and the originals swapped back afterwards, also when the call
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 from jitgrad.func._batched import is_batched
 from jitgrad.graph.tensor import Tensor
 from jitgrad.nn.module import Module
+from jitgrad.ops.shape import stack
 
 _MISSING = object()
 
@@ -52,6 +55,32 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
         # goes back into the caller's dict, as torch's _reparametrize_module does
         current = _swap_all(module, originals)
         tensors.update({k: current[k] for k in tensors if k in current})
+
+
+def stack_module_state(models):
+    """({name: parameters stacked}, {name: buffers stacked}) of models of one class and mode.
+    Stacked parameters are new leaves (requires_grad as the models' were), unrelated to the
+    models' own, so an optimizer can step them directly."""
+    models = list(models)
+    if len(models) == 0:
+        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
+    if not (all(m.training for m in models) or not any(m.training for m in models)):
+        raise RuntimeError("stack_module_state: Expected all models to have the same training/eval mode.")
+    if not all(type(m) is type(models[0]) for m in models):
+        raise RuntimeError("stack_module_state: Expected all models to be of the same class.")
+
+    def stacked(named):
+        per_model = [dict(named(m)) for m in models]
+        return {k: _stacked_leaf([d[k] for d in per_model], k) for k in per_model[0]}
+    return stacked(lambda m: m.named_parameters()), stacked(lambda m: m.named_buffers())
+
+
+def _stacked_leaf(tensors, name):
+    grads = {t.requires_grad for t in tensors}
+    if len(grads) > 1:
+        raise RuntimeError(f"Expected {name} from each model to have the same .requires_grad")
+    result = stack(tensors)
+    return result.detach().requires_grad_() if grads == {True} else result
 
 
 def _named_tensors(module, prefix=""):

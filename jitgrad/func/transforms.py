@@ -24,7 +24,16 @@ from jitgrad._core.modes import enable_grad, is_grad_enabled
 from jitgrad.autograd import forward_ad as fwAD
 from jitgrad.engine.run import grad as _autograd_grad_fn
 from jitgrad.func import _dispatch
-from jitgrad.func._batched import active_levels, align, batched_leaf_like, is_batched, level_size, physical, wrap
+from jitgrad.func._batched import (
+    active_levels,
+    align,
+    batched_leaf_like,
+    is_batched,
+    level_size,
+    physical,
+    transform_leaf,
+    wrap,
+)
 from jitgrad.func._pytree import tree_flatten, tree_map, tree_unflatten, treespec_pprint
 from jitgrad.func.vmap import vmap as _vmap
 from jitgrad.graph.spec import OP_ACC, OP_EXT
@@ -105,7 +114,7 @@ def _differentiable(x):
     if x.requires_grad or _tangent(x) is not None:
         c = x.clone()  # differentiable in both modes: the enclosing transform sees through it
         return c if c.requires_grad else c.requires_grad_()
-    return x.detach().requires_grad_()
+    return transform_leaf(x.detach().requires_grad_())
 
 
 def _user(func):
@@ -138,7 +147,11 @@ def _reaches_foreign_leaf(outputs, own):
         seen.add(key)
         op = tape.op(row)
         if op == OP_ACC:
-            if id(tape.leaves[row].variable) not in own:
+            leaf = tape.leaves[row].variable
+            # a leaf another transform made for its inputs belongs to that transform: once
+            # it has returned, nothing outside can differentiate with respect to it (torch's
+            # levels); at depth 0 any such transform has returned
+            if id(leaf) not in own and not getattr(leaf, "_func_leaf", False):
                 return True
         elif op == OP_EXT:
             todo.append(tape.ext[row])
@@ -386,7 +399,10 @@ def _vjp(func, primals, argnums, has_aux):
                                f"outputs to the function. cotangents: {treespec_pprint(spec)}, primal output: "
                                f"{treespec_pprint(out_spec)}")
         if create_graph is None:
-            create_graph = is_grad_enabled()
+            # torch's default, except that forward mode is not grad mode: inside a jvp/jacfwd
+            # the tangents must flow through this backward even under an outer no_grad
+            # (jacfwd(jacrev(f)), hessian, under no_grad gave zeros)
+            create_graph = is_grad_enabled() or _dual_level_open()
         # the VJPs stay differentiable only for something outside (the module doc)
         create_graph = create_graph and (keep or _active.depth > 0 or _dual_level_open()
                                          or any(_is_tensor(c) and c.requires_grad for c in flat_cotangents))

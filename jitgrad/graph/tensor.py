@@ -16,6 +16,7 @@ from jitgrad._core.dtype import from_numpy_dtype
 from jitgrad._core.format import tensor_repr
 from jitgrad._core.forward import state as _forward
 from jitgrad._core.messages import NONLEAF_GRAD_WARNING, c_name, scalar_name, size_str
+from jitgrad._core.meta import MetaArray
 from jitgrad._core.modes import _state
 from jitgrad.gpu import driver as _gpu
 from jitgrad.gpu import foreign as _foreign
@@ -141,7 +142,8 @@ class Tensor:
 
     @property
     def device(self):
-        return _device.CUDA if type(self._data) is DeviceArray else _device.CPU
+        t = type(self._data)
+        return _device.CUDA if t is DeviceArray else _device.META if t is MetaArray else _device.CPU
 
     @property
     def is_cuda(self):
@@ -149,7 +151,11 @@ class Tensor:
 
     @property
     def is_cpu(self):
-        return type(self._data) is not DeviceArray
+        return type(self._data) not in (DeviceArray, MetaArray)
+
+    @property
+    def is_meta(self):
+        return type(self._data) is MetaArray
 
     def get_device(self):
         return 0 if type(self._data) is DeviceArray else -1
@@ -454,6 +460,8 @@ class Tensor:
         d = self._data
         if type(d) is DeviceArray:
             raise TypeError(TO_NUMPY)
+        if type(d) is MetaArray:
+            raise TypeError(TO_NUMPY.replace("cuda:0", "meta"))
         if type(d) is not np.ndarray:
             d = self._data = np.array(d)
         return d
@@ -555,7 +563,7 @@ def _init_from(t, arr):
 
 
 _new = object.__new__
-_ARRAYLIKE = (np.ndarray, np.generic, DeviceArray)
+_ARRAYLIKE = (np.ndarray, np.generic, DeviceArray, MetaArray)
 
 
 def place(arr, dev):
@@ -563,6 +571,8 @@ def place(arr, dev):
     a device copy for CUDA (raising PyTorch's error when there is no GPU)."""
     if dev.type == "cpu":
         return arr
+    if dev.type == "meta":
+        return MetaArray.like(arr)
     _gpu.require()
     if dev.index is not None and dev.index >= _gpu.device_count():
         raise RuntimeError("CUDA error: invalid device ordinal")
@@ -961,7 +971,7 @@ def full(size, fill_value, dtype=None, requires_grad=False, device=None):
                np.dtype(np.int64) if isinstance(fill_value, int) else _dtype.get_default_dtype().np)
     if dev.type == "cuda":
         return _finish(filled(shape, npd, fill_value, dev), requires_grad)
-    return _finish(np.full(shape, fill_value, dtype=npd), requires_grad)
+    return _finish(place(np.full(shape, fill_value, dtype=npd), dev), requires_grad)
 
 
 def _arange_error(start, end, step):

@@ -4,6 +4,7 @@ import numpy as np
 
 from jitgrad._core import dtype as _dtype
 from jitgrad._core.messages import scalar_name
+from jitgrad._core.meta import MetaArray
 from jitgrad._core.modes import _packing, _saved_hooks
 from jitgrad.gpu.array import KERNELS as _KERNELS
 from jitgrad.gpu.array import DeviceArray as _DeviceArray
@@ -64,6 +65,10 @@ def matmul(a, b):
     except ValueError as e:  # batch dims that do not broadcast: torch's message (infer_size over them)
         raise _broadcast_error(ad.shape[:-2], bd.shape[:-2] if bd.ndim > 1 else ()) if spec is BMM \
             else RuntimeError(str(e)) from None
+    except TypeError:
+        if MetaArray in (type(ad), type(bd)):  # ndarray.dot refuses it in its own words
+            np.matmul(np.asarray(ad), np.asarray(bd))  # raises the meta tensor's NotImplementedError
+        raise
     res = _wrap(out)
     if not _needs(a, b):
         if _cap.on and _cap.mine():

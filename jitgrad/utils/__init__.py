@@ -1,1 +1,1 @@
-from jitgrad.utils import checkpoint, data, dlpack  # noqa: F401
+from jitgrad.utils import benchmark, checkpoint, data, dlpack  # noqa: F401
