@@ -15,6 +15,10 @@ from jitgrad import ops as _ops  # noqa: F401  (the op table: binds Tensor metho
 from jitgrad._core.device import device, get_default_device, set_default_device
 from jitgrad._core.dtype import bool_ as bool  # noqa: A004
 from jitgrad._core.dtype import (
+    cdouble,
+    cfloat,
+    complex64,
+    complex128,
     double,
     dtype,
     float,
@@ -36,7 +40,7 @@ from jitgrad._core.modes import (
     set_grad_enabled,
 )
 from jitgrad.graph.interop import from_dlpack  # noqa: F401  (binds Tensor.__dlpack__ too)
-from jitgrad.graph.random import Generator, randint, randperm  # noqa: F401
+from jitgrad.graph.random import Generator, get_rng_state, randint, randperm, set_rng_state  # noqa: F401
 from jitgrad.graph.tensor import (
     Size,
     Tensor,
@@ -88,6 +92,8 @@ __version__ = "0.1.0"
 # (tests/package/test_startup.py checks that each stays unloaded, and that each resolves).
 _LAZY = {
     "accelerator": ("jitgrad.accelerator", None),
+    "install_as_torch": ("jitgrad.as_torch", "install_as_torch"),  # the import shim (jitgrad/as_torch.py)
+    "uninstall_as_torch": ("jitgrad.as_torch", "uninstall_as_torch"),
     "backends": ("jitgrad.backends", None),
     "compile": ("jitgrad.compiler", "compile"),  # torch.compile
     "compiler": ("jitgrad.compiler", None),

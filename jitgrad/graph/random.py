@@ -13,7 +13,18 @@ import numpy as np
 
 from jitgrad._core import device as _device
 from jitgrad._core.capture import state as _cap
-from jitgrad.graph.tensor import Tensor, _dtype_arg, _is_int, _rng, _size_arg, _tname, drawn, place, replayed
+from jitgrad.graph.tensor import (
+    Tensor,
+    _dtype_arg,
+    _is_int,
+    _rng,
+    _size_arg,
+    _tname,
+    drawn,
+    from_numpy,
+    place,
+    replayed,
+)
 
 DEFAULT_SEED = 67280421310721  # what torch seeds a new Generator with
 _UINT64 = 1 << 64
@@ -185,3 +196,36 @@ def weighted_draws(weights, num_samples, replacement, generator):
     # weights / Exp(1) noise: its top num_samples are a draw without replacement
     keys = weights / -np.log1p(-draw(len(weights)))
     return np.argsort(-keys, kind="stable")[:num_samples]
+
+
+# --- torch.get_rng_state / set_rng_state over the global generator ---------------------------------------
+# A stand-in kept small on purpose: the global generator is numpy's PCG64 (graph/tensor.py's `_rng`), so its
+# state is saved as an int64 tensor of its six words (state and increment as 64-bit halves, the buffered
+# 32-bit draw). torch's is a 5056-byte uint8 tensor of its Mersenne Twister; the two do not mix.
+_MASK64 = (1 << 64) - 1
+
+
+def _signed(u):
+    return u - (1 << 64) if u >= 1 << 63 else u
+
+
+def get_rng_state():
+    """The default generator's state, for set_rng_state to draw the same numbers again."""
+    st = _rng[0].bit_generator.state
+    if st["bit_generator"] != "PCG64":
+        raise RuntimeError(f"get_rng_state: unexpected global generator {st['bit_generator']}")
+    s, inc = st["state"]["state"], st["state"]["inc"]
+    words = [s >> 64, s & _MASK64, inc >> 64, inc & _MASK64, st["has_uint32"], st["uinteger"]]
+    return from_numpy(np.array([_signed(w) for w in words], dtype=np.int64))
+
+
+def set_rng_state(new_state):
+    """Restore a state get_rng_state returned."""
+    arr = new_state._data if isinstance(new_state, Tensor) else None
+    if arr is None or not isinstance(arr, np.ndarray) or arr.shape != (6,) or arr.dtype != np.int64:
+        raise RuntimeError("set_rng_state expects the int64 tensor of 6 elements that jitgrad's get_rng_state "
+                           "returns (jitgrad's default generator is not torch's Mersenne Twister)")
+    w = [int(v) & _MASK64 for v in arr]
+    _rng[0].bit_generator.state = {"bit_generator": "PCG64",
+                                   "state": {"state": (w[0] << 64) | w[1], "inc": (w[2] << 64) | w[3]},
+                                   "has_uint32": w[4], "uinteger": w[5]}

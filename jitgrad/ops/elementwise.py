@@ -434,7 +434,25 @@ def atan2(input, other):
     return _binary(ATAN2, np.arctan2, input, other)
 
 
-for _name, _fn in (("arcsin", asin), ("arccos", acos), ("arctan", atan), ("atan2", atan2), ("arctan2", atan2)):
+# torch.nextafter: the gradient flows to self unchanged and is zero for other (torch's NextafterBackward0)
+NEXTAFTER = elementwise("nextafter", "NextafterBackward0", "grad", "zeros_like(grad)", forward=np.nextafter)
+
+
+def nextafter(input, other):
+    """The next float after input towards other, elementwise: two tensors of floating dtype (torch's
+    promotion between them), integers refused as torch's kernel does."""
+    for pos, x in ((1, input), (2, other)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"nextafter(): argument '{('input', 'other')[pos - 1]}' (position {pos}) must be Tensor, "
+                            f"not {type(x).__name__}")
+    dt = _dtype.result_type(input, other)
+    if dt.kind != "f":
+        raise _dtype.not_implemented("nextafter_cpu", dt)
+    return _binary(NEXTAFTER, np.nextafter, input, other)
+
+
+for _name, _fn in (("arcsin", asin), ("arccos", acos), ("arctan", atan), ("atan2", atan2), ("arctan2", atan2),
+                   ("nextafter", nextafter)):
     publish(_name, _fn)
 
 

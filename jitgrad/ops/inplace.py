@@ -266,13 +266,27 @@ def _assign(t, flat, value):
 
 
 def _placing(t, flat, value):
-    keep = np.ones(t._data.size, dtype=t._data.dtype, like=like(t._data))
-    keep[flat] = 0
+    """compute(old) = old with value written at flat: where(written, placed, old). A write, never a
+    blend: old * keep + placed would carry a NaN or inf of the old values (torch.empty's leftover
+    memory) into the written positions. where's rule gives old a zero gradient there, and value the
+    gradient of the positions it was written to."""
     shape = t._data.shape
+    written = np.zeros(t._data.size, dtype=bool, like=like(t._data))
+    written[flat] = True
+    written = written.reshape(shape)
+    if isinstance(flat, np.ndarray) and flat.size > 1:
+        # a position written twice (x[[0, 0]] = v) holds the last write, as numpy's and torch's CPU
+        # assignment: placing by index_put_flat would add the writes up
+        rev_first = np.unique(flat[::-1], return_index=True)[1]
+        if rev_first.size != flat.size:
+            last = np.sort(flat.size - 1 - rev_first)
+            vflat = F.reshape(value, (-1,))
+            value = F.index_flat(vflat, last, (last.size,), F.SELECT)
+            flat = flat[last]
 
     def compute(a):
         placed = F.index_put_flat(F.reshape(value, (-1,)), flat, shape)
-        return F.add(F.mul(a, F._wrap(keep.reshape(shape))), placed)
+        return F.where(F._wrap(written), placed, a)
     return compute
 
 

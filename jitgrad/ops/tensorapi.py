@@ -112,7 +112,36 @@ def numel(input):
     return input.numel()
 
 
+def _tensor_arg(fn, x):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{fn}(): argument 'input' (position 1) must be Tensor, not {type(x).__name__}")
+
+
+def is_floating_point(input):
+    _tensor_arg("is_floating_point", input)
+    return input.is_floating_point()
+
+
+def is_complex(input):
+    """False for every jitgrad tensor: none holds a complex dtype yet (torch.complex64 exists for dtype checks)."""
+    _tensor_arg("is_complex", input)
+    return False
+
+
+def real(input):
+    """A real tensor's real part is the tensor itself (torch returns self: same object, same graph)."""
+    _tensor_arg("real", input)
+    return input
+
+
+def imag(input):
+    _tensor_arg("imag", input)
+    raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
+
+
 METHODS = {
+    "is_complex": lambda self: False,
+    "ndimension": lambda self: self.dim(),  # torch's older spelling of dim()
     "new_zeros": _new_factory(_t.zeros), "new_ones": _new_factory(_t.ones), "new_empty": _new_factory(_t.empty),
     "new_full": new_full, "new_tensor": new_tensor, "type_as": type_as,
     "int": lambda self, memory_format=None: F.to_dtype(self, _dtype.int32),
@@ -121,10 +150,12 @@ METHODS = {
     "storage_offset": storage_offset, "is_contiguous": is_contiguous, "contiguous": contiguous,
 }
 PROPERTIES = {
+    "real": real, "imag": imag,
     "itemsize": element_size,
     "nbytes": lambda self: self._data.size * self._data.dtype.itemsize,
 }
-FUNCTIONS = {"numel": numel, "set_printoptions": set_printoptions}
+FUNCTIONS = {"numel": numel, "set_printoptions": set_printoptions, "is_floating_point": is_floating_point,
+             "is_complex": is_complex, "real": real, "imag": imag, "promote_types": _dtype.promote_dtypes}
 
 
 def install():
