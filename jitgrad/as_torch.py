@@ -35,33 +35,30 @@ TORCH_API_VERSION = "2.13.0"
 
 
 def _release(text):
-    """(release numbers, pre-release rank) of a PEP 440 version string: enough to order torch versions."""
-    text = str(text).strip().lower().lstrip("v").split("+", 1)[0]
-    nums, rest = [], text
-    for part in text.split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
+    """A sort key of a PEP 440 version string, enough to order torch versions: (release numbers, pre/post
+    rank, local part). As PEP 440: 2.0.0.dev < 2.0.0a0 < 2.0.0b1 < 2.0.0rc1 < 2.0.0 < 2.0.0+cpu < 2.0.0.post1."""
+    public, _, local = str(text).strip().lower().lstrip("v").partition("+")
+    nums, rest = [], ""
+    for part in public.split("."):
+        digits = len(part) - len(part.lstrip("0123456789"))
         if not digits:
+            rest = part
             break
-        nums.append(int(digits))
-        rest = part[len(digits):]
+        nums.append(int(part[:digits]))
+        rest = part[digits:]
         if rest:
             break
     while len(nums) > 1 and nums[-1] == 0:
         nums.pop()
-    # 2.0.0.dev < 2.0.0a0 < 2.0.0b1 < 2.0.0rc1 < 2.0.0 < 2.0.0.post1
-    rank = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "rc": 3, "c": 3, "post": 5}
-    tag = next((r for t, r in sorted(rank.items(), key=lambda kv: -len(kv[0])) if rest.startswith(t)), 4)
-    return tuple(nums), tag
+    rank = (("post", 5), ("dev", 0), ("alpha", 1), ("beta", 2), ("rc", 3), ("a", 1), ("b", 2), ("c", 3))
+    tag = next((r for t, r in rank if rest.startswith(t)), 4)
+    return tuple(nums), tag, local
 
 
 class TorchVersion(str):
     """A version string that compares as a version, like torch.torch_version.TorchVersion: against a
-    string ("1.8", "2.0.0a0"), a tuple ((1, 8)) or another version. The local part (+jitgrad) is ignored
-    in comparisons."""
+    string ("1.8", "2.0.0a0"), a tuple ((1, 8)) or another version. As PEP 440 (and torch), the local part
+    sorts after the same public version: "2.13.0+jitgrad" > "2.13.0", and != "2.13.0"."""
 
     def _key(self, other):
         if isinstance(other, tuple):
@@ -87,8 +84,6 @@ class TorchVersion(str):
         return a >= b
 
     def __eq__(self, other):
-        if isinstance(other, str) and "+" in other:
-            return str.__eq__(self, other)
         a, b = self._key(other)
         return a == b
 

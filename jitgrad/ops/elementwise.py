@@ -434,8 +434,10 @@ def atan2(input, other):
     return _binary(ATAN2, np.arctan2, input, other)
 
 
-# torch.nextafter: the gradient flows to self unchanged and is zero for other (torch's NextafterBackward0)
-NEXTAFTER = elementwise("nextafter", "NextafterBackward0", "grad", "zeros_like(grad)", forward=np.nextafter)
+# torch.nextafter: the gradient flows to self unchanged where self != other (zero where the result is other
+# itself), and is zero for other (torch's NextafterBackward0)
+NEXTAFTER = elementwise("nextafter", "NextafterBackward0", "where(self == other, 0.0, grad)", "zeros_like(grad)",
+                        saves=("self", "other"), forward=np.nextafter)
 
 
 def nextafter(input, other):
@@ -697,6 +699,8 @@ def equal(a, b):
 
 
 def to_dtype(x, dtype):
+    if dtype.is_complex:
+        raise _dtype.complex_unsupported(dtype)
     if x._data.dtype == dtype.np:
         return x
     res = _wrap(x._data.astype(dtype.np))
