@@ -214,8 +214,9 @@ def test_setitem_repeated_index_holds_the_last_write():
 
 def test_setitem_tangent_overwrites():
     """Forward mode: the tangent of the written positions is the value's, not a blend with a NaN tangent."""
-    import jitgrad.autograd.forward_ad as jfwd
     import torch.autograd.forward_ad as tfwd
+
+    import jitgrad.autograd.forward_ad as jfwd
     res = []
     for mod, fwd in ((torch, tfwd), (jitgrad, jfwd)):
         with fwd.dual_level():
