@@ -29,6 +29,7 @@ class CaseResult(unittest.TestResult):
         super().__init__()
         self.cases = collections.OrderedDict()
         self.seconds = collections.Counter()
+        self.test_seconds = {}
         self._t0 = None
 
     @staticmethod
@@ -51,7 +52,9 @@ class CaseResult(unittest.TestResult):
 
     def stopTest(self, test):
         super().stopTest(test)
-        self.seconds[test.__class__.__module__] += time.perf_counter() - self._t0
+        dt = time.perf_counter() - self._t0
+        self.seconds[test.__class__.__module__] += dt
+        self.test_seconds[test.id().split(".", 1)[1]] = dt
 
     def addSubTest(self, test, subtest, err):
         super().addSubTest(test, subtest, err)
@@ -108,7 +111,8 @@ def main(argv=None):
     print(f"{passed} passed, {failed} failed")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cases": per_module, "seconds": dict(result.seconds), "wall": wall,
+            json.dump({"cases": per_module, "seconds": dict(result.seconds), "test_seconds": result.test_seconds,
+                       "wall": wall,
                        "torch_version": str(torch.__version__)}, f, indent=1)
     return 0 if failed == 0 else 1
 
