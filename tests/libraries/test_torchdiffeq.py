@@ -9,6 +9,7 @@ CI_SUBSET, every test method whose loops fit the CI budget; JITGRAD_TORCHDIFFEQ_
 holds the counts to FULL_CASES and KNOWN_FAILURES. Without torchdiffeq installed the test skips, unless
 JITGRAD_REQUIRE_TORCHDIFFEQ=1 (CI sets it), where it fails.
 """
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -50,7 +51,6 @@ def _require():
             pytest.fail(f"JITGRAD_REQUIRE_TORCHDIFFEQ=1 but torchdiffeq is missing: "
                         f"pip install --no-deps torchdiffeq=={VERSION}")
         pytest.skip(f"torchdiffeq is not installed (pip install --no-deps torchdiffeq=={VERSION})")
-    import importlib.metadata
     installed = importlib.metadata.version("torchdiffeq")
     assert installed == VERSION, f"the vendored tests are torchdiffeq {VERSION}'s, installed is {installed}"
 
