@@ -67,12 +67,15 @@ from jitgrad.graph.tensor import (
 )
 from jitgrad.graph.views import is_inference  # noqa: F401  (torch.is_inference)
 from jitgrad.ops import FUNCTIONS as _FUNCTIONS
+from jitgrad.ops.tensortypes import CPU_TYPES as _CPU_TYPES
+from jitgrad.ops.tensortypes import set_default_tensor_type  # noqa: F401
 
 
 def is_tensor(obj):
     return isinstance(obj, Tensor)
 
 
+globals().update(_CPU_TYPES)  # torch.FloatTensor, DoubleTensor, LongTensor, IntTensor, BoolTensor
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
 from jitgrad import linalg, nn, optim  # noqa: E402
 from jitgrad._core.threads import default_threads as _default_threads  # noqa: E402

@@ -10,6 +10,7 @@ from jitgrad._core.format import set_printoptions
 from jitgrad.graph import tensor as _t
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import functional as F
+from jitgrad.ops import tensortypes
 
 
 def _like(self, dtype, device):
@@ -141,7 +142,8 @@ def imag(input):
 
 METHODS = {
     "is_complex": lambda self: False,
-    "ndimension": lambda self: self.dim(),  # torch's older spelling of dim()
+    "ndimension": lambda self: self.dim(),
+    "type": tensortypes.type_,  # torch's older spelling of dim()
     "new_zeros": _new_factory(_t.zeros), "new_ones": _new_factory(_t.ones), "new_empty": _new_factory(_t.empty),
     "new_full": new_full, "new_tensor": new_tensor, "type_as": type_as,
     "int": lambda self, memory_format=None: F.to_dtype(self, _dtype.int32),

@@ -125,6 +125,7 @@ SAMPLES.update({
     "norm": [S(u(3, 4)), S(u(3, 4), 1, 1)],
     "linalg.norm": [S(u(3, 4)), S(u(4), 3)], "linalg.vector_norm": [S(u(3, 4)), S(u(3, 4), 1, 1)],
     "linalg.matrix_norm": [S(u(3, 4)), S(u(2, 3, 4), 1, (0, 2))], "linalg.cross": [S(u(2, 3), u(2, 3)), S(u(3, 2), u(3, 2), dim=0)],
+    "linalg.vecdot": [S(u(3, 4), u(4)), S(u(3, 4), u(3, 4), dim=0)],
     "trace": [S(u(3, 4))],
     "sum_to_size": [S(u(3, 4), (1, 4))],
     # shapes and views
@@ -254,7 +255,7 @@ NOT_BATCHED = set("""arange empty eye full linspace logspace ones zeros rand ran
 # half: jitgrad has no float16. The op's own hooks and grad state: checked by test_vmap.py / test_per_sample_grads.py
 NOT_BATCHED |= {"retain_grad", "detach_"}
 # imag: raises for every real tensor (as torch); the RNG state and dtype promotion take no tensor to batch
-NOT_BATCHED |= {"imag", "get_rng_state", "set_rng_state", "promote_types"}
+NOT_BATCHED |= {"imag", "get_rng_state", "set_rng_state", "promote_types", "set_default_tensor_type"}
 # as_strided addresses the storage: jitgrad's vmap has no rule for it (a sample of a batch at in_dims=-1 is a
 # strided view whose storage positions are the batch's), so it is not claimed to batch
 NOT_BATCHED |= {"as_strided"}

@@ -259,6 +259,7 @@ W_FORMS = {
 }
 L_FORMS = {
     "cross": ab(lambda m, f, A, B: f(A(), B())),
+    "vecdot": ab(lambda m, f, A, B: f(A(), B())),
     "vector_norm": UNARY,
     "matrix_norm": UNARY,
     "norm": UNARY,
@@ -271,7 +272,7 @@ EXCLUDED = {
                      "set_default_device", "set_default_dtype", "set_num_threads", "set_printoptions",
                      "set_verbosity", "is_grad_enabled", "is_inference_mode_enabled", "manual_seed", "load",
                      "save", "is_tensor", "is_inference", "get_rng_state", "set_rng_state", "install_as_torch",
-                     "uninstall_as_torch"], "not an op"),
+                     "uninstall_as_torch", "set_default_tensor_type"], "not an op"),
     "promote_types": "takes dtypes, not tensors (tests/ops/test_library_names.py holds it against torch)",
     # conversions whose dtype is the other library's (numpy/dlpack), tested in tests/tensor
     **dict.fromkeys(["from_numpy", "from_dlpack"], "dtype comes from the numpy/dlpack array"),

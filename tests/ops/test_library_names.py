@@ -238,3 +238,70 @@ def test_setitem_under_vmap_overwrites():
     j = jitgrad.func.vmap(f)(jitgrad.tensor(rows), jitgrad.tensor(vals, requires_grad=True))
     t = torch.func.vmap(f)(torch.tensor(rows), torch.tensor(vals, requires_grad=True))
     np.testing.assert_array_equal(j.detach().numpy(), t.detach().numpy())
+
+
+# --- legacy tensor types -------------------------------------------------------------------------------
+TYPES = ["FloatTensor", "DoubleTensor", "LongTensor", "IntTensor", "BoolTensor"]
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_legacy_tensor_types(name):
+    J, T = getattr(jitgrad, name), getattr(torch, name)
+    for args in (([1, 0, 1],), (2, 3), (jitgrad.Size([2]),), ()):
+        targs = tuple(torch.Size(a) if isinstance(a, jitgrad.Size) else a for a in args)
+        j, t = J(*args), T(*targs)
+        assert str(j.dtype) == str(t.dtype) and tuple(j.shape) == tuple(t.shape)
+        if args and isinstance(args[0], list):
+            assert j.tolist() == t.tolist()
+    for d in ("float32", "float64", "int64", "int32", "bool"):
+        assert isinstance(jitgrad.ones(2, dtype=getattr(jitgrad, d)), J) == \
+            isinstance(torch.ones(2, dtype=getattr(torch, d)), T)
+    assert jitgrad.ones(2).type() == torch.ones(2).type()
+    assert jitgrad.ones(2, dtype=getattr(jitgrad, str(J.dtype)[6:])).type() == f"torch.{name}"
+    assert str(jitgrad.ones(2).type(J).dtype) == str(torch.ones(2).type(T).dtype)
+    assert str(jitgrad.ones(2).type(f"torch.{name}").dtype) == str(torch.ones(2).type(f"torch.{name}").dtype)
+
+
+def test_type_errors_and_default_tensor_type():
+    for mod in (torch, jitgrad):
+        with pytest.raises(ValueError, match="invalid type: 'torch.Foo'"):
+            mod.ones(2).type("torch.Foo")
+        with pytest.raises(TypeError, match="only floating-point types are supported as the default type"):
+            mod.set_default_tensor_type(mod.LongTensor)
+    try:
+        with pytest.warns(UserWarning, match=r"set_default_tensor_type\(\) is deprecated"):
+            jitgrad.set_default_tensor_type(jitgrad.DoubleTensor)
+        assert jitgrad.get_default_dtype() is jitgrad.float64 and jitgrad.ones(1).dtype is jitgrad.float64
+        jitgrad.set_default_tensor_type("torch.FloatTensor")
+        assert jitgrad.get_default_dtype() is jitgrad.float32
+    finally:
+        jitgrad.set_default_dtype(jitgrad.float32)
+
+
+@pytest.mark.parametrize("sx,sy,dim", [((2, 3), (3,), -1), ((3, 2), (3, 2), 0), ((4,), (4,), -1), ((2, 1, 3), (5, 3), -1)])
+def test_linalg_vecdot_values_and_gradient(sx, sy, dim):
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal(sx), rng.standard_normal(sy)
+    jx, jy = jitgrad.tensor(x, requires_grad=True), jitgrad.tensor(y, requires_grad=True)
+    tx, ty = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+    jr, tr = jitgrad.linalg.vecdot(jx, jy, dim=dim), torch.linalg.vecdot(tx, ty, dim=dim)
+    np.testing.assert_allclose(jr.detach().numpy(), tr.detach().numpy(), rtol=1e-12)
+    assert type(jr.grad_fn).__name__ == type(tr.grad_fn).__name__
+    w = rng.standard_normal(tuple(tr.shape))
+    (jr * jitgrad.tensor(w)).sum().backward()
+    (tr * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(jy.grad.numpy(), ty.grad.numpy(), rtol=1e-12)
+
+
+def test_linalg_vecdot_errors_and_linalg_error():
+    for mod in (torch, jitgrad):
+        with pytest.raises(RuntimeError, match="linalg.vecdot: Expected x and y to have the same dtype, but found x "
+                                               "of type Float and y of type Double instead"):
+            mod.linalg.vecdot(mod.ones(2), mod.ones(2, dtype=mod.float64))
+        with pytest.raises(RuntimeError, match="linalg.vecdot: Expected a floating point or complex tensor as input. "
+                                               "Got Long"):
+            mod.linalg.vecdot(mod.ones(2, dtype=mod.int64), mod.ones(2, dtype=mod.int64))
+        assert issubclass(mod.linalg.LinAlgError, RuntimeError) and mod.linalg.LinAlgError.__name__ == "_LinAlgError"
+    import jitgrad._C
+    assert jitgrad._C._LinAlgError is jitgrad.linalg.LinAlgError
