@@ -255,7 +255,8 @@ NOT_BATCHED = set("""arange empty eye full linspace logspace ones zeros rand ran
 # half: jitgrad has no float16. The op's own hooks and grad state: checked by test_vmap.py / test_per_sample_grads.py
 NOT_BATCHED |= {"retain_grad", "detach_"}
 # imag: raises for every real tensor (as torch); the RNG state and dtype promotion take no tensor to batch
-NOT_BATCHED |= {"imag", "get_rng_state", "set_rng_state", "promote_types", "set_default_tensor_type"}
+NOT_BATCHED |= {"imag", "get_rng_state", "set_rng_state", "promote_types", "set_default_tensor_type",
+                "install_as_torch", "uninstall_as_torch"}
 # as_strided addresses the storage: jitgrad's vmap has no rule for it (a sample of a batch at in_dims=-1 is a
 # strided view whose storage positions are the batch's), so it is not claimed to batch
 NOT_BATCHED |= {"as_strided"}
