@@ -305,3 +305,14 @@ def test_linalg_vecdot_errors_and_linalg_error():
             mod.linalg.vecdot(mod.ones(2, dtype=mod.int64), mod.ones(2, dtype=mod.int64))
         assert issubclass(mod.linalg.LinAlgError, RuntimeError) and mod.linalg.LinAlgError.__name__ == "_LinAlgError"
     assert __import__("jitgrad._C", fromlist=["_C"])._LinAlgError is jitgrad.linalg.LinAlgError
+
+
+@pytest.mark.skipif(not jitgrad.cuda.is_available(), reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1 (as CI)")
+def test_setitem_overwrites_on_cuda():
+    x = jitgrad.full((4,), float("nan"), device="cuda") * jitgrad.ones(4, device="cuda", requires_grad=True)
+    v = jitgrad.tensor([1.0, 2.0], device="cuda", requires_grad=True)
+    x[1:3] = v * 3.0
+    got = x.detach().cpu().numpy()
+    assert np.isnan(got[[0, 3]]).all() and got[1:3].tolist() == [3.0, 6.0]
+    x[1:3].sum().backward()
+    assert v.grad.cpu().tolist() == [3.0, 3.0]
