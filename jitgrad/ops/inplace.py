@@ -259,13 +259,13 @@ def _positions(base, fn):
     return asarray(fn(np.arange(d.size, dtype=np.int64, like=like(d)).reshape(d.shape))).reshape(-1)
 
 
-def _assign(t, flat, value):
+def _assign(t, flat, value, may_repeat=False):
     """t.flatten()[flat] = value, recorded: the old value keeps its gradient outside the
     written positions, value gets the gradient of the positions it was written to."""
-    _apply(t, _placing(t, flat, value), value)
+    _apply(t, _placing(t, flat, value, may_repeat), value)
 
 
-def _placing(t, flat, value):
+def _placing(t, flat, value, may_repeat=False):
     """compute(old) = old with value written at flat: where(written, placed, old). A write, never a
     blend: old * keep + placed would carry a NaN or inf of the old values (torch.empty's leftover
     memory) into the written positions. where's rule gives old a zero gradient there, and value the
@@ -274,9 +274,9 @@ def _placing(t, flat, value):
     written = np.zeros(t._data.size, dtype=bool, like=like(t._data))
     written[flat] = True
     written = written.reshape(shape)
-    if isinstance(flat, np.ndarray) and flat.size > 1:
-        # a position written twice (x[[0, 0]] = v) holds the last write, as numpy's and torch's CPU
-        # assignment: placing by index_put_flat would add the writes up
+    if may_repeat and isinstance(flat, np.ndarray) and flat.size > 1:
+        # a position written twice (x[[0, 0]] = v: only advanced indexing repeats one) holds the last
+        # write, as numpy's and torch's CPU assignment: placing by index_put_flat would add the writes up
         rev_first = np.unique(flat[::-1], return_index=True)[1]
         if rev_first.size != flat.size:
             last = np.sort(flat.size - 1 - rev_first)
@@ -425,7 +425,9 @@ def setitem(t, index, value):
     d = t._data
     picked = asarray(np.arange(d.size, dtype=np.int64, like=like(d)).reshape(d.shape)[F._norm_index(index, d)])
     flat, target_shape = picked.reshape(-1), picked.shape
-    _assign(t, flat, value if value._data.shape == target_shape else F.expand(value, target_shape))
+    parts = index if isinstance(index, tuple) else (index,)
+    advanced = any(not isinstance(i, (int, np.integer, slice, type(None), type(Ellipsis))) for i in parts)
+    _assign(t, flat, value if value._data.shape == target_shape else F.expand(value, target_shape), advanced)
 
 
 def _restride(t, view_op, undo, *args):
