@@ -15,6 +15,10 @@ from jitgrad import ops as _ops  # noqa: F401  (the op table: binds Tensor metho
 from jitgrad._core.device import device, get_default_device, set_default_device
 from jitgrad._core.dtype import bool_ as bool  # noqa: A004
 from jitgrad._core.dtype import (
+    cdouble,
+    cfloat,
+    complex64,
+    complex128,
     double,
     dtype,
     float,
@@ -63,12 +67,15 @@ from jitgrad.graph.tensor import (
 )
 from jitgrad.graph.views import is_inference  # noqa: F401  (torch.is_inference)
 from jitgrad.ops import FUNCTIONS as _FUNCTIONS
+from jitgrad.ops.tensortypes import CPU_TYPES as _CPU_TYPES
+from jitgrad.ops.tensortypes import set_default_tensor_type  # noqa: F401
 
 
 def is_tensor(obj):
     return isinstance(obj, Tensor)
 
 
+globals().update(_CPU_TYPES)  # torch.FloatTensor, DoubleTensor, LongTensor, IntTensor, BoolTensor
 globals().update(_FUNCTIONS)  # jitgrad.<op>: the op table (ops/__init__.py), elementwise defop entries included
 from jitgrad import linalg, nn, optim  # noqa: E402
 from jitgrad._core.threads import default_threads as _default_threads  # noqa: E402
@@ -88,6 +95,8 @@ __version__ = "0.1.0"
 # (tests/package/test_startup.py checks that each stays unloaded, and that each resolves).
 _LAZY = {
     "accelerator": ("jitgrad.accelerator", None),
+    "install_as_torch": ("jitgrad.as_torch", "install_as_torch"),  # the import shim (jitgrad/as_torch.py)
+    "uninstall_as_torch": ("jitgrad.as_torch", "uninstall_as_torch"),
     "backends": ("jitgrad.backends", None),
     "compile": ("jitgrad.compiler", "compile"),  # torch.compile
     "compiler": ("jitgrad.compiler", None),

@@ -7,13 +7,25 @@ from jitgrad._core.messages import scalar_name
 
 
 class dtype:
-    __slots__ = ("name", "np", "is_floating_point", "itemsize")
+    __slots__ = ("name", "np", "is_floating_point", "is_complex", "is_signed", "itemsize")
 
-    def __init__(self, name, np_dtype, is_floating_point):
+    def __init__(self, name, np_dtype, is_floating_point, is_complex=False):
         self.name = name
         self.np = np.dtype(np_dtype)
         self.is_floating_point = is_floating_point
+        self.is_complex = is_complex
+        self.is_signed = self.np.kind != "b"
         self.itemsize = self.np.itemsize
+
+    def to_real(self):
+        return _REAL_OF.get(self, self)
+
+    def to_complex(self):
+        if self in _COMPLEX_OF:
+            return _COMPLEX_OF[self]
+        if self.is_complex:
+            return self
+        raise RuntimeError(f"to_complex is only supported for floating point dtypes, got {self!r}")
 
     def __repr__(self):
         return "torch." + self.name  # PyTorch code compares repr strings; keep its spelling
@@ -32,13 +44,28 @@ double = float64
 long = int64
 int = int32  # noqa: A001
 
+# complex dtypes exist as names (dtype checks such as `dtype.is_complex` and `torch.is_complex` work, and a
+# library can build its tables of them), but no tensor holds one yet: to_numpy_dtype refuses them, so every
+# factory, conversion and tensor() given one raises complex_unsupported's error
+complex64 = dtype("complex64", np.complex64, False, is_complex=True)
+complex128 = dtype("complex128", np.complex128, False, is_complex=True)
+cfloat = complex64
+cdouble = complex128
+_REAL_OF = {complex64: float32, complex128: float64}
+_COMPLEX_OF = {float32: complex64, float64: complex128}
+
 _ALL = (float32, float64, int64, int32, bool_)
 _FROM_NP = {d.np: d for d in _ALL}
 _default_dtype = [float32]
 
 
 def _by_name(name):
-    return {d.name: d for d in _ALL}[name]
+    return {d.name: d for d in _ALL + (complex64, complex128)}[name]
+
+
+def complex_unsupported(d):
+    return NotImplementedError(f"jitgrad has no complex tensors yet: {d!r} is known as a dtype (for dtype checks) "
+                               "but no tensor can hold it")
 
 
 def from_numpy_dtype(npd):
@@ -53,6 +80,8 @@ def to_numpy_dtype(d):
     if d is None:
         return None
     if isinstance(d, dtype):
+        if d.is_complex:
+            raise complex_unsupported(d)
         return d.np
     return np.dtype(d)
 
@@ -79,6 +108,19 @@ def set_default_dtype(d):
 _CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2}
 _BOOL = np.dtype(np.bool_)
 _INT64 = np.dtype(np.int64)
+
+
+def promote_dtypes(a, b):
+    """torch.promote_types(a, b) on jitgrad dtypes (complex ones included: a complex beside a float of
+    greater width widens, as torch's table)."""
+    if not (isinstance(a, dtype) and isinstance(b, dtype)):
+        bad, pos = (a, 1) if not isinstance(a, dtype) else (b, 2)
+        raise TypeError(f"promote_types(): argument '{('type1', 'type2')[pos - 1]}' (position {pos}) must be "
+                        f"torch.dtype, not {type(bad).__name__}")
+    if a.is_complex or b.is_complex:
+        real = promote_types(a.to_real().np, b.to_real().np)
+        return _COMPLEX_OF[_FROM_NP[real]] if real.kind == "f" else (a if a.is_complex else b)
+    return _FROM_NP[promote_types(a.np, b.np)]
 
 
 def promote_types(a, b):

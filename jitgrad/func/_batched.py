@@ -86,6 +86,9 @@ class BatchedTensor:
     def dim(self):
         return self.ndim
 
+    def ndimension(self):
+        return self.ndim
+
     def numel(self):
         n = 1
         for s in self.shape:
@@ -114,6 +117,9 @@ class BatchedTensor:
 
     def is_floating_point(self):
         return self._phys.is_floating_point()
+
+    def is_complex(self):
+        return False
 
     def is_contiguous(self):
         return True

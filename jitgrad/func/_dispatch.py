@@ -22,7 +22,7 @@ from jitgrad.ops import FUNCTIONS
 from jitgrad.ops import _common as _ops_common
 
 # Tensor methods that only read metadata or convert: BatchedTensor has its own
-_OWN = {"size", "dim", "numel", "nelement", "is_floating_point", "is_contiguous", "item", "tolist", "numpy",
+_OWN = {"size", "dim", "ndimension", "numel", "nelement", "is_floating_point", "is_complex", "is_contiguous", "item", "tolist", "numpy",
         "_make", "_array", "_bump"}
 _OPERATORS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
               "__pow__", "__rpow__", "__neg__", "__abs__", "__matmul__", "__rmatmul__", "__getitem__",

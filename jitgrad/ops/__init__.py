@@ -24,6 +24,7 @@ from jitgrad.ops.elementwise import defop  # noqa: F401  (the public declarator:
 # jitgrad.<name>: every public op; elementwise ones declared with defop come from _common.PUBLIC
 FUNCTIONS = dict(_common.PUBLIC)
 FUNCTIONS.update({
+    "as_strided": shape.as_strided,
     # elementwise
     "add": elementwise.add, "sub": elementwise.sub, "mul": elementwise.mul, "div": elementwise.div,
     "pow": elementwise.pow, "reciprocal": elementwise.reciprocal, "sign": elementwise.sign,
@@ -63,7 +64,7 @@ for _name in ("add", "sub", "mul", "div", "pow", "reciprocal", "sign", "clamp", 
               "argmax", "argmin", "prod", "matmul", "mm", "addmm", "dot", "mv", "bmm", "trace",
               "softmax", "log_softmax", "narrow", "select", "unbind", "chunk", "split", "split_with_sizes",
               "diagonal", "masked_fill", "all", "any", "diag", "diag_embed", "broadcast_to",
-              "unflatten", "ravel"):
+              "unflatten", "ravel", "as_strided"):
     METHODS[_name] = FUNCTIONS[_name]
 METHODS.update(gathers.METHODS)
 METHODS.update(mathops.METHODS)

@@ -434,7 +434,27 @@ def atan2(input, other):
     return _binary(ATAN2, np.arctan2, input, other)
 
 
-for _name, _fn in (("arcsin", asin), ("arccos", acos), ("arctan", atan), ("atan2", atan2), ("arctan2", atan2)):
+# torch.nextafter: the gradient flows to self unchanged where self != other (zero where the result is other
+# itself), and is zero for other (torch's NextafterBackward0)
+NEXTAFTER = elementwise("nextafter", "NextafterBackward0", "where(self == other, 0.0, grad)", "zeros_like(grad)",
+                        saves=("self", "other"), forward=np.nextafter)
+
+
+def nextafter(input, other):
+    """The next float after input towards other, elementwise: two tensors of floating dtype (torch's
+    promotion between them), integers refused as torch's kernel does."""
+    for pos, x in ((1, input), (2, other)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"nextafter(): argument '{('input', 'other')[pos - 1]}' (position {pos}) must be Tensor, "
+                            f"not {type(x).__name__}")
+    dt = _dtype.result_type(input, other)
+    if dt.kind != "f":
+        raise _dtype.not_implemented("nextafter_cpu", dt)
+    return _binary(NEXTAFTER, np.nextafter, input, other)
+
+
+for _name, _fn in (("arcsin", asin), ("arccos", acos), ("arctan", atan), ("atan2", atan2), ("arctan2", atan2),
+                   ("nextafter", nextafter)):
     publish(_name, _fn)
 
 
@@ -679,6 +699,8 @@ def equal(a, b):
 
 
 def to_dtype(x, dtype):
+    if dtype.is_complex:
+        raise _dtype.complex_unsupported(dtype)
     if x._data.dtype == dtype.np:
         return x
     res = _wrap(x._data.astype(dtype.np))

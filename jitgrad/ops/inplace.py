@@ -259,20 +259,34 @@ def _positions(base, fn):
     return asarray(fn(np.arange(d.size, dtype=np.int64, like=like(d)).reshape(d.shape))).reshape(-1)
 
 
-def _assign(t, flat, value):
+def _assign(t, flat, value, may_repeat=False):
     """t.flatten()[flat] = value, recorded: the old value keeps its gradient outside the
     written positions, value gets the gradient of the positions it was written to."""
-    _apply(t, _placing(t, flat, value), value)
+    _apply(t, _placing(t, flat, value, may_repeat), value)
 
 
-def _placing(t, flat, value):
-    keep = np.ones(t._data.size, dtype=t._data.dtype, like=like(t._data))
-    keep[flat] = 0
+def _placing(t, flat, value, may_repeat=False):
+    """compute(old) = old with value written at flat: where(written, placed, old). A write, never a
+    blend: old * keep + placed would carry a NaN or inf of the old values (torch.empty's leftover
+    memory) into the written positions. where's rule gives old a zero gradient there, and value the
+    gradient of the positions it was written to."""
     shape = t._data.shape
+    written = np.zeros(t._data.size, dtype=bool, like=like(t._data))
+    written[flat] = True
+    written = written.reshape(shape)
+    if may_repeat and isinstance(flat, np.ndarray) and flat.size > 1:
+        # a position written twice (x[[0, 0]] = v: only advanced indexing repeats one) holds the last
+        # write, as numpy's and torch's CPU assignment: placing by index_put_flat would add the writes up
+        rev_first = np.unique(flat[::-1], return_index=True)[1]
+        if rev_first.size != flat.size:
+            last = np.sort(flat.size - 1 - rev_first)
+            vflat = F.reshape(value, (-1,))
+            value = F.index_flat(vflat, last, (last.size,), F.SELECT)
+            flat = flat[last]
 
     def compute(a):
         placed = F.index_put_flat(F.reshape(value, (-1,)), flat, shape)
-        return F.add(F.mul(a, F._wrap(keep.reshape(shape))), placed)
+        return F.where(F._wrap(written), placed, a)
     return compute
 
 
@@ -411,7 +425,9 @@ def setitem(t, index, value):
     d = t._data
     picked = asarray(np.arange(d.size, dtype=np.int64, like=like(d)).reshape(d.shape)[F._norm_index(index, d)])
     flat, target_shape = picked.reshape(-1), picked.shape
-    _assign(t, flat, value if value._data.shape == target_shape else F.expand(value, target_shape))
+    parts = index if isinstance(index, tuple) else (index,)
+    advanced = any(not isinstance(i, (int, np.integer, slice, type(None), type(Ellipsis))) for i in parts)
+    _assign(t, flat, value if value._data.shape == target_shape else F.expand(value, target_shape), advanced)
 
 
 def _restride(t, view_op, undo, *args):

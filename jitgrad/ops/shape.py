@@ -558,6 +558,46 @@ INDEX = structural("index", "IndexBackward0", rule=scatter_rule, kernel=k_scatte
                    consts=("_flat_index",))
 SELECT = alias("select", INDEX, "SelectBackward0", forward=getitem, consts=("_flat_index",))
 SLICE = alias("slice", INDEX, "SliceBackward0", forward=getitem, consts=("_flat_index",))
+AS_STRIDED = alias("as_strided", INDEX, "AsStridedBackward0", consts=("_flat_index",))
+
+
+def as_strided(input, size, stride, storage_offset=None):
+    """torch.as_strided: element i of the result is the storage element at storage_offset + sum(i_k * stride_k).
+    jitgrad resolves each such storage element to the element of `input` that sits there (input's own strides
+    and offset into its base) and gathers them (AsStridedBackward0 scatters the gradient back, adding where
+    positions repeat, as torch). Not a view: the result is a copy, so a later in-place write to it does not
+    reach `input`. A position outside `input`'s own elements raises (torch reads any element of the storage)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"as_strided(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+    size, stride = tuple(int(n) for n in size), tuple(int(n) for n in stride)
+    if len(size) != len(stride):
+        raise RuntimeError("mismatch in length of strides and shape")
+    if any(n < 0 for n in size):
+        raise RuntimeError(f"as_strided: Negative sizes are not allowed, got {list(size)}")
+    if any(st < 0 for st in stride):
+        raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got strides: {list(stride)}")
+    base_offset = input.storage_offset()
+    offset = base_offset if storage_offset is None else int(storage_offset)
+    want = np.full(size, offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        want += (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (len(size) - d - 1))
+    # the storage position of each element of input, in C order of input
+    have = np.full(input.shape, base_offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(input.shape, input.stride())):
+        have += (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (input.dim() - d - 1))
+    have = have.reshape(-1)
+    order = np.argsort(have, kind="stable")
+    pos = np.searchsorted(have[order], want.reshape(-1)) if have.size else np.zeros(want.size, np.int64)
+    found = (pos < have.size) & (have[order][np.minimum(pos, max(have.size - 1, 0))] == want.reshape(-1)) \
+        if have.size else np.zeros(want.size, bool)
+    if not found.all():
+        need = int(want.max()) + 1 if want.size else offset
+        raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, and "
+                           f"itemsize {input.element_size()} requiring a storage size of {need * input.element_size()} "
+                           f"are out of bounds for storage of size {(base_offset + input.numel()) * input.element_size()}"
+                           " (jitgrad's as_strided reads only the input's own elements)")
+    idx = order[pos].astype(np.int64) if want.size else np.zeros(0, np.int64)
+    return index_flat(input, idx, size, AS_STRIDED)
 def scatter_jvp(ci, tangents):
     return index_put_flat(tangents[0], ci.saved_named("_flat_index")._data, ci.out_shape())
 

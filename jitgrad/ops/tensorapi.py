@@ -10,6 +10,7 @@ from jitgrad._core.format import set_printoptions
 from jitgrad.graph import tensor as _t
 from jitgrad.graph.tensor import Tensor
 from jitgrad.ops import functional as F
+from jitgrad.ops import tensortypes
 
 
 def _like(self, dtype, device):
@@ -161,7 +162,37 @@ def numel(input):
     return input.numel()
 
 
+def _tensor_arg(fn, x):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{fn}(): argument 'input' (position 1) must be Tensor, not {type(x).__name__}")
+
+
+def is_floating_point(input):
+    _tensor_arg("is_floating_point", input)
+    return input.is_floating_point()
+
+
+def is_complex(input):
+    """False for every jitgrad tensor: none holds a complex dtype yet (torch.complex64 exists for dtype checks)."""
+    _tensor_arg("is_complex", input)
+    return False
+
+
+def real(input):
+    """A real tensor's real part is the tensor itself (torch returns self: same object, same graph)."""
+    _tensor_arg("real", input)
+    return input
+
+
+def imag(input):
+    _tensor_arg("imag", input)
+    raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
+
+
 METHODS = {
+    "is_complex": lambda self: False,
+    "ndimension": lambda self: self.dim(),
+    "type": tensortypes.type_,  # torch's older spelling of dim()
     "new_zeros": _new_factory(_t.zeros), "new_ones": _new_factory(_t.ones), "new_empty": _new_factory(_t.empty),
     "new_full": new_full, "new_tensor": new_tensor, "new": new, "type_as": type_as,
     "int": lambda self, memory_format=None: F.to_dtype(self, _dtype.int32),
@@ -170,10 +201,13 @@ METHODS = {
     "storage_offset": storage_offset, "is_contiguous": is_contiguous, "contiguous": contiguous,
 }
 PROPERTIES = {
+    "real": real, "imag": imag,
     "itemsize": element_size,
     "nbytes": lambda self: self._data.size * self._data.dtype.itemsize,
 }
-FUNCTIONS = {"numel": numel, "set_printoptions": set_printoptions, "broadcast_shapes": F.broadcast_shapes}
+FUNCTIONS = {"numel": numel, "set_printoptions": set_printoptions, "is_floating_point": is_floating_point,
+             "is_complex": is_complex, "real": real, "imag": imag, "promote_types": _dtype.promote_dtypes,
+             "broadcast_shapes": F.broadcast_shapes}
 
 
 def install():

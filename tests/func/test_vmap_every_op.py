@@ -80,7 +80,7 @@ UNARY = ("abs absolute neg negative sin cos tan tanh sinh cosh sigmoid exp exp2 
          "gelu elu selu celu relu6 hardtanh hardsigmoid hardswish leaky_relu __neg__ __abs__").split()
 UNARY_POS = "log log10 log2 log1p sqrt rsqrt reciprocal".split()
 UNARY_UNIT = "asin acos arcsin arccos".split()
-BINARY = ("add sub mul div true_divide divide multiply subtract maximum minimum atan2 arctan2 hypot logaddexp eq ne "
+BINARY = ("add sub mul div true_divide divide multiply subtract maximum minimum atan2 arctan2 nextafter hypot logaddexp eq ne "
           "lt le gt ge logical_and logical_or logical_xor isclose __add__ __sub__ __mul__ __truediv__ __eq__ __ne__ "
           "__lt__ __le__ __gt__ __ge__").split()
 REFLECTED = "__radd__ __rsub__ __rmul__ __rtruediv__".split()      # called with a number (x.__rsub__(2.0))
@@ -101,6 +101,7 @@ for _n in BOOL_BINARY:
     SAMPLES[_n] = [S(mask(3, 4), mask(3, 4)), S(mask(4), mask(2, 4))]
 SAMPLES.update({
     "__invert__": [S(mask(3, 4))],
+    "real": [S(u(3, 4))],
     "pow": [S(pos(3, 4), u(3, 4)), S(pos(3, 4), 2.5)], "__pow__": [S(pos(3, 4), u(4))], "__rpow__": [S(u(3, 4), 2.0)],
     "__matmul__": [S(u(3, 4), u(4, 2)), S(u(4), u(4))], "__rmatmul__": [S(u(4, 2), u(3, 4))],
     "__getitem__": [S(u(4, 5), 1), S(u(4, 5), (slice(1, 3), -1)), S(u(4, 5), idx(3, high=4)),
@@ -124,6 +125,7 @@ SAMPLES.update({
     "norm": [S(u(3, 4)), S(u(3, 4), 1, 1)],
     "linalg.norm": [S(u(3, 4)), S(u(4), 3)], "linalg.vector_norm": [S(u(3, 4)), S(u(3, 4), 1, 1)],
     "linalg.matrix_norm": [S(u(3, 4)), S(u(2, 3, 4), 1, (0, 2))], "linalg.cross": [S(u(2, 3), u(2, 3)), S(u(3, 2), u(3, 2), dim=0)],
+    "linalg.vecdot": [S(u(3, 4), u(4)), S(u(3, 4), u(3, 4), dim=0)],
     "trace": [S(u(3, 4))],
     "sum_to_size": [S(u(3, 4), (1, 4))],
     # shapes and views
@@ -258,6 +260,7 @@ DATA_DEPENDENT = {"equal": S(u(3), u(3)), "allclose": S(u(3), u(3)), "item": S(u
 METADATA = {"numel": S(u(3, 4)), "is_tensor": S(u(3)), "element_size": S(u(3)), "get_device": S(u(3)),
             "storage_offset": S(u(3, 4)), "stride": S(u(3, 4)), "is_inference": S(u(3)), "dim": S(u(3, 4)),
             "size": S(u(3, 4)), "nelement": S(u(3, 4)), "is_floating_point": S(u(3)),
+            "is_complex": S(u(3)), "ndimension": S(u(3, 4)),
             "is_contiguous": S(u(3))}
 # functions that take no tensor, or are not ops: nothing to batch
 NOT_BATCHED = set("""arange empty eye full linspace logspace ones zeros rand randn randint randperm manual_seed
@@ -268,6 +271,12 @@ NOT_BATCHED = set("""arange empty eye full linspace logspace ones zeros rand ran
 # compile, load, save: jitgrad attributes loaded on first use (public once some test has used them).
 # half: jitgrad has no float16. The op's own hooks and grad state: checked by test_vmap.py / test_per_sample_grads.py
 NOT_BATCHED |= {"retain_grad", "detach_"}
+# imag: raises for every real tensor (as torch); the RNG state and dtype promotion take no tensor to batch
+NOT_BATCHED |= {"imag", "get_rng_state", "set_rng_state", "promote_types", "set_default_tensor_type",
+                "install_as_torch", "uninstall_as_torch"}
+# as_strided addresses the storage: jitgrad's vmap has no rule for it (a sample of a batch at in_dims=-1 is a
+# strided view whose storage positions are the batch's), so it is not claimed to batch
+NOT_BATCHED |= {"as_strided"}
 
 
 def public_ops():

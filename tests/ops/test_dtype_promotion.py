@@ -82,13 +82,14 @@ round rsqrt sgn sigmoid sign sin sinh sqrt square tan tanh trunc clone nan_to_nu
 amin max min argmax argmin count_nonzero nonzero argwhere t flatten std var std_mean var_mean median norm unique
 sort argsort diff trace tril triu unbind zeros_like ones_like empty_like rand_like randn_like contiguous detach
 bool int long float double half tolist item numpy nelement element_size is_floating_point dim
+is_complex ndimension real imag
 __abs__ __neg__ __invert__ __bool__ __float__ __int__ __len__"""
 _UNARY_INPLACE = """abs_ acos_ asin_ atan_ ceil_ cos_ cosh_ erf_ exp_ exp2_ expm1_ floor_ frac_ log_ log10_ log1p_
 log2_ neg_ reciprocal_ relu_ round_ rsqrt_ sigmoid_ sign_ sin_ sinh_ sqrt_ square_ tan_ tanh_ trunc_ zero_
 nan_to_num_ t_ tril_ triu_"""
 _BINARY_NAMES = """add sub subtract mul multiply div divide true_divide pow atan2 arctan2 eq ne lt le gt ge
 logical_and logical_or logical_xor maximum minimum hypot logaddexp clamp_min clamp_max clamp clip isclose allclose
-equal add_ sub_ mul_ div_ pow_ atan2_ hypot_ clamp_ clamp_min_ clamp_max_ copy_ type_as expand_as view_as reshape_as
+equal nextafter add_ sub_ mul_ div_ pow_ atan2_ hypot_ clamp_ clamp_min_ clamp_max_ copy_ type_as expand_as view_as reshape_as
 __add__ __sub__ __mul__ __truediv__ __pow__ __and__ __or__ __xor__ __eq__ __ne__ __lt__ __le__ __gt__ __ge__ __iadd__ __isub__ __imul__ __itruediv__ __ipow__"""
 
 FORMS = {name: UNARY for name in _UNARY_NAMES.split()}
@@ -96,6 +97,7 @@ FORMS.update({name: UNARY for name in _UNARY_INPLACE.split()})
 FORMS.update({name: BINARY for name in _BINARY_NAMES.split()})
 FORMS.update({name: rb(lambda m, f, A, B: f(A(), B())) for name in "__radd__ __rsub__ __rmul__ __rtruediv__ __rpow__".split()})
 FORMS.update({
+    "as_strided": u(lambda m, f, A, B: f(A(), (1,), (1,))),
     # linear algebra
     "matmul": ab(lambda m, f, A, B: f(A((2, 3)), B((3, 2)))),
     "__matmul__": ab(lambda m, f, A, B: f(A((2, 3)), B((3, 2)))),
@@ -274,6 +276,7 @@ W_FORMS = {
 }
 L_FORMS = {
     "cross": ab(lambda m, f, A, B: f(A(), B())),
+    "vecdot": ab(lambda m, f, A, B: f(A(), B())),
     "vector_norm": UNARY,
     "matrix_norm": UNARY,
     "norm": UNARY,
@@ -286,7 +289,9 @@ EXCLUDED = {
                      "set_default_device", "set_default_dtype", "set_num_threads", "set_printoptions",
                      "set_verbosity", "is_grad_enabled", "is_inference_mode_enabled", "manual_seed", "seed",
                      "initial_seed", "get_rng_state", "set_rng_state", "load",
-                     "save", "is_tensor", "is_inference", "broadcast_shapes"], "not an op"),
+                     "save", "is_tensor", "is_inference", "broadcast_shapes",
+                     "install_as_torch", "uninstall_as_torch", "set_default_tensor_type"], "not an op"),
+    "promote_types": "takes dtypes, not tensors (tests/ops/test_library_names.py holds it against torch)",
     # conversions whose dtype is the other library's (numpy/dlpack), tested in tests/tensor
     **dict.fromkeys(["from_numpy", "from_dlpack"], "dtype comes from the numpy/dlpack array"),
     # jitgrad has no float16 (the dtypes are DTYPES above): half() raises TypeError, said in its message
