@@ -285,7 +285,7 @@ L_FORMS = {
 # public names that are not ops on tensors, or whose result dtype is not an input's
 EXCLUDED = {
     # the runtime, not ops
-    **dict.fromkeys(["compile", "get_default_device", "get_default_dtype", "get_num_threads", "get_verbosity",
+    **dict.fromkeys(["compile", "vmap", "get_default_device", "get_default_dtype", "get_num_threads", "get_verbosity",
                      "set_default_device", "set_default_dtype", "set_num_threads", "set_printoptions",
                      "set_verbosity", "is_grad_enabled", "is_inference_mode_enabled", "manual_seed", "seed",
                      "initial_seed", "get_rng_state", "set_rng_state", "load",

@@ -52,6 +52,9 @@ CASES = {
     "acos": (lambda: (t(5, lo=0.1, hi=0.9, sign=True),), J.acos),
     "atan": (lambda: (t(5, sign=True),), J.atan),
     "atan2": (lambda: (t(3, 4, sign=True), t(4, sign=True)), J.atan2),
+    "nextafter": (lambda: (t(3, 4, sign=True), t(4, sign=True)), J.nextafter),
+    # overlapping windows: positions repeat, so the gradient adds where they do
+    "as_strided": (lambda: (t(3, 4),), lambda a: J.as_strided(a, (3, 2), (1, 1), 1)),
     "binary_cross_entropy": (lambda: (t(3, 4, lo=0.1, hi=0.9), t(4, lo=0.0, hi=1.0)),
                              lambda a, b: J.nn.functional.binary_cross_entropy(a, b.expand(3, 4), reduction="none")),
     "maximum": (lambda: (t(3, 4), t(4)), J.maximum),
