@@ -7,8 +7,8 @@ subprocess under `python -m jitgrad.as_torch` and counts cases (each solver of a
 The whole suite takes many minutes (real torch too: ~12 min on a busy 2-core machine; its odeint_tests alone
 ~9 min), so by default this runs CI_SUBSET, 25 cases from every module picked to fit the CI budget (about 35 s
 compiled, 45 s under NUMBA_DISABLE_JIT=1; real torch runs the same 25 in 15 s); JITGRAD_TORCHDIFFEQ_FULL=1 runs
-all of it and holds the counts to FULL_CASES and KNOWN_FAILURES. Last full run: jitgrad 127 of 129 (api 10/10,
-event 13/13, gradient 28/28, norm 11/12, odeint 65/66), real torch 2.13 128 of 129. Without torchdiffeq installed the test skips, unless
+all of it and holds the counts to FULL_CASES and KNOWN_FAILURES. Last full run: jitgrad 128 of 129 (api 10/10,
+event 13/13, gradient 28/28, norm 12/12, odeint 65/66), real torch 2.13 128 of 129 (the same one fails). Without torchdiffeq installed the test skips, unless
 JITGRAD_REQUIRE_TORCHDIFFEQ=1 (CI sets it), where it fails.
 """
 import importlib.metadata
@@ -26,13 +26,11 @@ RUNNER = os.path.join(HERE, "torchdiffeq_cases.py")
 VERSION = "0.2.5"
 
 # every case of the vendored suite (129: the per-solver loops counted per solver), and the ones that may fail:
-# - TestMinMaxStep fails on real torch 2.13 as well (scipy's solvers take more steps than its bound of 50);
-# - test_seminorm[dopri8] asserts that the seminorm takes no more evaluations than the default norm for the
-#   weights nn.Linear draws after manual_seed(0): a heuristic that holds for torch's weights and not for all
-#   (on real torch it fails for seeds 1 and 4); jitgrad's seeded draws are not torch's numbers yet
+# TestMinMaxStep fails on real torch 2.13 as well (scipy's solvers take more steps than its bound of 50).
+# (test_seminorm[dopri8] passes because manual_seed gives torch's weights: its bound holds for torch's
+# weights after manual_seed(0), not for every seed; on real torch it fails for seeds 1 and 4.)
 FULL_CASES = 129
-KNOWN_FAILURES = {"odeint_tests": {"TestMinMaxStep.test_min_max_step": "fails on real torch 2.13 with scipy 1.17"},
-                  "norm_tests": {"TestNorms.test_seminorm[dopri8]": "needs torch's seeded weights (RNG)"}}
+KNOWN_FAILURES = {"odeint_tests": {"TestMinMaxStep.test_min_max_step": "fails on real torch 2.13 with scipy 1.17"}}
 
 # the CI run: test methods picked to cover every module, the adjoint, events, norms, grids and callbacks,
 # within the CI budget under NUMBA_DISABLE_JIT=1 as well
