@@ -122,7 +122,7 @@ def stride(self, dim=None):
 def _address(arr):
     if isinstance(arr, np.ndarray):
         return arr.__array_interface__["data"][0]
-    return arr.__cuda_array_interface__["data"][0]
+    return arr.ptr  # a DeviceArray: its first element's device address
 
 
 def data_ptr(self):

@@ -97,15 +97,17 @@ def test_data_parallel_on_one_device_calls_the_module():
     for T in (torch, jitgrad):
         inner = T.nn.Linear(2, 3)
         dp = T.nn.DataParallel(inner)
-        assert dp.module is inner and dp.device_ids == []
+        # with a device (CI's CUDA simulator too) torch's DataParallel takes device 0 and moves the module there
+        assert dp.module is inner and dp.device_ids == ([0] if T.cuda.is_available() else [])
         assert list(dp.state_dict()) == ["module.weight", "module.bias"]
         assert names(dp.named_parameters()) == ["module.weight", "module.bias"]
         x = T.ones(4, 2)
-        np.testing.assert_array_equal(dp(x).detach().numpy(), inner(x).detach().numpy())
+        on = next(inner.parameters()).device  # the module's device after wrapping (the inputs go there)
+        np.testing.assert_array_equal(dp(x).detach().cpu().numpy(), inner(x.to(on)).detach().cpu().numpy())
         assert repr(dp).startswith("DataParallel(\n  (module): Linear(")
     assert jitgrad.nn.parallel.DataParallel is jitgrad.nn.DataParallel
     # a checkpoint saved from the wrapped model loads into a wrapped one
     src = torch.nn.DataParallel(torch.nn.Linear(2, 3))
     dst = jitgrad.nn.DataParallel(jitgrad.nn.Linear(2, 3))
     dst.load_state_dict({k: jitgrad.tensor(v.numpy()) for k, v in src.state_dict().items()})
-    np.testing.assert_array_equal(dst.module.weight.detach().numpy(), src.module.weight.detach().numpy())
+    np.testing.assert_array_equal(dst.module.weight.detach().cpu().numpy(), src.module.weight.detach().numpy())
