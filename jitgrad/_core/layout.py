@@ -36,9 +36,16 @@ E_TGT, E_NR, E_SHP = range(EW)
 SW = 3  # slot width
 S_REF, S_NUMEL, S_KEEP = range(SW)
 
-# dtype codes of a row: the compiled path runs one float dtype per backward call; every
-# other dtype (and a row that mixes them) is DT_OTHER, which the Python engine runs
+# dtype codes of a row (H_DT): the dtype of its output and gradient. A compiled sweep runs
+# the rows of one code (its tape's most common float dtype) and hands every other row back
+# to Python one by one, its gradient kept there at the row's own dtype (engine/compiled.py);
+# DT_OTHER is a dtype without compiled kernels.
 DT_F64, DT_F32, DT_OTHER, DT_CUDA_F64, DT_CUDA_F32 = 0, 1, 2, 3, 4
+# DT_PY, or'ed into a row's code: the row itself runs in Python whatever the sweep's dtype
+# (its inputs have other dtypes or devices, as x.double() or a float32 * float64 product;
+# or hooks packed its saved values). DT_MASK takes the output's code back out of it.
+DT_PY = 8
+DT_MASK = 7
 DT_OF = {np.dtype(np.float64): DT_F64, np.dtype(np.float32): DT_F32}   # numpy dtype -> code
 NP_OF = {DT_F64: np.dtype(np.float64), DT_F32: np.dtype(np.float32)}   # code -> numpy dtype
 CUDA_DT_OF = {np.dtype(np.float64): DT_CUDA_F64, np.dtype(np.float32): DT_CUDA_F32}

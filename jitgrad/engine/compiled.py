@@ -25,8 +25,11 @@ from numba.core.config import DISABLE_JIT
 from jitgrad._core import verbosity
 from jitgrad._core.layout import (
     DONE,
+    DT_F32,
+    DT_F64,
+    DT_MASK,
     DT_OF,
-    DT_OTHER,
+    DT_PY,
     E_SHP,
     E_TGT,
     EW,
@@ -43,6 +46,7 @@ from jitgrad._core.layout import (
     HW,
     LEAF_READY,
     NEED_KERNEL,
+    NP_OF,
     PRE,
     PREHOOKS,
     PYNODE,
@@ -50,12 +54,11 @@ from jitgrad._core.layout import (
     RECV,
     SW,
 )
-from jitgrad._core.layout import FALLBACK as ROW_FALLBACK  # a sweep's status; FALLBACK below is run()'s answer
 from jitgrad._core.messages import freed_error as _freed_error
 from jitgrad._core.messages import size_str, torch_size
 from jitgrad._core.modes import no_grad
 from jitgrad._core.threads import deferred_interrupts
-from jitgrad.engine import codegen
+from jitgrad.engine import codegen, stats
 from jitgrad.engine import executor as pyengine
 from jitgrad.engine.executor import input_grads
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks, version_of, written
@@ -69,7 +72,16 @@ from jitgrad.graph.tape import close_current_tape, live_tape
 from jitgrad.kernels._cache import is_cached
 from jitgrad.ops import functional as F
 
-FALLBACK = object()  # returned when the graph needs the Python engine
+
+class Fallback:
+    """run()'s answer when the call needs the Python engine, with the reason (engine/stats.py)."""
+    __slots__ = ("reason",)
+
+    def __init__(self, reason):
+        self.reason = reason
+
+
+FALLBACK = Fallback("the graph needs the Python engine")  # the generic answer
 
 _sched = [(-1, None)]  # (len(BY_OP) it was made for, the module): replaced whole, read once
 _sched_lock = threading.Lock()
@@ -117,8 +129,13 @@ class _TapeRun:
     def __init__(self, tape, npd):
         self.tape = tape
         self.npd = npd
+        self.code = _DT[npd]
         self.st = np.full(tape.nrows, RECV | EXEC, np.uint8)
         self.seeds = {}
+        # the gradients of rows at another dtype than the sweep's (Tensors at their own
+        # dtype): the rows that feed them run in Python, and so do they
+        self.py_grads = {}
+        self.foreign = False  # the tape has node rows the sweep hands back for their dtype (run())
         self.out = self.where = None
         self.accumulated = set()  # leaf rows already accumulated during the sweep
         # leaves with hooks, reported as they become ready: row -> the row where its count is
@@ -139,9 +156,21 @@ class _TapeRun:
             self.leaves, self.ext, self.retained = ({k: v for k, v in d.copy().items() if k < n}
                                                     for d in (tape.leaves, tape.ext, tape.retained))
 
+    def here(self, row):
+        """Whether row's gradient is the sweep's (its dtype is the run's), not in py_grads."""
+        return self.tape.hdr[row * HW + H_DT] & DT_MASK == self.code
+
     def seed(self, row, arr):
+        if not self.here(row):
+            self._py_add(row, F._wrap(np.asarray(arr)))
+            return
         s = self.seeds.get(row)
         self.seeds[row] = arr if s is None else s + arr
+
+    def _py_add(self, row, g):
+        prev = self.py_grads.get(row)
+        self.py_grads[row] = g if prev is None else prev + g
+        self.st[row] |= HAS
 
     def find_hooked_leaves(self):
         """Fill `hooked` and `groups` with this tape's leaves that have hooks or an active
@@ -172,7 +201,7 @@ class _TapeRun:
         else:
             offs = np.zeros(len(vals) + 1, np.int64)
             np.cumsum([a.size for a in vals], out=offs[1:])
-            vals = np.concatenate(vals)
+            vals = np.concatenate(vals) if vals else np.zeros(0, self.npd)
         if tape.reshaped:
             # seeds are roots (checked against their rows) or EXT gradients, whose sizes can
             # only differ from their rows' after a .data change, which marks the tape
@@ -180,18 +209,21 @@ class _TapeRun:
         sink_rows = np.fromiter(sinks, np.int64, len(sinks))
         self.where = {r: i for i, r in enumerate(sinks)}
         sched = scheduler()
-        hi = int(rows.max())
+        hi = max(int(rows.max()) if rows.size else -1, max(self.py_grads, default=-1))
         # the kernels read `freed` and are told to retain: freeing is the commit's job
         freed = _copy(tape.freed, np.int8, 1)
         code = _DT[self.npd]
         kt = sched.KERNELS[code]
-        if not tape.needs_python() and not self.hooked:  # the whole tape in one compiled call
+        if not tape.needs_python() and not self.hooked and not self.foreign and not self.py_grads:
+            # the whole tape in one compiled call
             while True:
                 args = (*self._columns(), self.st, freed, rows, offs, vals, sink_rows, hi, True, code, kt)
                 if code not in sched.KERNELS.primed:
                     self._prime(sched, code, sched.backward, args)
                 status, self.row, self.out, self.offs = _boxed(sched.backward, *args)
                 del args
+                if status == PYNODE:  # (backward undid itself) a row without a kernel: sweep resumably
+                    break
                 if status != NEED_KERNEL:  # (after NEED_KERNEL, backward undid itself: call it again)
                     return status
                 self._need_kernels(sched, code, kt, self.row)
@@ -202,9 +234,10 @@ class _TapeRun:
                 self.st[row - tape.hdr[row * HW + H_IP]] |= PRE
         for row in tape.node_hooks:
             self.st[row] |= PYRUN
-        if live_tape() is tape:
-            # Python run during the sweep may record ops (a checkpoint recomputes its
-            # forward): they must go to a new tape, not grow the one being swept
+        if live_tape() is tape and (tape.needs_python() or self.hooked):
+            # user code run during the sweep may record ops (a checkpoint recomputes its
+            # forward): they must go to a new tape, not grow the one being swept (rows
+            # handed back for their dtype run their rules under no_grad: they record nothing)
             close_current_tape()
         cols = self._columns()
         g1, gaddr, gown, self.out, self.offs = _boxed(sched.start, cols[0], self.st, rows, offs, vals, sink_rows,
@@ -266,7 +299,7 @@ class _TapeRun:
         so that must find the kernel: if it still would not, this raises rather than let the
         caller retry forever."""
         hdr = self._hdr()
-        sched.KERNELS.ensure_rows(code, hdr, self.st.size, also)
+        sched.KERNELS.ensure_rows(code, hdr, self.st.size, also)  # (the rows at dtype `code`)
         op = int(hdr[row * HW + H_OP]) if row >= 0 else -1
         del hdr
         if row >= 0 and not (0 <= op < kt.size and kt[op] != 0):
@@ -301,7 +334,10 @@ class _TapeRun:
         return self.snapshot[0] if self.snapshot else _view(self.tape.hdr, np.int64, HW)
 
     def value(self, row):
-        """Gradient of sink `row`, at its shape (a view into the shared output array)."""
+        """Gradient of sink `row`, at its shape (a view into the shared output array, or a
+        private copy of one kept in Python, which is the caller's to keep)."""
+        if not self.here(row):
+            return np.array(self.py_grads[row]._data)
         i = self.where[row]
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
         return self.out[self.offs[i]:self.offs[i + 1]].reshape(shape)
@@ -311,12 +347,16 @@ class _TapeRun:
         already (start), so it is handed out from there without a compiled call and a
         copy (a one-element sink's is still in g1 until finish)."""
         i = self.where.get(row)
+        if not self.here(row):
+            return self.py_grads.get(row)
         if i is None or self.offs[i + 1] - self.offs[i] == 1 or not self.st[row] & HAS:
             return self._grad(row, g1, gaddr, gown)
         return F._wrap(self.value(row))
 
     def _grad(self, row, g1, gaddr, gown):
         """Row's gradient as a Tensor at its shape, or None if it got none."""
+        if not self.here(row):
+            return self.py_grads.get(row)
         if not self.st[row] & HAS:
             return None
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
@@ -334,6 +374,11 @@ class _TapeRun:
         return a
 
     def _set_grad(self, row, g, g1, gaddr, gown):
+        if not self.here(row):
+            want = NP_OF.get(self.tape.hdr[row * HW + H_DT] & DT_MASK)
+            self.py_grads[row] = g if want is None or g._data.dtype == want else F._wrap(g._data.astype(want))
+            self.st[row] |= HAS
+            return
         scheduler().set_grad(row, self._buffer(row, g), self._hdr(), g1, gaddr, gown, self.st)
 
     def _run_pre_hooks(self, row, g1, gaddr, gown):
@@ -421,13 +466,33 @@ class _TapeRun:
         post = tape.node_hooks.get(row)
         if post:
             result = run_node_posthooks(post, result, grads)
+        stats.handed_back(self._why_python(row, node))
         e0 = tape.hdr[row * HW + H_E0]
         for j, g in enumerate(result):
             t = tape.edges[EW * (e0 + j) + E_TGT]
             if g is None or t < 0 or not st[t] & RECV:
                 continue
-            g = validate_gradient(node.name(), j, g, tape.shape_at(tape.edges[EW * (e0 + j) + E_SHP]), self.npd)
-            scheduler().contribute(t, self._buffer(t, g), self._hdr(), g1, gaddr, gown, st)
+            # cast at the edge into a row of another dtype, as PyTorch's validate_outputs
+            code = tape.hdr[t * HW + H_DT] & DT_MASK
+            g = validate_gradient(node.name(), j, g, tape.shape_at(tape.edges[EW * (e0 + j) + E_SHP]),
+                                  NP_OF.get(code, g._data.dtype))
+            if code == self.code:
+                scheduler().contribute(t, self._buffer(t, g), self._hdr(), g1, gaddr, gown, st)
+            else:
+                self._py_add(t, g)
+
+    def _why_python(self, row, node):
+        """Why the sweep handed `row` back (engine_stats' "rows_in_python" keys)."""
+        code = self.tape.hdr[row * HW + H_DT]
+        if isinstance(node, FunctionNode):
+            return "custom Function"
+        if row in self.tape.node_hooks:
+            return "node post-hook"
+        if code & DT_PY:
+            return "mixes dtypes or devices, or hooks packed its saved values"
+        if code != self.code:
+            return "another dtype than the sweep's"
+        return "no compiled kernel"
 
 
 def _n_outputs(tape, row):
@@ -480,27 +545,33 @@ def run(roots, grads, targets, retain, tapes=None):
     """roots, targets: autograd._engine.Target of the outputs and of the requested inputs;
     tapes: _tapes_from(roots), whose locks the caller holds.
     Returns ({target key: grad array}, [(AccumulateGrad, grad array)], [(retaining tensor,
-    grad array)], _Commit), or FALLBACK. With targets, leaves are captured, not accumulated."""
-    npd = grads[0]._data.dtype
-    if npd not in _DT or any(g._data.dtype != npd for g in grads):
-        return FALLBACK
+    grad array)], _Commit), or a Fallback. With targets, leaves are captured, not accumulated.
+
+    Each tape is swept at its most common float dtype; its rows at another dtype, and those
+    that mix dtypes, are handed back one by one (their gradients kept in Python at their
+    own dtype), so a float64 row beside float32 ones costs that row, not the call."""
     if tapes is None:
         tapes = _tapes_from(roots)
-    runs = {t.id: _TapeRun(t, npd) for t in tapes}
+    # decided before any tape is swept: a run abandoned halfway would already have run
+    # hooks and freed the saved values of the tapes swept before
+    if any(t.cuda for t in tapes):
+        return Fallback("the graph spans the CPU and a CUDA device")
+    runs = {}
+    for t in tapes:
+        code, foreign = sweep_dtype(t, grads[0]._data.dtype)
+        r = runs[t.id] = _TapeRun(t, NP_OF[code])
+        r.foreign = foreign
     want, inner = requested(tapes, runs, targets, _mark_need)
-    code = _DT[npd]
     for t in tapes:
         r = runs[t.id]
-        if not _runs_at(r, code):
-            # decided before any tape is swept: a run abandoned halfway would already have
-            # run hooks and freed the saved values of the tapes swept before
-            return FALLBACK
         if t.reshaped:
+            if _retyped(r):
+                return Fallback("a recorded tensor's .data changed dtype")
             check_edge_shapes(r)
             if _leaf_resized(t):
                 # torch's saved leaf is the tensor itself, so its rules see the new .data:
                 # the Python engine reads leaves that way, the kernels read what was saved
-                return FALLBACK
+                return Fallback("a leaf's .data changed shape after it was used")
     for i, (tg, g) in enumerate(zip(roots, grads)):
         shape = tg.tape.shape_at(tg.tape.hdr[tg.row * HW + H_SHP])
         if g._data.shape != shape:  # the output's .data changed shape after it was recorded
@@ -513,7 +584,7 @@ def run(roots, grads, targets, retain, tapes=None):
     commit = _Commit()
     for t in reversed(tapes):
         r = runs[t.id]
-        if not r.seeds:
+        if not r.seeds and not r.py_grads:
             continue
         inputs_here = [tg.row for tg in inner if tg.tape is t]
         # each row once: a leaf can also be a requested input
@@ -523,8 +594,6 @@ def run(roots, grads, targets, retain, tapes=None):
         status = r.run(sinks, retain)
         if status == FREED:
             raise pyengine.freed_or_modified(t, r.row)
-        if status == ROW_FALLBACK:
-            return FALLBACK
         st = r.st
         for lrow, acc in r.leaves.items():
             if st[lrow] & HAS and lrow not in r.accumulated:
@@ -561,28 +630,41 @@ def _sinks():
     return is_sink
 
 
-def _runs_at(r, code):
-    """Whether every node row of run r's tape runs at dtype `code` (the compiled path keeps
-    one dtype per call). Each row is scanned once in the tape's life (under its lock): the
-    dtypes seen so far are kept as a bit mask."""
-    tape = r.tape
-    n, end = tape.dt_scanned, r.st.size
+def dtype_counts(tape, hdr=None):
+    """{dtype code: how many node rows (not sinks) of `tape` have it}. Each row is scanned
+    once in the tape's life (under its lock; tape.run_in_python keeps the counts true).
+    hdr: the header to read, when the caller has a snapshot."""
+    n, end = tape.dt_scanned, tape.nrows if hdr is None else len(hdr) // HW
     if n < end:
-        hdr = r._hdr()
+        if hdr is None:
+            hdr = _view(tape.hdr, np.int64, HW)
         dts = hdr[n * HW + H_DT:end * HW:HW]
-        # the usual case, sinks included: one dtype (small tapes in Python, large ones in two
-        # passes without a sort)
-        kinds = set(dts.tolist()) if dts.size <= 256 else {int(dts.min()), int(dts.max())}
-        if len(kinds) == 1:
-            tape.dt_seen |= 1 << kinds.pop()
-        else:
-            ops = hdr[n * HW + H_OP:end * HW:HW]
-            for d in np.flatnonzero(np.bincount(dts[~_sinks()[ops]], minlength=DT_OTHER + 1)):
-                tape.dt_seen |= 1 << int(d)
-            del ops
+        ops = hdr[n * HW + H_OP:end * HW:HW]
+        found = np.bincount(dts[~_sinks()[ops]], minlength=1)
+        counts = tape.dt_count
+        for d in np.flatnonzero(found).tolist():
+            counts[d] = counts.get(d, 0) + int(found[d])
         tape.dt_scanned = end
-        del hdr, dts
-    return not tape.dt_seen & ~(1 << code)
+        del hdr, dts, ops
+    return tape.dt_count
+
+
+def sweep_dtype(tape, root_dtype):
+    """(code, foreign): the float dtype code a sweep of `tape` runs at (its most common
+    among node rows; the root's for a tape of sinks only), and whether some node rows have
+    another code and so are handed back."""
+    mine = tape.owner == threading.get_ident()  # another thread reads a copy (see _TapeRun)
+    counts = dtype_counts(tape, None if mine else _copy(tape.hdr, np.int64, HW))
+    n64, n32 = counts.get(DT_F64, 0), counts.get(DT_F32, 0)
+    code = DT_F32 if n32 > n64 else DT_F64 if n64 else _DT.get(root_dtype, DT_F64)
+    return code, sum(counts.values()) > counts.get(code, 0)
+
+
+def _runs_at(r, code):
+    """Whether every node row of run r's tape runs at dtype `code` (the paths that keep one
+    dtype per call: the CUDA sweep, the batched one)."""
+    counts = dtype_counts(r.tape, r._hdr())
+    return sum(counts.values()) == counts.get(code, 0)
 
 
 def check_edge_shapes(r):
@@ -607,6 +689,14 @@ def check_edge_shapes(r):
         raise RuntimeError(f"Function {node_for(tape, row).name()} returned an invalid gradient at index {j} - got "
                            f"{size_str(tape.shape_at(got))} but expected shape compatible with "
                            f"{size_str(tape.shape_at(want))}")
+
+
+def _retyped(r):
+    """After `.data` gave a recorded tensor another dtype, rows recorded since have the new
+    one but read the tensor's old row: a gradient would cross dtypes on an edge whose row
+    is not marked DT_PY, which only the Python engine handles."""
+    tape = r.tape
+    return r.foreign or any(tape.hdr[row * HW + H_DT] != r.code for row in (*r.leaves, *r.ext))
 
 
 def _leaf_resized(tape):
@@ -687,8 +777,6 @@ def run_batched(roots, batched, targets, tapes):
         status = r.run(sinks, True)
         if status == FREED:
             raise pyengine.freed_or_modified(tape, r.row)
-        if status == ROW_FALLBACK:
-            return FALLBACK
         for key, row in rows.items():
             if r.st[row] & HAS:
                 if key not in out:

@@ -62,7 +62,7 @@ from jitgrad.graph.spec import BY_OP, OP_OUT
 from jitgrad.graph.tape import close_current_tape, live_tape
 from jitgrad.ops import functional as F
 
-FALLBACK = _compiled.FALLBACK
+FALLBACK = _compiled.FALLBACK  # (its callers test isinstance(out, _compiled.Fallback))
 # structural ops the kernel runs itself, by their base op's name (the rest hand back)
 _KERNEL_KINDS = {"view": "K_VIEW", "expand": "K_EXPAND", "permute": "K_PERMUTE", "sum": "K_SUM", "cat": "K_CAT"}
 
@@ -344,13 +344,13 @@ def run(roots, grads, targets, retain, tapes):
     """compiled.run for CUDA tapes (the same arguments and results), or FALLBACK."""
     npd = grads[0]._data.dtype
     if npd not in CUDA_DT_OF or any(type(g._data) is not DeviceArray or g._data.dtype != npd for g in grads):
-        return FALLBACK
+        return _compiled.Fallback("a CUDA backward's roots mix dtypes or devices")
     code = CUDA_DT_OF[npd]
     runs = {t.id: _DeviceRun(t, npd) for t in tapes}
     for t in tapes:
         # decided before any tape is swept (a run abandoned halfway would have run hooks)
         if t.reshaped or not _compiled._runs_at(runs[t.id], code):
-            return FALLBACK
+            return _compiled.Fallback("a CUDA graph mixes dtypes or devices, or a recorded tensor's .data changed")
     want, inner = _compiled.requested(tapes, runs, targets, lambda t, r: mark_need(t, r.st))
     for i, (tg, g) in enumerate(zip(roots, grads)):
         shape = tg.tape.out_shape(tg.row)

@@ -14,7 +14,7 @@ import numpy as np
 
 from jitgrad._core import device as _device
 from jitgrad._core import modes as _grad_mode
-from jitgrad._core.layout import CUDA_NP_OF, DT_F32, DT_F64, DT_OTHER, E_SHP, E_TGT, EW, H_DT, H_E0, HW
+from jitgrad._core.layout import CUDA_NP_OF, DT_F32, DT_F64, DT_MASK, DT_OTHER, E_SHP, E_TGT, EW, H_DT, H_E0, HW
 from jitgrad._core.messages import freed_error as _freed_error
 from jitgrad._core.messages import modified_error, size_str
 from jitgrad._core.modes import _anomaly, _anomaly_parent, _check_nan
@@ -202,7 +202,7 @@ def input_grads(node, grad):
         if node._spec.kind == "ew":
             g = F.sum_to(g, input_shape(node, j))  # broadcasting is undone here, once
         t = tape.edges[EW * (e0 + j) + E_TGT]
-        code = tape.hdr[t * HW + H_DT] if t >= 0 else DT_OTHER
+        code = tape.hdr[t * HW + H_DT] & DT_MASK if t >= 0 else DT_OTHER
         want = _FLOAT_OF_DT.get(code)
         if want is not None and g._data.dtype != want:
             g = F.to_dtype(g, F._dtype.from_numpy_dtype(want))  # mixed dtypes: back to the input's

@@ -25,7 +25,7 @@ import numpy as np
 from numba.core.config import DISABLE_JIT
 
 from jitgrad._core import verbosity
-from jitgrad._core.layout import H_NUMEL, H_OP, HW, NP_OF
+from jitgrad._core.layout import H_DT, H_NUMEL, H_OP, HW, NP_OF
 from jitgrad.engine import codegen
 from jitgrad.graph.spec import BY_OP
 from jitgrad.kernels import _cache, table
@@ -90,8 +90,10 @@ class KernelTables:
                 verbosity.compiled(names, time.perf_counter() - t0)
 
     def ensure_rows(self, code, hdr, nrows, also=()):
-        """ensure() for every opcode that rows 0 .. nrows - 1 of a tape's header use
-        outside the sweep's inline path (one-element elementwise rows need no kernel)."""
+        """ensure() for every opcode that the rows at dtype `code` among rows 0 .. nrows - 1
+        of a tape's header use outside the sweep's inline path (one-element elementwise rows
+        need no kernel; rows at another dtype are handed back, and need none at this one)."""
         ops = hdr[H_OP:nrows * HW:HW]
         big = hdr[H_NUMEL:nrows * HW:HW] != 1
-        self.ensure(code, np.unique(ops[big | ~self.is_ew[ops]]), also)
+        mine = hdr[H_DT:nrows * HW:HW] == code
+        self.ensure(code, np.unique(ops[(big | ~self.is_ew[ops]) & mine]), also)

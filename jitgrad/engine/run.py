@@ -27,6 +27,7 @@ from jitgrad._core.threads import deferred_interrupts
 from jitgrad.engine import compiled as _compiled
 from jitgrad.engine import device as _device
 from jitgrad.engine import executor as _pyengine
+from jitgrad.engine import stats as _stats
 from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph import tape as _tape
 from jitgrad.graph.hooks import leaf_hooks
@@ -264,11 +265,8 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
     if versions.generation[0]:  # some in-place write happened: are saved values still valid?
         for tape in tapes:
             tape.check_versions()
-    out = _compiled.FALLBACK
-    # anomaly mode: the Python engine checks each node. Requested inputs with hooks or
-    # retained gradients about: the Python engine runs PyTorch's rules on which of them run
-    if not create_graph and not _anomaly[0] and (targets is None or not _has_hooks(tapes)) \
-            and _calls.depth < _COMPILED_DEPTH:
+    out = _python_reason(create_graph, targets, tapes)
+    if out is None:
         try:
             # a CUDA root's graph is swept on the device (engine/device.py), never by the
             # CPU sweep, which would read device addresses as host memory
@@ -280,7 +278,8 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
             if any(r.tape is _tape.live_tape() for r in roots):
                 _tape.close_current_tape()
             raise
-    if out is _compiled.FALLBACK:
+    if isinstance(out, _compiled.Fallback):
+        _stats.python_call(out.reason)
         ran = []
         captured = _pyengine.run(roots, grads, targets, create_graph, accumulate, ran)  # accumulates inputs too
         if not retain_graph:
@@ -288,6 +287,7 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
                 _free(ran)
                 _close([r.node for r in roots])
         return captured, targets
+    _stats.compiled_call()
     arrays, leaves, retained, commit = out
     captured = {k: F._wrap(a) for k, a in arrays.items()}
     # the arrays are slices of the scheduler's fresh output array: ours to hand out
@@ -315,6 +315,20 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
             commit.apply()
             _close([r.node for r in roots])
     return captured, targets
+
+
+def _python_reason(create_graph, targets, tapes):
+    """A Fallback saying why the whole call runs on the Python engine, or None."""
+    if create_graph:  # the backward's own ops are recorded, by the Tensor-level rules
+        return _compiled.Fallback("create_graph=True records the backward's ops node by node")
+    if _anomaly[0]:  # it checks each node's results and names the forward line of a failure
+        return _compiled.Fallback("anomaly detection is on")
+    if targets is not None and _has_hooks(tapes):
+        # PyTorch's rules on which hooks and retained gradients run when inputs are requested
+        return _compiled.Fallback("inputs= are requested with hooks or retain_grad() in the graph")
+    if _calls.depth >= _COMPILED_DEPTH:
+        return _compiled.Fallback(f"backward is nested {_COMPILED_DEPTH} or more calls deep")
+    return None
 
 
 def _has_hooks(tapes):
@@ -485,7 +499,7 @@ def _grad_batched_compiled(outputs, inputs, batched, retain_graph):
             if any(r.tape is _tape.live_tape() for r in roots):  # as in _run_locked
                 _tape.close_current_tape()
             raise
-        if out is _compiled.FALLBACK:
+        if isinstance(out, _compiled.Fallback):
             return None
         arrays, sweep = out
         if not retain_graph:

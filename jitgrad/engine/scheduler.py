@@ -19,9 +19,9 @@ The sweep is *resumable*: all its state is in its arguments, so when it meets a 
 cannot run by itself it returns (status, row) and the Python driver (engine/compiled.py)
 does that part, then calls sweep again from where it stopped. The statuses (defined in
 _core/layout.py): SWEPT, done; FREED, a row whose saved values are gone (a second
-backward through a freed graph); FALLBACK, a row at another dtype: the Python engine
-takes the whole call; PYNODE, a node that runs in Python (a custom Function, or one with
-post-hooks): resume below it; PREHOOKS, hooks to run before the row: resume at it once
+backward through a freed graph); PYNODE, a node that runs in Python (a custom Function,
+one with post-hooks, a row of another dtype than the sweep's or one mixing dtypes, an op
+without a kernel): resume below it; PREHOOKS, hooks to run before the row: resume at it once
 PRE is cleared; LEAF_READY, the row made a leaf with hooks (or a LeafGroup) ready (see count_pending):
 resume below it; NEED_KERNEL, the row's kernel is not compiled yet: the driver compiles
 it and resumes at the row. A tape with nothing for Python runs in one call, `backward`
@@ -46,7 +46,6 @@ from jitgrad._core.layout import (
     E_TGT,
     EW,
     EXEC,
-    FALLBACK,
     FED,
     FREED,
     H_DT,
@@ -225,10 +224,11 @@ def finish(hdr, g1, gaddr, gown, sinks, offs, out):
 
 def backward(hdr, edges, xs, fp, slots, v, st, freed, seed_rows, seed_offs, seed_vals, sinks, hi, retain, dt, kt):
     """The whole backward of a tape in one call, for tapes with no node that needs
-    Python. Returns (status, row, out, offsets)."""
+    Python. Returns (status, row, out, offsets); after NEED_KERNEL or PYNODE (a row found
+    to need Python after all: an op without a kernel) nothing it did is kept."""
     g1, gaddr, gown, out, offs = start(hdr, st, seed_rows, seed_offs, seed_vals, sinks, v)
     status, row = sweep(hdr, edges, xs, fp, slots, v, g1, st, gaddr, gown, freed, hi, retain, dt, xs[0:0], kt)
-    if status == NEED_KERNEL:
+    if status == NEED_KERNEL or status == PYNODE:  # the caller runs it again, or resumably
         undo(st)
     finish(hdr, g1, gaddr, gown, sinks, offs, out)
     return status, row, out, offs
@@ -275,12 +275,10 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, gaddr, gown, freed, hi, retain, 
             continue
         if op == OP_ACC or op == OP_EXT:
             continue
-        if op == OP_PYFN or s & PYRUN:
-            return PYNODE, row
-        if hdr[b + H_DT] != dt:
-            return FALLBACK, row
         if freed[row] and OP_NSAVED[op]:
             return FREED, row
+        if op == OP_PYFN or s & PYRUN or hdr[b + H_DT] != dt:
+            return PYNODE, row  # (a row of another dtype has its gradient in Python, at its dtype)
         if OP_IS_EW[op] and hdr[b + H_NUMEL] == 1:
             # One-element rows (scalar graphs) run inline: plain loads and stores on the
             # flat arena g1, no array views, no calls. Their saved values sit in v at v[kp],
@@ -310,7 +308,7 @@ def sweep(hdr, edges, xs, fp, slots, v, g1, st, gaddr, gown, freed, hi, retain, 
             # structural kernels alike): 0, not compiled yet; -1, none (Python runs it)
             k = kt[op]
             if k <= 0:
-                return (NEED_KERNEL if k == 0 else FALLBACK), row
+                return (NEED_KERNEL if k == 0 else PYNODE), row
             call_kernel(k, row, hdr, edges, xs, fp, slots, v, g1, gaddr, gown, st)
         st[row] = s | DONE
         if gown[row] != 0:  # consumed: free it now (a sink's data stays in `out`)

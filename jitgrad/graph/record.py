@@ -25,6 +25,7 @@ from jitgrad.graph.tape import (
     DT_F32,
     DT_F64,
     DT_OTHER,
+    DT_PY,
     EW,
     MAX_ROWS,
     SPLIT_BYTES,
@@ -185,7 +186,7 @@ def record_ew(spec, result, a, b, p0, p1, aux):
         else:
             ra, nra = _ext_row(tape, a), a._output_nr
         if type(ad) is not tp and (ad.dtype != d.dtype or (type(ad) is DeviceArray) != dev):
-            dt = DT_OTHER  # the compiled paths keep one dtype and device per graph; mixed ones run in Python
+            dt |= DT_PY  # its kernels would read one dtype and device: the row runs in Python
     else:
         ra, nra = -1, 0
     sa = shp if type(ad) is tp or ad.shape == dshape else tape.shape(ad.shape)
@@ -206,7 +207,7 @@ def record_ew(spec, result, a, b, p0, p1, aux):
             else:
                 rb, nrb = _ext_row(tape, b), b._output_nr
             if type(bd) is not tp and (bd.dtype != d.dtype or (type(bd) is DeviceArray) != dev):
-                dt = DT_OTHER
+                dt |= DT_PY
         else:
             rb, nrb = -1, 0
         sb = shp if type(bd) is tp or bd.shape == dshape else tape.shape(bd.shape)
@@ -396,7 +397,7 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
             else:
                 edges += (_ext_row(tape, t), t._output_nr)
             if td.dtype != dtype or (type(td) is DeviceArray) != dev:
-                dt = DT_OTHER  # as in record_ew: the Python engine runs mixed rows
+                dt |= DT_PY  # as in record_ew
         else:
             edges += (-1, 0)
         p = interned.get(td.shape)

@@ -59,7 +59,9 @@ from jitgrad._core.layout import (  # noqa: F401
     DT_CUDA_F32,
     DT_F32,
     DT_F64,
+    DT_MASK,
     DT_OTHER,
+    DT_PY,
     E_NR,
     E_SHP,
     E_TGT,
@@ -142,7 +144,7 @@ class Tape:
         # hooks, by row (graph/hooks.py registers them, engine/hooks.py runs them)
         "tensor_hooks", "node_prehooks", "node_hooks",
         # what backward has learnt about the rows (engine/compiled.py)
-        "dt_seen", "dt_scanned", "reshaped",
+        "dt_count", "dt_scanned", "reshaped",
     )
 
     def __init__(self):
@@ -179,7 +181,7 @@ class Tape:
         self.tensor_hooks = {}   # row -> {id: hook} of the tensor whose gradient is that row's (hooks.py)
         self.node_prehooks = {}  # node row -> {id: hook}
         self.node_hooks = {}     # node row -> {id: hook}: post-hooks; the node then runs in Python
-        self.dt_seen = 0         # bit mask of the dtype codes of node rows scanned (_compiled._runs_at)
+        self.dt_count = {}       # dtype code -> how many node rows of the scanned ones have it (_compiled.dtype_counts)
         self.dt_scanned = 0      # rows scanned so far
         self.reshaped = False    # a recorded tensor's .data changed shape or dtype (_compiled.check_edge_shapes)
         self.owner = threading.get_ident()  # the one thread that appends rows (see module doc)
@@ -332,9 +334,14 @@ class Tape:
         entry[1].append(row)
 
     def run_in_python(self, row):
-        """Hand `row` to the Python engine (which unpacks hooked values), from now on."""
-        self.set_dtcode(row, DT_OTHER)
-        self.dt_seen |= 1 << DT_OTHER  # a row already scanned (compiled._runs_at) is rescanned by no one
+        """Hand `row` to Python (which unpacks hooked values) in every backward from now on."""
+        old = self.hdr[row * HW + H_DT]
+        if old & DT_PY:
+            return
+        self.set_dtcode(row, old | DT_PY)
+        if row < self.dt_scanned:  # counted already (compiled.dtype_counts), and rescanned by no one
+            self.dt_count[old] -= 1
+            self.dt_count[old | DT_PY] = self.dt_count.get(old | DT_PY, 0) + 1
 
     def note_detached(self, row):
         """The output of `row` was detach_()ed: a node that saved it as an input (PyTorch's
