@@ -332,7 +332,9 @@ def _python_reason(create_graph, targets, tapes):
 
 
 def _has_hooks(tapes):
-    return leaf_hooks[0] or any(t.tensor_hooks or t.node_prehooks or t.node_hooks or t.retained for t in tapes)
+    # leaf_hooks counts hooked leaves process-wide: only these tapes' leaves matter here
+    return any(t.tensor_hooks or t.node_prehooks or t.node_hooks or t.retained for t in tapes) or \
+        leaf_hooks[0] and any(_pyengine.leaf_has_hooks(acc) for t in tapes for acc in list(t.leaves.values()))
 
 
 def _accumulate_inputs(inputs, targets, captured, accumulate, create_graph):
