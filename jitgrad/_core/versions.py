@@ -12,6 +12,11 @@ import numpy as np
 
 _versions = {}       # id(base array) -> [weakref to it, version]
 generation = [0]     # in-place writes so far, in any storage
+# which storages the latest writes went to: id(base) per write, the write numbered
+# generation g at log[g - log_start[0]]; a tape checks only its values in those (written_since)
+log = []
+log_start = [1]
+_LOG_MAX = 1 << 16
 
 
 def base_of(arr):
@@ -35,6 +40,10 @@ def bump(arr):
         e = _versions[key] = [weakref.ref(base, lambda _r, k=key: _versions.pop(k, None)), 0]
     e[1] += 1
     generation[0] += 1
+    log.append(key)
+    if len(log) > _LOG_MAX:  # forget the older half: a tape older than that checks everything
+        del log[:_LOG_MAX // 2]
+        log_start[0] += _LOG_MAX // 2
 
 
 def stamp(arr):
@@ -55,3 +64,11 @@ def changed(stamp_):
         return None
     now = version(base)
     return now if now != ver else None
+
+
+def written_since(gen):
+    """The ids of the storages written in place after write number `gen` (a set), or None
+    when the log no longer reaches back that far (then any storage may have been)."""
+    if gen + 1 < log_start[0]:
+        return None
+    return set(log[gen + 1 - log_start[0]:])

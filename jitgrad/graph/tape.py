@@ -144,7 +144,7 @@ class Tape:
         # hooks, by row (graph/hooks.py registers them, engine/hooks.py runs them)
         "tensor_hooks", "node_prehooks", "node_hooks",
         # what backward has learnt about the rows (engine/compiled.py)
-        "dt_count", "dt_scanned", "reshaped",
+        "dt_count", "dt_scanned", "reshaped", "gen0",
     )
 
     def __init__(self):
@@ -184,6 +184,7 @@ class Tape:
         self.dt_count = {}       # dtype code -> how many node rows of the scanned ones have it (_compiled.dtype_counts)
         self.dt_scanned = 0      # rows scanned so far
         self.reshaped = False    # a recorded tensor's .data changed shape or dtype (_compiled.check_edge_shapes)
+        self.gen0 = versions.generation[0]  # in-place writes before this tape began: none can touch its values
         self.owner = threading.get_ident()  # the one thread that appends rows (see module doc)
         self.lock = _RLock()                 # held by backward calls over this tape
 
@@ -363,9 +364,26 @@ class Tape:
         raises PyTorch's error when it reaches them (they read as freed)."""
         if not self.keep:
             return
+        # only a storage written since this tape began can hold a modified value: most
+        # checks then cost an id per saved value, not a version lookup
+        written = versions.written_since(self.gen0)
+        if written is not None and not written:
+            return
+        keep, slots = self.keep, self.slots
         for k, row, stamp in self.kept:
             if row in self.stale:
                 continue
+            if written is not None:
+                if type(stamp) is tuple:
+                    base = stamp[0]() if stamp[0] is not None else None
+                else:
+                    where = slots[SW * k + S_KEEP]
+                    arr = keep[where] if where < len(keep) else None
+                    # (most saved arrays are not views: their own storage)
+                    base = arr if arr is None or arr.base is None and type(arr) is np.ndarray else \
+                        versions.base_of(arr)
+                if base is None or id(base) not in written:
+                    continue
             found = self._modified(k, row, stamp)
             if found is not None:
                 self.stale[row] = found
