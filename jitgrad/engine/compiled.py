@@ -66,7 +66,7 @@ from jitgrad.engine.kernel_table import KernelTables
 from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.node import AccumulateGrad, node_for
 from jitgrad.graph.pynode import FunctionNode, validate_gradient
-from jitgrad.graph.record import OP_OUT
+from jitgrad.graph.record import OP_OUT, OP_PYFN
 from jitgrad.graph.spec import BY_OP, SPECS
 from jitgrad.graph.tape import close_current_tape, live_tape
 from jitgrad.kernels._cache import is_cached
@@ -123,20 +123,54 @@ def _boxed(fn, *args):
         return fn(*args)
 
 
-class _TapeRun:
-    """One tape's part of a backward call: row states, seeds, and the sinks' gradients."""
+class _Grads:
+    """The compiled gradient state of one float dtype in a tape's backward call: its seeds
+    and sinks, the one-element arena g1, the buffers (gaddr, gown: see engine/scheduler.py)
+    and the sinks' output array. A tape whose rows have two float dtypes has two, and the
+    sweep alternates between them (_TapeRun._sweeps)."""
+    __slots__ = ("code", "npd", "kt", "seeds", "sinks", "where", "g1", "gaddr", "gown", "out", "offs")
 
-    def __init__(self, tape, npd):
-        self.tape = tape
-        self.npd = npd
-        self.code = _DT[npd]
-        self.st = np.full(tape.nrows, RECV | EXEC, np.uint8)
+    def __init__(self, code, kt):
+        self.code = code
+        self.npd = NP_OF[code]
+        self.kt = kt  # the kernel table the sweep reads at this dtype
         self.seeds = {}
-        # the gradients of rows at another dtype than the sweep's (Tensors at their own
-        # dtype): the rows that feed them run in Python, and so do they
+        self.sinks = []
+        self.where = {}  # sink row -> its index in sinks
+        self.g1 = self.gaddr = self.gown = self.out = self.offs = None
+
+    def seed_arrays(self):
+        """(rows, offsets, values) of the seeds, as the scheduler's start takes them."""
+        rows = np.fromiter(self.seeds, np.int64, len(self.seeds))
+        vals = [np.asarray(a, self.npd).reshape(-1) for a in self.seeds.values()]
+        if len(vals) == 1:  # the usual single root
+            return rows, np.array((0, vals[0].size), np.int64), vals[0]
+        offs = np.zeros(len(vals) + 1, np.int64)
+        np.cumsum([a.size for a in vals], out=offs[1:])
+        return rows, offs, np.concatenate(vals) if vals else np.zeros(0, self.npd)
+
+    def set_sinks(self, sinks):
+        self.sinks = sinks
+        self.where = {r: i for i, r in enumerate(sinks)}
+
+
+class _TapeRun:
+    """One tape's part of a backward call: row states, seeds, and the sinks' gradients.
+
+    The tape is swept at `code`, its most common float dtype. Rows of the other float
+    dtype are swept too, by the same compiled sweep at theirs: when it reaches one, the
+    driver goes on with the other dtype's gradient state from that row, and back (a switch
+    costs a compiled call; edges between the two only leave rows marked DT_PY, which run in
+    Python and cast at the edge). The gradients of rows of any other dtype are Tensors in
+    py_grads, and those rows run in Python."""
+
+    def __init__(self, tape, code):
+        self.tape = tape
+        self.code = code
+        self.st = np.full(tape.nrows, RECV | EXEC, np.uint8)
+        self.grads = {code: _Grads(code, scheduler().KERNELS[code])}  # float dtype code -> its state
         self.py_grads = {}
-        self.foreign = False  # the tape has node rows the sweep hands back for their dtype (run())
-        self.out = self.where = None
+        self.foreign = False  # the tape has node rows at another dtype than `code` (set by run())
         self.accumulated = set()  # leaf rows already accumulated during the sweep
         # leaves with hooks, reported as they become ready: row -> the row where its count is
         # kept (its own, or its LeafGroup's first row here), and that row -> (group, members)
@@ -145,6 +179,7 @@ class _TapeRun:
         self.grp = None  # hooked as an array for count_pending (-1: no hooks)
         self.fired = set()  # the rows of `hooked` counts that reached 0
         self.to_release = []      # custom Function nodes whose saved tensors go at commit
+        self.row = -1
         # a thread other than the owner reads a snapshot (rows <= any seed are complete in it)
         self.snapshot = None
         self.leaves, self.ext, self.retained = tape.leaves, tape.ext, tape.retained
@@ -156,21 +191,45 @@ class _TapeRun:
             self.leaves, self.ext, self.retained = ({k: v for k, v in d.copy().items() if k < n}
                                                     for d in (tape.leaves, tape.ext, tape.retained))
 
-    def here(self, row):
-        """Whether row's gradient is the sweep's (its dtype is the run's), not in py_grads."""
-        return self.tape.hdr[row * HW + H_DT] & DT_MASK == self.code
+    # -- where a row's gradient is ----------------------------------------------------------
+    def _state_of(self, row, make=False):
+        """The compiled state holding row's gradient, or None: then it is in py_grads.
+        make: create the state of row's float dtype (before the sweep starts only)."""
+        code = self.tape.hdr[row * HW + H_DT] & DT_MASK
+        s = self.grads.get(code)
+        if s is None and make and code in NP_OF:
+            s = self.grads[code] = _Grads(code, scheduler().KERNELS[code])
+        return s
 
     def seed(self, row, arr):
-        if not self.here(row):
+        s = self._state_of(row, make=True)
+        if s is None:
             self._py_add(row, F._wrap(np.asarray(arr)))
             return
-        s = self.seeds.get(row)
-        self.seeds[row] = arr if s is None else s + arr
+        prev = s.seeds.get(row)
+        s.seeds[row] = arr if prev is None else prev + arr
+
+    def reseed(self):
+        """Forget the seeds and what Python held (run_batched sweeps once per seed)."""
+        for s in self.grads.values():
+            s.seeds = {}
+        self.py_grads = {}
+
+    def seeded(self):
+        return bool(self.py_grads) or any(s.seeds for s in self.grads.values())
 
     def _py_add(self, row, g):
         prev = self.py_grads.get(row)
         self.py_grads[row] = g if prev is None else prev + g
         self.st[row] |= HAS
+
+    def _contribute(self, row, g):
+        """Add g (validated, at row's dtype) to row's gradient: a Python node's output."""
+        s = self._state_of(row)
+        if s is None:
+            self._py_add(row, g)
+        else:
+            scheduler().contribute(row, self._buffer(row, g, s), self._hdr(), s.g1, s.gaddr, s.gown, self.st)
 
     def find_hooked_leaves(self):
         """Fill `hooked` and `groups` with this tape's leaves that have hooks or an active
@@ -193,40 +252,51 @@ class _TapeRun:
     def _run(self, sinks, retain):
         tape = self.tape
         tape.grow_freed()
-        rows = np.fromiter(self.seeds, np.int64, len(self.seeds))
-        vals = [np.asarray(a, self.npd).reshape(-1) for a in self.seeds.values()]
-        if len(vals) == 1:  # the usual single root
-            offs = np.array((0, vals[0].size), np.int64)
-            vals = vals[0]
-        else:
-            offs = np.zeros(len(vals) + 1, np.int64)
-            np.cumsum([a.size for a in vals], out=offs[1:])
-            vals = np.concatenate(vals) if vals else np.zeros(0, self.npd)
+        for row in sinks:  # a sink of the other float dtype gives the run its state
+            self._state_of(row, make=True)
+        if self.foreign:  # rows of the other float dtype may get gradient from Python nodes
+            for code in NP_OF:
+                if code not in self.grads:
+                    self.grads[code] = _Grads(code, scheduler().KERNELS[code])
+        states = sorted(self.grads.values(), key=lambda s: s.code != self.code)  # this run's dtype first
+        by_code = {s.code: [] for s in states}
+        for row in sinks:
+            code = tape.hdr[row * HW + H_DT] & DT_MASK
+            if code in by_code:
+                by_code[code].append(row)
+        for s in states:
+            s.set_sinks(by_code[s.code])
+        seeded = [s.seed_arrays() for s in states]
         if tape.reshaped:
             # seeds are roots (checked against their rows) or EXT gradients, whose sizes can
             # only differ from their rows' after a .data change, which marks the tape
-            self._check_seeds(rows, offs)
-        sink_rows = np.fromiter(sinks, np.int64, len(sinks))
-        self.where = {r: i for i, r in enumerate(sinks)}
+            for rows, offs, _ in seeded:
+                self._check_seeds(rows, offs)
         sched = scheduler()
-        hi = max(int(rows.max()) if rows.size else -1, max(self.py_grads, default=-1))
+        hi = max(max((int(rows.max()) for rows, _, _ in seeded if rows.size), default=-1),
+                 max(self.py_grads, default=-1))
         # the kernels read `freed` and are told to retain: freeing is the commit's job
         freed = _copy(tape.freed, np.int8, 1)
-        code = _DT[self.npd]
-        kt = sched.KERNELS[code]
-        if not tape.needs_python() and not self.hooked and not self.foreign and not self.py_grads:
+        if len(states) == 1 and not tape.needs_python() and not self.hooked and not self.foreign \
+                and not self.py_grads:
             # the whole tape in one compiled call
+            s = states[0]
+            rows, offs, vals = seeded[0]
+            sink_rows = np.fromiter(s.sinks, np.int64, len(s.sinks))
             while True:
-                args = (*self._columns(), self.st, freed, rows, offs, vals, sink_rows, hi, True, code, kt)
-                if code not in sched.KERNELS.primed:
-                    self._prime(sched, code, sched.backward, args)
-                status, self.row, self.out, self.offs = _boxed(sched.backward, *args)
+                cols = self._columns()
+                args = (*cols[:5], self._v(cols, s), self.st, freed, rows, offs, vals, sink_rows, hi, True, s.code,
+                        s.kt)
+                del cols
+                if s.code not in sched.KERNELS.primed:
+                    self._prime(sched, s.code, sched.backward, args)
+                status, self.row, s.out, s.offs = _boxed(sched.backward, *args)
                 del args
                 if status == PYNODE:  # (backward undid itself) a row without a kernel: sweep resumably
                     break
                 if status != NEED_KERNEL:  # (after NEED_KERNEL, backward undid itself: call it again)
                     return status
-                self._need_kernels(sched, code, kt, self.row)
+                self._need_kernels(sched, s.code, s.kt, self.row)
         # rows that need Python: the sweep hands each back and resumes
         for row in (*tape.tensor_hooks, *tape.node_prehooks):
             self.st[row] |= PRE
@@ -240,50 +310,75 @@ class _TapeRun:
             # handed back for their dtype run their rules under no_grad: they record nothing)
             close_current_tape()
         cols = self._columns()
-        g1, gaddr, gown, self.out, self.offs = _boxed(sched.start, cols[0], self.st, rows, offs, vals, sink_rows,
-                                                      cols[5])
-        self.pend = np.zeros(0, np.int64)
-        if self.hooked:  # leaves with hooks run when they become ready, as in PyTorch
-            self.grp = np.full(self.st.size, -1, np.int64)
-            self.grp[list(self.hooked)] = list(self.hooked.values())
-            self.pend = _boxed(sched.count_pending, cols[0], cols[1], self.st, hi, self.grp)
-        del cols
+        started = []
         try:
-            status, row = self._sweeps(sched, code, kt, g1, gaddr, gown, freed, hi, retain)
+            for s, (rows, offs, vals) in zip(states, seeded):
+                sink_rows = np.fromiter(s.sinks, np.int64, len(s.sinks))
+                s.g1, s.gaddr, s.gown, s.out, s.offs = _boxed(sched.start, cols[0], self.st, rows, offs, vals,
+                                                              sink_rows, self._v(cols, s))
+                started.append(s)
+            self.pend = np.zeros(0, np.int64)
+            if self.hooked:  # leaves with hooks run when they become ready, as in PyTorch
+                self.grp = np.full(self.st.size, -1, np.int64)
+                self.grp[list(self.hooked)] = list(self.hooked.values())
+                self.pend = _boxed(sched.count_pending, cols[0], cols[1], self.st, hi, self.grp)
+            del cols
+            status, row = self._sweeps(sched, states[0], freed, hi, retain)
         except BaseException:
-            sched.release(gaddr, gown)  # Python abandoned the backward midway: free its buffers
+            for s in started:  # Python abandoned the backward midway: free its buffers
+                sched.release(s.gaddr, s.gown)
             raise
-        sched.finish(self._hdr(), g1, gaddr, gown, sink_rows, self.offs, self.out)
+        for s in states:
+            sched.finish(self._hdr(), s.g1, s.gaddr, s.gown, np.fromiter(s.sinks, np.int64, len(s.sinks)), s.offs,
+                         s.out)
         self.row = row
         return status
 
-    def _sweeps(self, sched, code, kt, g1, gaddr, gown, freed, hi, retain):
+    def _sweeps(self, sched, cur, freed, hi, retain):
         """Sweep, doing what each stop hands back to Python, until the sweep is done or
         stops for good. Returns the last (status, row)."""
         while True:
-            args = (*self._columns(), g1, self.st, gaddr, gown, freed, hi, True, code, self.pend, kt)
-            if code not in sched.KERNELS.primed:
-                self._prime(sched, code, sched.sweep, args)
+            cols = self._columns()
+            args = (*cols[:5], self._v(cols, cur), cur.g1, self.st, cur.gaddr, cur.gown, freed, hi, True, cur.code,
+                    self.pend, cur.kt)
+            del cols
+            if cur.code not in sched.KERNELS.primed:
+                self._prime(sched, cur.code, sched.sweep, args)
             status, row = sched.sweep(*args)
             del args
             with no_grad():  # Python in a backward without create_graph records nothing
                 if status == NEED_KERNEL:  # compile, then run the row
-                    self._need_kernels(sched, code, kt, row)
+                    self._need_kernels(sched, cur.code, cur.kt, row)
                     hi = row
                     continue
                 if status == PREHOOKS:  # hooks before the row, then the row itself
-                    self._run_pre_hooks(row, g1, gaddr, gown)
+                    self._run_pre_hooks(row)
                     hi = row
                     continue
-                if status == PYNODE:  # the node runs in Python, then the sweep goes on below it
-                    self._run_python_node(row, g1, gaddr, gown, retain)
-                    self._leaves_ready_after(row, g1, gaddr, gown, decrement=True)
+                if status == PYNODE:
+                    other = self._switch(row, cur)
+                    if other is not None:  # a row of the other float dtype: sweep on at that one
+                        cur = other
+                        hi = row
+                        continue
+                    # the node runs in Python, then the sweep goes on below it
+                    self._run_python_node(row, retain)
+                    self._leaves_ready_after(row, decrement=True)
                 elif status == LEAF_READY:  # the row made leaves with hooks ready
-                    self._leaves_ready_after(row, g1, gaddr, gown, decrement=False)
+                    self._leaves_ready_after(row, decrement=False)
                 else:
                     break
             hi = row - 1
         return status, row
+
+    def _switch(self, row, cur):
+        """The state to sweep `row` with when the sweep at cur's dtype handed it back for
+        its dtype alone (not a Python node, a hooked one, nor one that mixes dtypes)."""
+        tape = self.tape
+        code = tape.hdr[row * HW + H_DT]
+        if code == cur.code or tape.hdr[row * HW + H_OP] == OP_PYFN or self.st[row] & PYRUN:
+            return None
+        return self.grads.get(code)
 
     def _prime(self, sched, code, fn, args):
         """The first backward at dtype `code` in this process: compile (or load) the kernels
@@ -294,12 +389,12 @@ class _TapeRun:
         sched.KERNELS.primed.add(code)
 
     def _need_kernels(self, sched, code, kt=None, row=-1, also=()):
-        """Compile the kernels of every opcode this tape uses (NEED_KERNEL at `row`: its
-        kernel was missing from `kt`, the table the sweep reads). The caller sweeps again,
-        so that must find the kernel: if it still would not, this raises rather than let the
-        caller retry forever."""
+        """Compile the kernels of every opcode this tape's rows at `code` use (NEED_KERNEL at
+        `row`: its kernel was missing from `kt`, the table the sweep reads). The caller
+        sweeps again, so that must find the kernel: if it still would not, this raises
+        rather than let the caller retry forever."""
         hdr = self._hdr()
-        sched.KERNELS.ensure_rows(code, hdr, self.st.size, also)  # (the rows at dtype `code`)
+        sched.KERNELS.ensure_rows(code, hdr, self.st.size, also)
         op = int(hdr[row * HW + H_OP]) if row >= 0 else -1
         del hdr
         if row >= 0 and not (0 <= op < kt.size and kt[op] != 0):
@@ -321,14 +416,20 @@ class _TapeRun:
 
     def _columns(self):
         """Fresh numpy views of the tape's columns (none may outlive a call: see module doc),
-        or in a thread that does not own the tape, its snapshot."""
+        or in a thread that does not own the tape, its snapshot: (hdr, edges, xs, fp, slots,
+        v64, v32)."""
         return self.snapshot or self._read_columns(_view)
+
+    @staticmethod
+    def _v(cols, s):
+        """The value column state s's kernels read."""
+        return cols[5] if s.code == DT_F64 else cols[6]
 
     def _read_columns(self, how):
         tape = self.tape
-        v = tape.v64 if self.npd == np.float64 else tape.v32
         return (how(tape.hdr, np.int64, HW), how(tape.edges, np.int64, EW), how(tape.xs, np.int64, 1),
-                how(tape.fp, np.float64, 1), how(tape.slots, np.int64, SW), how(v, self.npd, 1))
+                how(tape.fp, np.float64, 1), how(tape.slots, np.int64, SW), how(tape.v64, np.float64, 1),
+                how(tape.v32, np.float32, 1))
 
     def _hdr(self):
         return self.snapshot[0] if self.snapshot else _view(self.tape.hdr, np.int64, HW)
@@ -336,52 +437,56 @@ class _TapeRun:
     def value(self, row):
         """Gradient of sink `row`, at its shape (a view into the shared output array, or a
         private copy of one kept in Python, which is the caller's to keep)."""
-        if not self.here(row):
+        s = self._state_of(row)
+        if s is None:
             return np.array(self.py_grads[row]._data)
-        i = self.where[row]
+        i = s.where[row]
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
-        return self.out[self.offs[i]:self.offs[i + 1]].reshape(shape)
+        return s.out[s.offs[i]:s.offs[i + 1]].reshape(shape)
 
-    def _sink_grad(self, row, g1, gaddr, gown):
+    def _sink_grad(self, row):
         """_grad, for a sink: a larger one's gradient is complete in its slice of `out`
         already (start), so it is handed out from there without a compiled call and a
         copy (a one-element sink's is still in g1 until finish)."""
-        i = self.where.get(row)
-        if not self.here(row):
+        s = self._state_of(row)
+        if s is None:
             return self.py_grads.get(row)
-        if i is None or self.offs[i + 1] - self.offs[i] == 1 or not self.st[row] & HAS:
-            return self._grad(row, g1, gaddr, gown)
+        i = s.where.get(row)
+        if i is None or s.offs[i + 1] - s.offs[i] == 1 or not self.st[row] & HAS:
+            return self._grad(row)
         return F._wrap(self.value(row))
 
-    def _grad(self, row, g1, gaddr, gown):
+    def _grad(self, row):
         """Row's gradient as a Tensor at its shape, or None if it got none."""
-        if not self.here(row):
+        s = self._state_of(row)
+        if s is None:
             return self.py_grads.get(row)
         if not self.st[row] & HAS:
             return None
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
-        return F._wrap(_boxed(scheduler().grad_of, row, self._hdr(), g1, gaddr, gown).reshape(shape))
+        return F._wrap(_boxed(scheduler().grad_of, row, self._hdr(), s.g1, s.gaddr, s.gown).reshape(shape))
 
-    def _buffer(self, row, g):
+    def _buffer(self, row, g, s):
         """g's data as the flat array the scheduler copies into row's gradient buffer: at
-        the run's dtype and, checked here, of the row's size (hooks and Python nodes are
+        state s's dtype and, checked here, of the row's size (hooks and Python nodes are
         validated before this; this is the last line before compiled code writes it)."""
-        a = np.ascontiguousarray(g._data, dtype=self.npd).reshape(-1)
+        a = np.ascontiguousarray(g._data, dtype=s.npd).reshape(-1)
         n = self.tape.hdr[row * HW + H_NUMEL]
         if a.size != n:
             raise RuntimeError(f"Function {node_for(self.tape, row).name()} got a gradient of {a.size} elements, "
                                f"but its output has {n}")
         return a
 
-    def _set_grad(self, row, g, g1, gaddr, gown):
-        if not self.here(row):
+    def _set_grad(self, row, g):
+        s = self._state_of(row)
+        if s is None:
             want = NP_OF.get(self.tape.hdr[row * HW + H_DT] & DT_MASK)
             self.py_grads[row] = g if want is None or g._data.dtype == want else F._wrap(g._data.astype(want))
             self.st[row] |= HAS
             return
-        scheduler().set_grad(row, self._buffer(row, g), self._hdr(), g1, gaddr, gown, self.st)
+        scheduler().set_grad(row, self._buffer(row, g, s), self._hdr(), s.g1, s.gaddr, s.gown, self.st)
 
-    def _run_pre_hooks(self, row, g1, gaddr, gown):
+    def _run_pre_hooks(self, row):
         """The hooks of the tensor whose gradient is `row`'s, then (at a node's own row)
         the node's pre-hooks over all its outputs' gradients."""
         tape = self.tape
@@ -391,22 +496,22 @@ class _TapeRun:
         for r in range(row, row + n_out):
             hooks = tape.tensor_hooks.get(r)
             if hooks and (r == row or not self.st[r] & HAS):
-                g = self._grad(r, g1, gaddr, gown)
+                g = self._grad(r)
                 seen = version_of(g)
                 new = run_tensor_hooks(hooks, g)
                 if written(g, new, seen):
-                    self._set_grad(r, g if new is None else new, g1, gaddr, gown)
+                    self._set_grad(r, g if new is None else new)
         pre = tape.node_prehooks.get(row)
         if pre:
             rows = range(row, row + _n_outputs(tape, row))
-            grads = [self._grad(r, g1, gaddr, gown) for r in rows]
+            grads = [self._grad(r) for r in rows]
             seen = [version_of(g) for g in grads]
             for r, old, new, v in zip(rows, grads, run_node_prehooks(pre, grads), seen):
                 if written(old, new, v):
-                    self._set_grad(r, old if new is None else new, g1, gaddr, gown)
+                    self._set_grad(r, old if new is None else new)
         self.st[row] &= 0xFF ^ PRE
 
-    def _leaves_ready_after(self, row, g1, gaddr, gown, decrement):
+    def _leaves_ready_after(self, row, decrement):
         """Accumulate (with their hooks) the leaves, or LeafGroups, that `row` was the last
         to feed. decrement: row ran in Python, so its edges' counts are taken off here."""
         tape, pend = self.tape, self.pend
@@ -425,9 +530,9 @@ class _TapeRun:
                     continue
                 pend[c] -= 1
             if pend[c] == 0:
-                self._accumulate_ready(c, g1, gaddr, gown)
+                self._accumulate_ready(c)
 
-    def _accumulate_ready(self, c, g1, gaddr, gown):
+    def _accumulate_ready(self, c):
         """Leaf row c, or the LeafGroup counted at c, is ready: accumulate with hooks."""
         self.fired.add(c)
         group, members = self.groups.get(c, (None, (c,)))
@@ -436,7 +541,7 @@ class _TapeRun:
             if t in self.accumulated or group is not None and not self.st[t] & HAS:
                 continue  # a group's member that this tape gave nothing
             acc = self.leaves[t]
-            g = pyengine.leaf_pre(acc, self._sink_grad(t, g1, gaddr, gown))
+            g = pyengine.leaf_pre(acc, self._sink_grad(t))
             pyengine.accumulate_grad(acc.variable, g, False, owned=True)
             pyengine.leaf_post(acc, g, group=False)
             self.accumulated.add(t)
@@ -444,14 +549,14 @@ class _TapeRun:
         if group is not None and done:
             group.fn(done)
 
-    def _run_python_node(self, row, g1, gaddr, gown, retain):
+    def _run_python_node(self, row, retain):
         """Run a node in Python: a custom Function's backward, or a node with post-hooks
         through its Tensor-level rule. Its outputs' gradients in, its inputs' out."""
         tape = self.tape
         st = self.st
         node = node_for(tape, row)
         rows = range(row, row + _n_outputs(tape, row))
-        grads = [self._grad(r, g1, gaddr, gown) for r in rows]
+        grads = [self._grad(r) for r in rows]
         for r in rows:
             st[r] |= DONE
         if isinstance(node, FunctionNode):
@@ -476,10 +581,7 @@ class _TapeRun:
             code = tape.hdr[t * HW + H_DT] & DT_MASK
             g = validate_gradient(node.name(), j, g, tape.shape_at(tape.edges[EW * (e0 + j) + E_SHP]),
                                   NP_OF.get(code, g._data.dtype))
-            if code == self.code:
-                scheduler().contribute(t, self._buffer(t, g), self._hdr(), g1, gaddr, gown, st)
-            else:
-                self._py_add(t, g)
+            self._contribute(t, g)
 
     def _why_python(self, row, node):
         """Why the sweep handed `row` back (engine_stats' "rows_in_python" keys)."""
@@ -490,9 +592,9 @@ class _TapeRun:
             return "node post-hook"
         if code & DT_PY:
             return "mixes dtypes or devices, or hooks packed its saved values"
-        if code != self.code:
-            return "another dtype than the sweep's"
-        return "no compiled kernel"
+        if code not in self.grads:
+            return "a dtype without compiled kernels"
+        return "an op without a compiled kernel"
 
 
 def _n_outputs(tape, row):
@@ -559,7 +661,7 @@ def run(roots, grads, targets, retain, tapes=None):
     runs = {}
     for t in tapes:
         code, foreign = sweep_dtype(t, grads[0]._data.dtype)
-        r = runs[t.id] = _TapeRun(t, NP_OF[code])
+        r = runs[t.id] = _TapeRun(t, code)
         r.foreign = foreign
     want, inner = requested(tapes, runs, targets, _mark_need)
     for t in tapes:
@@ -584,7 +686,7 @@ def run(roots, grads, targets, retain, tapes=None):
     commit = _Commit()
     for t in reversed(tapes):
         r = runs[t.id]
-        if not r.seeds and not r.py_grads:
+        if not r.seeded():
             continue
         inputs_here = [tg.row for tg in inner if tg.tape is t]
         # each row once: a leaf can also be a requested input
@@ -742,7 +844,7 @@ def run_batched(roots, batched, targets, tapes):
     tape = tapes[0]
     if tape.needs_python() or tape.reshaped or leaf_hooks[0]:
         return FALLBACK
-    r = _TapeRun(tape, npd)
+    r = _TapeRun(tape, _DT[npd])
     if not _runs_at(r, _DT[npd]):
         return FALLBACK
     want = {tg.key for tg in targets}
@@ -771,7 +873,7 @@ def run_batched(roots, batched, targets, tapes):
     out = {}
     for b in range(n):
         r.st[:] = start
-        r.seeds = {}
+        r.reseed()
         for tg, g in zip(roots, batched):
             r.seed(tg.row, g._data[b])
         status = r.run(sinks, True)
