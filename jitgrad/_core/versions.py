@@ -12,11 +12,6 @@ import numpy as np
 
 _versions = {}       # id(base array) -> [weakref to it, version]
 generation = [0]     # in-place writes so far, in any storage
-# which storages the latest writes went to: id(base) per write, the write numbered
-# generation g at log[g - log_start[0]]; a tape checks only its values in those (written_since)
-log = []
-log_start = [1]
-_LOG_MAX = 1 << 16
 
 
 def base_of(arr):
@@ -40,10 +35,6 @@ def bump(arr):
         e = _versions[key] = [weakref.ref(base, lambda _r, k=key: _versions.pop(k, None)), 0]
     e[1] += 1
     generation[0] += 1
-    log.append(key)
-    if len(log) > _LOG_MAX:  # forget the older half: a tape older than that checks everything
-        del log[:_LOG_MAX // 2]
-        log_start[0] += _LOG_MAX // 2
 
 
 def stamp(arr):
@@ -66,9 +57,8 @@ def changed(stamp_):
     return now if now != ver else None
 
 
-def written_since(gen):
-    """The ids of the storages written in place after write number `gen` (a set), or None
-    when the log no longer reaches back that far (then any storage may have been)."""
-    if gen + 1 < log_start[0]:
-        return None
-    return set(log[gen + 1 - log_start[0]:])
+
+def of_base(base):
+    """The version of storage `base` (base_of's result)."""
+    e = _versions.get(id(base))
+    return e[1] if e is not None and e[0]() is base else 0

@@ -307,9 +307,8 @@ def _run_locked(roots, grads, retain_graph, create_graph, inputs, targets, accum
     with deferred_interrupts:  # the publishing block: all of it or none of it
         for acc, a in leaves:
             _pyengine.accumulate_grad(acc.variable, F._wrap(a), False, owned=True, alone=alone)
-        if accumulate:
-            for t, a in retained:
-                _pyengine.accumulate_grad(t, F._wrap(a), False, owned=True)
+        for t, a in retained:  # grad() fills retained gradients too, as PyTorch
+            _pyengine.accumulate_grad(t, F._wrap(a), False, owned=True)
         _accumulate_inputs(inputs, targets, captured, accumulate, False)
         if not retain_graph:
             commit.apply()
@@ -324,8 +323,8 @@ def _python_reason(create_graph, targets, tapes):
     if _anomaly[0]:  # it checks each node's results and names the forward line of a failure
         return _compiled.Fallback("anomaly detection is on")
     if targets is not None and _has_hooks(tapes):
-        # PyTorch's rules on which hooks and retained gradients run when inputs are requested
-        return _compiled.Fallback("inputs= are requested with hooks or retain_grad() in the graph")
+        # PyTorch's rules on which hooks run when inputs are requested
+        return _compiled.Fallback("inputs= are requested with hooks in the graph")
     if _calls.depth >= _COMPILED_DEPTH:
         return _compiled.Fallback(f"backward is nested {_COMPILED_DEPTH} or more calls deep")
     return None
@@ -333,16 +332,17 @@ def _python_reason(create_graph, targets, tapes):
 
 def _has_hooks(tapes):
     # leaf_hooks counts hooked leaves process-wide: only these tapes' leaves matter here
-    return any(t.tensor_hooks or t.node_prehooks or t.node_hooks or t.retained for t in tapes) or \
+    return any(t.tensor_hooks or t.node_prehooks or t.node_hooks for t in tapes) or \
         leaf_hooks[0] and any(_pyengine.leaf_has_hooks(acc) for t in tapes for acc in list(t.leaves.values()))
 
 
 def _accumulate_inputs(inputs, targets, captured, accumulate, create_graph):
-    """backward(inputs=...): the engines captured the inputs' gradients; accumulate them."""
+    """backward(inputs=...): the engines captured the inputs' gradients; accumulate them
+    (a non-leaf input's: backward() made it retain its gradient, which filled it)."""
     if accumulate and inputs is not None:
         for t, tg in zip(inputs, targets):
             g = captured.get(tg.key)
-            if g is not None:
+            if g is not None and not (isinstance(t, Tensor) and t._tape is not None and t.retains_grad):
                 _pyengine.accumulate_grad(t, g, create_graph)
 
 

@@ -364,25 +364,28 @@ class Tape:
         raises PyTorch's error when it reaches them (they read as freed)."""
         if not self.keep:
             return
-        # only a storage written since this tape began can hold a modified value: most
-        # checks then cost an id per saved value, not a version lookup
-        written = versions.written_since(self.gen0)
-        if written is not None and not written:
+        if versions.generation[0] == self.gen0:  # no in-place write since this tape began
             return
-        keep, slots = self.keep, self.slots
+        # the version of each saved value's storage, read inline: one dict lookup per value
+        # (_modified, which builds the error's details, runs only for a changed one)
+        keep, slots, of_base = self.keep, self.slots, versions.of_base
         for k, row, stamp in self.kept:
             if row in self.stale:
                 continue
-            if written is not None:
-                if type(stamp) is tuple:
-                    base = stamp[0]() if stamp[0] is not None else None
-                else:
-                    where = slots[SW * k + S_KEEP]
-                    arr = keep[where] if where < len(keep) else None
-                    # (most saved arrays are not views: their own storage)
-                    base = arr if arr is None or arr.base is None and type(arr) is np.ndarray else \
-                        versions.base_of(arr)
-                if base is None or id(base) not in written:
+            if type(stamp) is tuple:
+                if stamp[0] is None:
+                    continue
+                base = stamp[0]()
+                if base is None or of_base(base) == stamp[1]:
+                    continue
+            else:
+                where = slots[SW * k + S_KEEP]
+                if where >= len(keep):
+                    continue
+                arr = keep[where]
+                # (most saved arrays are not views: their own storage)
+                base = arr if type(arr) is np.ndarray and arr.base is None else versions.base_of(arr)
+                if of_base(base) == (stamp or 0):
                     continue
             found = self._modified(k, row, stamp)
             if found is not None:
