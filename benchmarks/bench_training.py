@@ -11,6 +11,11 @@ parameter ``T``), run here with ``T = jitgrad``:
 * CNNStep: one step (zero_grad, forward, cross-entropy, backward, Adam) of a CNN on a
   batch of 32 1x28x28 images: conv(1->8, 3x3) relu conv(8->16, 3x3) relu flatten
   linear(9216 -> 10). Skipped while ``jitgrad.nn.Conv2d`` does not exist.
+* ODEDemoSteps: training steps of torchdiffeq's examples/ode_demo.py on jitgrad through
+  the import shim (``benchmarks/real_programs.py``), dopri5 with ``odeint`` or
+  ``odeint_adjoint``. Skipped without torchdiffeq.
+* SmallGPTSteps: 50 training steps (AdamW, grad clipping) of the 2-layer nanoGPT of
+  ``benchmarks/real_programs.py``.
 
 A benchmark is skipped by raising NotImplementedError in ``setup``. As in
 ``bench_autograd.py``, ``number = 1`` and asv re-runs ``setup`` before every timed
@@ -18,6 +23,7 @@ call, so each epoch/step starts from a freshly built model and optimizer.
 """
 import jitgrad
 
+from . import real_programs
 from .side_by_side import (
     REQUIRES,
     adam_setup,
@@ -31,6 +37,14 @@ from .side_by_side import (
 )
 
 _warmed = set()
+_PROGRAMS = []
+
+
+def _programs():
+    """real_programs' setups for jitgrad alone (torchdiffeq imported once per process)."""
+    if not _PROGRAMS:
+        _PROGRAMS.append(real_programs.Programs(jitgrad))
+    return _PROGRAMS[0]
 
 
 def _require_sklearn():
@@ -123,3 +137,45 @@ class CNNStep:
 
     def peakmem_step(self, batch):
         cnn_step(jitgrad, *self.state)
+
+
+class ODEDemoSteps:
+    """Training steps (batch 20 of 10 time points, dopri5, RMSprop) of torchdiffeq's ode_demo."""
+    params = [["odeint", "odeint_adjoint"]]
+    param_names = ["solver"]
+    number = 1
+    repeat = (3, 10, 60.0)
+    timeout = 600
+    steps = 3
+
+    def setup(self, solver):
+        key = ("ode_demo", "dopri5 step" if solver == "odeint" else "adjoint step")
+        programs = _programs()
+        if programs.skipped(key):
+            raise NotImplementedError(programs.skipped(key))
+        self.run = programs.timed(key)
+        setup = programs.setup(key, "jitgrad", self.steps)
+        _warm(key, lambda: self.run(setup()))
+        self.state = setup()
+
+    def time_steps(self, solver):
+        self.run(self.state)
+
+
+class SmallGPTSteps:
+    """50 training steps of a 2-layer nanoGPT (n_embd 32, block 16, batch 8)."""
+    number = 1
+    repeat = (3, 10, 60.0)
+    timeout = 600
+    steps = 50
+
+    def setup(self):
+        key = ("small GPT", "step")
+        programs = _programs()
+        self.run = programs.timed(key)
+        setup = programs.setup(key, "jitgrad", self.steps)
+        _warm(key, lambda: self.run(setup()))
+        self.state = setup()
+
+    def time_steps(self):
+        self.run(self.state)

@@ -36,6 +36,13 @@ note says whether the step replayed a plan or ran eagerly because of graph break
 (then its time is eager jitgrad's). A row's "vs" column names what the ratio
 divides by.
 
+The real-program rows (issue 27; benchmarks/real_programs.py) time training steps of
+torchdiffeq's examples/ode_demo.py (``odeint`` and ``odeint_adjoint``, dopri5; jitgrad runs
+torchdiffeq through its import shim, imported once per library in this process) and of a
+2-layer nanoGPT, per step, from the same weights on the same batches; their first losses are
+compared first. The ode_demo rows need torchdiffeq (``pip install --no-deps
+torchdiffeq==0.2.5``) and say "skipped" without it.
+
 The CUDA rows (issue 12; benchmarks/cuda_workloads.py: chain 1e4 and wide tree 2e4
 backward, MNIST-size and large MLP steps, the digits CNN step at batch 256, float32)
 time jitgrad's CUDA target beside PyTorch CUDA, each call synchronized. They run only
@@ -80,8 +87,10 @@ if __name__ == "__main__":
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
 
-from benchmarks import blas as blas_rows  # noqa: E402  (the default-thread rows)
-from benchmarks import cuda_workloads  # noqa: E402  (the CUDA rows: after the path above)
+# the default-thread rows, the CUDA rows, the real programs (torchdiffeq's ode_demo, a small
+# nanoGPT): after the path above
+from benchmarks import blas as blas_rows  # noqa: E402
+from benchmarks import cuda_workloads, real_programs  # noqa: E402
 
 LIBS = ("jitgrad", "torch")
 
@@ -113,6 +122,10 @@ TIME_TARGETS = {
     ("jacobian 64", "forward"): 1.0,
     ("per-sample grads", "vmap(grad)"): 1.0,
     ("jvp chain 1e5", "forward"): 1.0,
+    # real programs (issue 27; benchmarks/real_programs.py), per training step
+    ("ode_demo", "dopri5 step"): 0.5,
+    ("ode_demo", "adjoint step"): 0.7,
+    ("small GPT", "step"): 1.0,
 }
 
 # jitgrad.compile (issue 11): (workload, phase, what the ratio divides by) -> max ratio.
@@ -164,6 +177,14 @@ JAC_N = 64
 # torch's docs write it: vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y) over
 # func.functional_call; "loop": the same gradients one sample at a time with grad(loss).
 PSG_BATCH = 64
+# Real programs: training steps per timed run (each run trains them from the same weights),
+# in full and in --quick runs; the losses of REAL_CHECK_STEPS steps are compared first.
+REAL_STEPS = {("ode_demo", "dopri5 step"): 10, ("ode_demo", "adjoint step"): 5, ("small GPT", "step"): 200}
+REAL_STEPS_QUICK = {("ode_demo", "dopri5 step"): 3, ("ode_demo", "adjoint step"): 2, ("small GPT", "step"): 50}
+REAL_CHECK_STEPS = 3
+# float32 through an adaptive solver (its step sizes follow the rounding) or 200k-parameter
+# AdamW: a few steps agree to ~1e-6 relative; a wrong program is off by far more
+REAL_RTOL, REAL_ATOL = 1e-4, 1e-6
 MEM_TARGET = 1.2          # peak-memory ratio jitgrad/torch
 STARTUP_WARM_TARGET = 1.0   # seconds
 STARTUP_COLD_TARGET = 20.0  # seconds
@@ -779,6 +800,43 @@ def check_agreement(libs):
     return problems
 
 
+def real_selected(only):
+    """The real-program rows that --only selects."""
+    return [key for key in real_programs.ROWS if selected(key, "torch", only)]
+
+
+def check_real(programs, keys):
+    """The first REAL_CHECK_STEPS losses of each real program, jitgrad's against torch's (the
+    same weights and batches): the problems, and {row: why} for the rows that disagree."""
+    problems, disagree = [], {}
+    for key in keys:
+        if programs.skipped(key):
+            continue
+        progress(f"  {key[0]} {key[1]}: {REAL_CHECK_STEPS} steps on each library ...")
+        losses = {lib: programs.losses(key, lib, REAL_CHECK_STEPS) for lib in LIBS}
+        if not np.allclose(losses["jitgrad"], losses["torch"], rtol=REAL_RTOL, atol=REAL_ATOL):
+            disagree[key] = (f"losses disagree with torch's: jitgrad {losses['jitgrad']!r} "
+                             f"vs torch {losses['torch']!r}")
+            problems.append(f"{key[0]} {key[1]}: {disagree[key]}")
+    return problems, disagree
+
+
+def real_comparisons(programs, keys, steps, disagree):
+    """The real-program rows, as compile_comparisons' dicts; a row whose losses disagreed
+    is timed but fails, its note says why."""
+    rows = []
+    for key in keys:
+        skipped = programs.skipped(key)
+        n = steps[key]
+        why = disagree.get(key)
+        rows.append({"key": key, "vs": "torch", "target": TIME_TARGETS[key], "skipped": skipped,
+                     "disagree": why,
+                     "note": lambda n=n, why=why: why or f"per step; {n} steps from the same weights per run",
+                     "sides": None if skipped else {
+                         lib: (programs.setup(key, lib, n), programs.timed(key), n) for lib in LIBS}})
+    return rows
+
+
 def _abs_sum(t):
     return float(np.abs(np.asarray(t.detach().numpy(), dtype=np.float64)).sum())
 
@@ -846,8 +904,9 @@ def selected(key, vs, only):
     return not only or any(o.lower() in f"{key[0]} {key[1]} {vs}".lower() for o in only)
 
 
-def comparisons(libs, jax, with_torch_compile):
-    """Every row to time: make_phases' jitgrad-vs-torch rows, then the compiled ones."""
+def comparisons(libs, jax, with_torch_compile, real=()):
+    """Every row to time: make_phases' jitgrad-vs-torch rows, the compiled ones, the CUDA
+    ones, then ``real``'s (real_comparisons' rows)."""
     phases = {name: make_phases(T) for name, T in libs.items()}
     rows = []
     for key in phases[LIBS[0]]:
@@ -857,11 +916,12 @@ def comparisons(libs, jax, with_torch_compile):
         rows.append({"key": key, "vs": "torch", "target": TIME_TARGETS.get(key), "note": None,
                      "skipped": skipped, "sides": None if skipped else {n: phases[n][key] for n in LIBS}})
     return (rows + compile_comparisons(libs["jitgrad"], libs["torch"], jax, with_torch_compile)
-            + cuda_workloads.cuda_comparisons(libs["jitgrad"], libs["torch"]))
+            + cuda_workloads.cuda_comparisons(libs["jitgrad"], libs["torch"]) + list(real))
 
 
-def run_timings(libs, warmup, repeats, min_time, max_wall, only=None, jax=None, with_torch_compile=False):
-    todo = comparisons(libs, jax, with_torch_compile)
+def run_timings(libs, warmup, repeats, min_time, max_wall, only=None, jax=None, with_torch_compile=False,
+                real=()):
+    todo = comparisons(libs, jax, with_torch_compile, real)
     # Objects alive now (the libraries, numpy inputs) are moved out of the
     # collector's reach: the gc.collect() before each run stays cheap.
     gc.collect()
@@ -881,6 +941,8 @@ def run_timings(libs, warmup, repeats, min_time, max_wall, only=None, jax=None, 
         ratio = res["jitgrad"] / res[vs]
         row.update({"jitgrad_s": res["jitgrad"], "ref_s": res[vs], "ratio": ratio,
                     "pass": None if c["target"] is None else ratio <= c["target"]})
+        if c.get("disagree"):
+            row["pass"] = False
         if c["note"]:
             row["note"] = c["note"]()
         progress(f"  {key[0]} {key[1]}: jitgrad {res['jitgrad']:.4g} s, {vs} {res[vs]:.4g} s"
@@ -1150,6 +1212,14 @@ def main(argv=None):
     jax = load_jax()
     progress("checking that jitgrad and torch agree, and jitgrad.compile's replay and eager ...")
     problems = check_agreement(libs) + check_compiled(libs["jitgrad"], libs["torch"], jax)
+    real = []
+    real_keys = real_selected(args.only)
+    if real_keys:
+        progress("checking the real programs' losses (torchdiffeq's ode_demo, small GPT) ...")
+        programs = real_programs.Programs(libs["jitgrad"], libs["torch"])
+        real_problems, disagree = check_real(programs, real_keys)
+        problems += real_problems
+        real = real_comparisons(programs, real_keys, REAL_STEPS_QUICK if args.quick else REAL_STEPS, disagree)
     no_gpu = cuda_workloads.not_on_gpu(libs["jitgrad"], libs["torch"])
     if no_gpu is None and any(selected(k, "torch cuda", args.only) for k in cuda_workloads.TARGETS):
         progress("checking the CUDA workloads against PyTorch CUDA (compiles jitgrad's kernels) ...")
@@ -1169,7 +1239,7 @@ def main(argv=None):
         },
         "agreement_problems": problems,
         "timings": run_timings(libs, warmup, repeats, min_time, max_wall, args.only, jax,
-                               with_torch_compile=args.torch_compile or not args.quick),
+                               with_torch_compile=args.torch_compile or not args.quick, real=real),
     }
     results["timings"] += run_default_threads(repeats, args.only)
     if args.only:
