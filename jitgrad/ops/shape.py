@@ -581,6 +581,11 @@ def as_strided(input, size, stride, storage_offset=None):
     want = np.full(size, offset, dtype=np.int64)
     for d, (n, st) in enumerate(zip(size, stride)):
         want += (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (len(size) - d - 1))
+    if input.is_contiguous():  # (the usual case, torchdiffeq's as_strided(x, (), ())): element = position - offset
+        idx = want.reshape(-1) - base_offset
+        if not idx.size or (idx.min() >= 0 and idx.max() < input.numel()):
+            return index_flat(input, idx, size, AS_STRIDED)
+        return _as_strided_out_of_bounds(input, size, stride, offset, base_offset, want)
     # the storage position of each element of input, in C order of input
     have = np.full(input.shape, base_offset, dtype=np.int64)
     for d, (n, st) in enumerate(zip(input.shape, input.stride())):
@@ -591,13 +596,17 @@ def as_strided(input, size, stride, storage_offset=None):
     found = (pos < have.size) & (have[order][np.minimum(pos, max(have.size - 1, 0))] == want.reshape(-1)) \
         if have.size else np.zeros(want.size, bool)
     if not found.all():
-        need = int(want.max()) + 1 if want.size else offset
-        raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, and "
-                           f"itemsize {input.element_size()} requiring a storage size of {need * input.element_size()} "
-                           f"are out of bounds for storage of size {(base_offset + input.numel()) * input.element_size()}"
-                           " (jitgrad's as_strided reads only the input's own elements)")
+        _as_strided_out_of_bounds(input, size, stride, offset, base_offset, want)
     idx = order[pos].astype(np.int64) if want.size else np.zeros(0, np.int64)
     return index_flat(input, idx, size, AS_STRIDED)
+
+
+def _as_strided_out_of_bounds(input, size, stride, offset, base_offset, want):
+    need = int(want.max()) + 1 if want.size else offset
+    raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, and "
+                       f"itemsize {input.element_size()} requiring a storage size of {need * input.element_size()} "
+                       f"are out of bounds for storage of size {(base_offset + input.numel()) * input.element_size()}"
+                       " (jitgrad's as_strided reads only the input's own elements)")
 def scatter_jvp(ci, tangents):
     return index_put_flat(tangents[0], ci.saved_named("_flat_index")._data, ci.out_shape())
 
