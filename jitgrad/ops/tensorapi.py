@@ -143,6 +143,8 @@ def is_contiguous(self, memory_format=None):
     arr = self._data
     if isinstance(arr, np.ndarray):
         return bool(arr.flags.c_contiguous)
+    if isinstance(arr, np.generic):  # a 0-d result held as a numpy scalar
+        return True
     return bool(arr.is_c_contiguous())
 
 
