@@ -60,6 +60,11 @@ def _kd_shape(shape, dims):
 def _shape_arg(shape, fn="view", arg="shape"):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
+    for s in shape:  # the usual call: Python ints (a bool's type is not int), already a tuple
+        if type(s) is not int:
+            break
+    else:
+        return shape
     try:
         if any(isinstance(s, (bool, np.bool_)) for s in shape):
             raise TypeError
@@ -71,6 +76,8 @@ def _shape_arg(shape, fn="view", arg="shape"):
 
 
 def _infer_shape(shape, numel):
+    if -1 not in shape and (not shape or min(shape) >= 0) and math.prod(shape) == numel:
+        return tuple(shape)  # the usual case: nothing to infer, nothing wrong
     shape = list(shape)
     if shape.count(-1) > 1:
         raise RuntimeError("only one dimension can be inferred")
