@@ -67,7 +67,7 @@ from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.node import AccumulateGrad, node_for
 from jitgrad.graph.pynode import FunctionNode, validate_gradient
 from jitgrad.graph.record import OP_OUT, OP_PYFN
-from jitgrad.graph.spec import BY_OP, SPECS
+from jitgrad.graph.spec import BY_OP, REGISTRY, SPECS
 from jitgrad.graph.tape import close_current_tape, live_tape
 from jitgrad.kernels._cache import is_cached
 from jitgrad.ops import functional as F
@@ -552,6 +552,8 @@ class _TapeRun:
     def _run_python_node(self, row, retain):
         """Run a node in Python: a custom Function's backward, or a node with post-hooks
         through its Tensor-level rule. Its outputs' gradients in, its inputs' out."""
+        if self._cast(row):
+            return
         tape = self.tape
         st = self.st
         node = node_for(tape, row)
@@ -582,6 +584,27 @@ class _TapeRun:
             g = validate_gradient(node.name(), j, g, tape.shape_at(tape.edges[EW * (e0 + j) + E_SHP]),
                                   NP_OF.get(code, g._data.dtype))
             self._contribute(t, g)
+
+    def _cast(self, row):
+        """Run `row` if it is a cast between the two float dtypes (x.float(), y.double()), the
+        rows the dtypes' gradients cross by: its gradient, cast to its input's dtype, goes
+        from one state to the other in a compiled read and a compiled add (its Tensor-level
+        rule does the same at several times the cost). False for any other row."""
+        tape = self.tape
+        hdr = tape.hdr
+        if hdr[row * HW + H_OP] != REGISTRY["to_copy"].op or row in tape.node_hooks:
+            return False
+        t = tape.edges[EW * hdr[row * HW + H_E0] + E_TGT]
+        s, ts = self._state_of(row), self._state_of(t) if t >= 0 else None
+        if s is None or ts is None:  # a non-float side (or none): the rule does it
+            return False
+        self.st[row] |= DONE
+        stats.handed_back("a cast between float dtypes")
+        if self.st[t] & RECV:
+            sched, h = scheduler(), self._hdr()
+            g = _boxed(sched.grad_of, row, h, s.g1, s.gaddr, s.gown)
+            sched.contribute(t, g.astype(ts.npd), h, ts.g1, ts.gaddr, ts.gown, self.st)
+        return True
 
     def _why_python(self, row, node):
         """Why the sweep handed `row` back (engine_stats' "rows_in_python" keys)."""
