@@ -63,6 +63,7 @@ from jitgrad.engine import executor as pyengine
 from jitgrad.engine.executor import input_grads
 from jitgrad.engine.hooks import run_node_posthooks, run_node_prehooks, run_tensor_hooks, version_of, written
 from jitgrad.engine.kernel_table import KernelTables
+from jitgrad.gpu.array import DeviceArray
 from jitgrad.graph.hooks import leaf_hooks
 from jitgrad.graph.node import AccumulateGrad, node_for
 from jitgrad.graph.pynode import FunctionNode, validate_gradient
@@ -439,7 +440,8 @@ class _TapeRun:
         private copy of one kept in Python, which is the caller's to keep)."""
         s = self._state_of(row)
         if s is None:
-            return np.array(self.py_grads[row]._data)
+            d = self.py_grads[row]._data
+            return d.copy() if type(d) is DeviceArray else np.array(d)  # (a CUDA leaf of a CPU graph)
         i = s.where[row]
         shape = self.tape.shape_at(self.tape.hdr[row * HW + H_SHP])
         return s.out[s.offs[i]:s.offs[i + 1]].reshape(shape)

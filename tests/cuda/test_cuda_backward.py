@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, assert_close
 
 import jitgrad
+from jitgrad._core.layout import DT_F64, PYNODE
 from jitgrad.engine import compiled as _compiled
 from jitgrad.engine import device as _device
 from jitgrad.engine.run import Target
@@ -357,12 +358,16 @@ def test_the_cpu_sweep_never_runs_a_cuda_row():
     # handed to the CPU engine as if its gradient were host data: it declines the call
     root = Target(y.grad_fn, tape, y._row, 0)
     host_grad = jitgrad.tensor(1.0, dtype=F64)
-    assert _compiled.run([root], [host_grad], None, True, [tape]) is _compiled.FALLBACK
-    # and the CPU sweep itself stops at the first CUDA row it meets, reading nothing
-    r = _compiled._TapeRun(tape, np.dtype(np.float64))
-    r.seed(y._row, np.ones(1))
-    status = r.run([row for row in tape.leaves], True)
-    assert (status, r.row) == (_compiled.ROW_FALLBACK, y._row)
+    out = _compiled.run([root], [host_grad], None, True, [tape])
+    assert isinstance(out, _compiled.Fallback) and "CUDA" in out.reason
+    # and the CPU sweep itself hands back the first CUDA row it meets, reading nothing of it
+    r = _compiled._TapeRun(tape, DT_F64)
+    cols = r._columns()
+    status, row, _, _ = _compiled.scheduler().backward(
+        *cols[:6], r.st, np.zeros(tape.nrows, np.int8), np.array([y._row]), np.array([0, 1]), np.ones(1),
+        np.zeros(0, np.int64), y._row, True, DT_F64, r.grads[DT_F64].kt)
+    del cols
+    assert (status, row) == (PYNODE, y._row)
     y.backward()
     assert_close(x.grad.cpu(), np.exp([0.5, 1.0]) * (1 + np.array([0.5, 1.0])))
 
