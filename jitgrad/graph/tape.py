@@ -210,9 +210,12 @@ class Tape:
         converted here; the copy is version-stamped by the storage it came from."""
         k = len(self.slots) // SW
         src = arr
-        if want is not None and arr.dtype != want:
-            arr = arr.astype(want)
-        if type(arr) is DeviceArray:
+        if want is not None:
+            dt = arr.dtype
+            if dt is not want and dt != want:
+                arr = arr.astype(want)
+        tp = type(arr)
+        if tp is DeviceArray:
             return self._save_device(k, arr, src, check, fresh)
         n = arr.size
         if n == 1:
@@ -227,7 +230,7 @@ class Tape:
                 self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1, 1))
                 self.v32.append(arr.item())
                 return k
-        if not isinstance(arr, np.ndarray):
+        if tp is not np.ndarray and not isinstance(arr, np.ndarray):
             arr = np.asarray(arr)
         try:  # _address(arr), inlined: numpy exports the buffer of a C-contiguous writable array only
             addr = _addressof(_from_buffer(arr))
@@ -251,8 +254,8 @@ class Tape:
                 stamp = versions.version(arr)
             self.kept.append((k, self.nrows, stamp))
         keep.append(arr)
-        self.keep_bytes += arr.nbytes
-        if self.keep_bytes >= MAX_KEEP_BYTES:
+        kb = self.keep_bytes = self.keep_bytes + arr.nbytes
+        if kb >= MAX_KEEP_BYTES:
             self.closed = True  # takes effect for the next op; this row still lands here
         return k
 
