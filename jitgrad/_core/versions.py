@@ -12,6 +12,7 @@ import numpy as np
 
 _versions = {}       # id(base array) -> [weakref to it, version]
 generation = [0]     # in-place writes so far, in any storage
+_ndarray = np.ndarray
 
 
 def base_of(arr):
@@ -28,7 +29,7 @@ def version(arr):
 
 
 def bump(arr):
-    base = base_of(arr)
+    base = arr if type(arr) is _ndarray and arr.base is None else base_of(arr)  # most written arrays own their data
     key = id(base)
     e = _versions.get(key)
     if e is None or e[0]() is not base:

@@ -59,12 +59,16 @@ _new = object.__new__
 
 
 _acc_lock = threading.Lock()
+_weakref = weakref.ref
+_LAST_ROW = MAX_ROWS - 1  # a row at or past it closes its tape
 
 
 def accumulator(t):
     """Leaf t's AccumulateGrad, made on first use: one per leaf (its hooks live on it), so
     threads first recording with the leaf at once make it under a lock."""
-    x = rare(t)
+    x = t._x
+    if x is None:
+        x = rare(t)
     with _acc_lock:
         ref = x.acc
         acc = None if ref is None else ref()
@@ -73,7 +77,7 @@ def accumulator(t):
             acc.variable = t
             acc._at = NOWHERE  # every field set before another thread can reach the node
             acc._next = ()
-            x.acc = weakref.ref(acc)
+            x.acc = _weakref(acc)
     return acc
 
 
@@ -90,18 +94,21 @@ def _leaf_row(tape, t):
         if at[0]() is tape:
             return at[1]
     else:
+        # a new graph (the last one that reached the leaf is gone, with its node)
         acc = accumulator(t)
     d = t._data
-    shp = tape.shape_ptr.get(d.shape)
+    dshape = d.shape
+    shp = tape.shape_ptr.get(dshape)
     if shp is None:
-        shp = tape.shape(d.shape)
+        shp = tape.shape(dshape)
     row = tape.nrows
-    tape.hdr.frombytes(pack_row(OP_ACC, _dtcode(d), 0, len(tape.edges) // EW, d.size, shp, 0, 0, 0))
+    tape.hdr.frombytes(pack_row(OP_ACC, (CUDA_DT_OF if type(d) is DeviceArray else _DT).get(d.dtype, DT_OTHER),
+                                0, len(tape.edges) // EW, d.size, shp, 0, 0, 0))
     tape.nrows = row + 1
-    if row + 1 >= MAX_ROWS:
+    if row >= _LAST_ROW:
         tape.closed = True
     tape.leaves[row] = acc
-    acc._at = (weakref.ref(tape), row)
+    acc._at = (_weakref(tape), row)
     return row
 
 
@@ -138,11 +145,12 @@ def _save_all(tape, saved, dt, index=(), need=None):
     reads is kept for the kernel but not version-checked (PyTorch does not save it)."""
     kp = len(tape.slots) // SW
     want = _NP.get(dt)
+    save = tape.save
     for i, x in enumerate(saved):
         if type(x) is float:
             tape.save_scalar(x, dt)
         else:
-            tape.save(x, need is None or need[i], _I64 if index and index[i] else want)
+            save(x, need is None or need[i], _I64 if index and index[i] else want)
     return kp
 
 
@@ -386,9 +394,12 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
     dt = (CUDA_DT_OF if dev else _DT).get(dtype, DT_OTHER)
     interned = tape.shape_ptr
     edges = []
+    requires = []
     for t in inputs:
         td = t._data
+        tshape = td.shape  # a new tuple per read: read once
         if t._requires_grad:
+            requires.append(True)
             src = t._tape
             if src is tape:
                 edges += (t._row, t._output_nr)
@@ -399,26 +410,28 @@ def _record(spec, result, inputs, saved=(), fparams=(), iparams=None):
             if td.dtype != dtype or (type(td) is DeviceArray) != dev:
                 dt |= DT_PY  # as in record_ew
         else:
+            requires.append(False)
             edges += (-1, 0)
-        p = interned.get(td.shape)
-        edges.append(tape.shape(td.shape) if p is None else p)
+        p = interned.get(tshape)
+        edges.append(tape.shape(tshape) if p is None else p)
     if saved:
-        need = _saved.needed(spec, [t._requires_grad for t in inputs]) if spec.save_users else None
-        kp = _save_all(tape, saved, dt, spec.index_saves, need)
+        kp = _save_all(tape, saved, dt, spec.index_saves, _saved.needed(spec, requires) if spec.save_users else None)
     else:
         kp = len(tape.slots) // SW
     fp = len(tape.fp)
     if fparams:
         tape.fp.extend(fparams)
     ip = tape.ints(iparams) if iparams else 0
-    shp = interned.get(d.shape)
+    dshape = d.shape
+    shp = interned.get(dshape)
     if shp is None:
-        shp = tape.shape(d.shape)
+        shp = tape.shape(dshape)
     row = tape.nrows
-    tape.hdr.frombytes(pack_row(spec.op, dt, len(inputs), len(tape.edges) // EW, d.size, shp, fp, kp, ip))
-    tape.edges.frombytes(pack_ints(len(edges))(*edges))
+    nin = len(inputs)
+    tape.hdr.frombytes(pack_row(spec.op, dt, nin, len(tape.edges) // EW, d.size, shp, fp, kp, ip))
+    tape.edges.frombytes((pack_edge2 if nin == 2 else pack_edge if nin == 1 else pack_ints(len(edges)))(*edges))
     tape.nrows = row + 1
-    if row + 1 >= MAX_ROWS:
+    if row >= _LAST_ROW:
         tape.closed = True
     if _anomaly[0]:
         _trace(tape, row)

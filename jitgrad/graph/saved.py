@@ -125,9 +125,22 @@ def needed(spec, requires):
     """Per saved value of `spec`, whether a gradient that will be computed reads it
     (requires: per input, whether it requires grad). PyTorch saves only those: x * y with
     only x requiring grad saves y. An op that declares no save_users saves all it declares."""
-    if not spec.save_users:
-        return (True,) * len(spec.saves)
-    return tuple(any(requires[j] for j in users if j < len(requires)) for users in spec.save_users)
+    key = (spec, *requires) if len(requires) <= 4 else None
+    need = _NEEDED.get(key)
+    if need is None:
+        if not spec.save_users:
+            need = (True,) * len(spec.saves)
+        else:
+            need = tuple(any(requires[j] for j in users if j < len(requires)) for users in spec.save_users)
+        if key is not None:
+            _NEEDED[key] = need
+    return need
+
+
+# (spec, requires...) -> needed's answer: asked once per recorded structural op, and the
+# answers are few (one per op and pattern of up to 4 inputs requiring grad; ops with more
+# inputs, cat / stack, are not cached: their patterns could grow without bound)
+_NEEDED = {}
 
 
 def needed_in_row(tape, row):

@@ -115,6 +115,22 @@ _XS0 = array.array("q", (0,))
 _RLock = _thread.RLock  # threading.RLock is a Python wrapper around it
 
 
+# The shapes earlier tapes interned, as the (xs, shape_ptr) pair a new tape starts from: the
+# next graph of a training loop finds its shapes there (each is ~1 us to intern). The pair is
+# replaced whole, never appended to, so a tape copies a matching pair whichever thread seeds.
+_SEED = [(_XS0, {(): 0})]
+_SEED_MAX = 64  # shapes; a tape's xs starts with them all
+
+
+def _seed(shape, packed):
+    xs, ptr = _SEED[0]
+    if len(ptr) < _SEED_MAX and shape not in ptr:
+        xs, ptr = xs.__copy__(), dict(ptr)
+        ptr[shape] = len(xs)
+        xs.frombytes(packed)
+        _SEED[0] = (xs, ptr)
+
+
 _addressof = ctypes.addressof
 _from_buffer = ctypes.c_char.from_buffer
 
@@ -153,7 +169,8 @@ class Tape:
         self.id = next(_tape_ids)
         self.hdr = _EMPTY_Q.__copy__()
         self.edges = _EMPTY_Q.__copy__()
-        self.xs = _XS0.__copy__()          # xs[0] is the shape () every 0-d value points at
+        xs, shape_ptr = _SEED[0]
+        self.xs = xs.__copy__()  # xs[0] is the shape () every 0-d value points at; then the seeded shapes
         self.fp = _EMPTY_D.__copy__()
         self.slots = _EMPTY_Q.__copy__()
         self.v64 = _EMPTY_D.__copy__()
@@ -161,7 +178,7 @@ class Tape:
         self.keep = []                          # Python objects kept alive for the kernels / rules
         self.keep_bytes = 0
         self.nrows = 0
-        self.shape_ptr = {(): 0}
+        self.shape_ptr = shape_ptr.copy()
         self.leaves = {}      # AccumulateGrad row -> AccumulateGrad node
         self.ext = {}         # EXT row -> (foreign tape, foreign row)
         self.retained = {}    # row -> weakref of a non-leaf tensor that retains grad
@@ -193,8 +210,10 @@ class Tape:
         p = self.shape_ptr.get(shape)
         if p is None:
             p = len(self.xs)
-            self.xs.frombytes(pack_ints(len(shape) + 1)(len(shape), *shape))
+            packed = pack_ints(len(shape) + 1)(len(shape), *shape)
+            self.xs.frombytes(packed)
             self.shape_ptr[shape] = p
+            _seed(shape, packed)
         return p
 
     def ints(self, values):
@@ -213,9 +232,12 @@ class Tape:
         converted here; the copy is version-stamped by the storage it came from."""
         k = len(self.slots) // SW
         src = arr
-        if want is not None and arr.dtype != want:
-            arr = arr.astype(want)
-        if type(arr) is DeviceArray:
+        if want is not None:
+            dt = arr.dtype
+            if dt is not want and dt != want:
+                arr = arr.astype(want)
+        tp = type(arr)
+        if tp is DeviceArray:
             return self._save_device(k, arr, src, check, fresh)
         n = arr.size
         if n == 1:
@@ -230,7 +252,7 @@ class Tape:
                 self.slots.frombytes(pack_slot(-len(self.v32) - 1, 1, 1))
                 self.v32.append(arr.item())
                 return k
-        if not isinstance(arr, np.ndarray):
+        if tp is not np.ndarray and not isinstance(arr, np.ndarray):
             arr = np.asarray(arr)
         try:  # _address(arr), inlined: numpy exports the buffer of a C-contiguous writable array only
             addr = _addressof(_from_buffer(arr))
@@ -254,8 +276,8 @@ class Tape:
                 stamp = versions.version(arr)
             self.kept.append((k, self.nrows, stamp))
         keep.append(arr)
-        self.keep_bytes += arr.nbytes
-        if self.keep_bytes >= MAX_KEEP_BYTES:
+        kb = self.keep_bytes = self.keep_bytes + arr.nbytes
+        if kb >= MAX_KEEP_BYTES:
             self.closed = True  # takes effect for the next op; this row still lands here
         return k
 

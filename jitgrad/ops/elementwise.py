@@ -308,6 +308,11 @@ _NEGATIVE_POWER = "Integers to negative integer powers are not allowed."
 
 
 def pow(a, b):  # noqa: A001
+    if (type(b) is int or type(b) is float) and isinstance(a, Tensor):
+        ad = a._data
+        if ad.dtype.kind == "f":  # a float tensor to a number's power (x ** 2): its dtype, none of the checks below
+            out = _pow_scalar(ad, b)
+            return _ew(POW, out if out.dtype == ad.dtype else out.astype(ad.dtype), a, p0=float(b))
     for pos, x in ((1, a), (2, b)):
         if not isinstance(x, _POW_OPERAND):
             raise _operand_error("pow", x, pos)

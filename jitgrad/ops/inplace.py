@@ -150,9 +150,10 @@ def _ensure_tangent(t):
     return _forward.tangent(t)
 
 
-def _apply(t, compute, *others, fills=False):
+def _apply(t, compute, *others, fills=False, ufunc=None):
     """t <- compute(old t), in place; recorded as compute's node when needed. `fills`: the
-    op writes one value everywhere, which PyTorch allows into overlapping memory."""
+    op writes one value everywhere, which PyTorch allows into overlapping memory. `ufunc`:
+    compute is ufunc(old t, others[0]), which the unrecorded common case runs in place."""
     _stop("an in-place op in a compiled step")
     if not fills:
         _check_writable(t)
@@ -164,6 +165,10 @@ def _apply(t, compute, *others, fills=False):
     record = _needs_record(t, *others)
     if view is not None and record:
         _apply_to_view(t, view, compute, others, dual)
+        return t
+    if ufunc is not None and not record and not dual and view is None and _in_place(t, ufunc, others[0]):
+        t._bump()
+        _refresh_views(t, t, False)
         return t
     if record:
         new = compute(_before(t, dual))
@@ -179,6 +184,27 @@ def _apply(t, compute, *others, fills=False):
     if dual:
         _update_tangent(t, new)
     return t
+
+
+def _in_place(t, ufunc, other):
+    """The unrecorded add_ / sub_ / mul_ of a float array and a number, or a tensor of its
+    dtype and shape (an optimizer's `p -= lr * p.grad` under no_grad): the ufunc writes
+    into t's array, the same bits as compute(t) and a copy (NEP 50 keeps a number at t's
+    dtype, as _binary does). Anything else (a cast, a broadcast, a bool, a read-only or
+    device array) returns False and takes the general path, with its checks."""
+    d = t._data
+    if type(d) is not np.ndarray or d.dtype.kind != "f" or not d.flags.writeable:
+        return False
+    if isinstance(other, Tensor):
+        o = other._data
+        if type(o) is not np.ndarray or o.dtype != d.dtype or o.shape != d.shape:
+            return False
+    elif type(other) is float or type(other) is int:
+        o = other
+    else:
+        return False
+    ufunc(d, o, out=d)
+    return True
 
 
 def _check_result(new, t):
@@ -325,15 +351,15 @@ def _apply_to_view(t, view, compute, others, dual):
 
 
 def add_(t, other, alpha=1):
-    return _apply(t, lambda a: F.add(a, other, alpha=alpha), other)
+    return _apply(t, lambda a: F.add(a, other, alpha=alpha), other, ufunc=np.add if alpha == 1 else None)
 
 
 def sub_(t, other, alpha=1):
-    return _apply(t, lambda a: F.sub(a, other, alpha=alpha), other)
+    return _apply(t, lambda a: F.sub(a, other, alpha=alpha), other, ufunc=np.subtract if alpha == 1 else None)
 
 
 def mul_(t, other):
-    return _apply(t, lambda a: F.mul(a, other), other)
+    return _apply(t, lambda a: F.mul(a, other), other, ufunc=np.multiply)
 
 
 def div_(t, other):

@@ -18,11 +18,17 @@ from jitgrad.ops._common import _broadcast_error, _cap, _needs, _operand_error, 
 from jitgrad.ops.reduce import sum_to, traced_as
 from jitgrad.ops.shape import RESHAPE_ALIAS, _view_like, reshape, t, transpose
 
+_ndarray = np.ndarray
+
 
 def matmul(a, b):
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
         raise _operand_error("matmul", *((a, 1) if not isinstance(a, Tensor) else (b, 2)))
     ad, bd = a._data, b._data
+    if (type(ad) is _ndarray and type(bd) is _ndarray and ad.ndim == 2 and bd.ndim == 2 and ad.shape[1] == bd.shape[0]
+            and ad.dtype == bd.dtype and ad.dtype.kind != "b"):
+        # host matrix @ matrix, the common case: what the checks below let through, unchanged
+        return _matmul_out(MATMUL, a, b, ad, bd, _mm(ad, bd))
     if ad.ndim == 0 or bd.ndim == 0:
         raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {ad.ndim}D and {bd.ndim}D")
     device = _same_device(ad, bd)  # as torch: before the sizes, which the device's kernel checks
@@ -69,6 +75,10 @@ def matmul(a, b):
         if MetaArray in (type(ad), type(bd)):  # ndarray.dot refuses it in its own words
             np.matmul(np.asarray(ad), np.asarray(bd))  # raises the meta tensor's NotImplementedError
         raise
+    return _matmul_out(spec, a, b, ad, bd, out)
+
+
+def _matmul_out(spec, a, b, ad, bd, out):
     res = _wrap(out)
     if not _needs(a, b):
         if _cap.on and _cap.mine():

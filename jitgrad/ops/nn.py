@@ -7,6 +7,8 @@ Each forward computes through one `_<op>_data` function: the compiled host loops
 ndarrays, the CUDA kernel (gpu/kernels/nn.py, KERNELS["nn.<op>"]) for DeviceArrays. The
 gradient rules are Tensor ops, so they run wherever their inputs are; the index arrays they
 make are made where the data is (numpy's like=)."""
+import math
+
 import numpy as np
 
 from jitgrad._core import dtype as _dtype
@@ -84,7 +86,7 @@ def _index_tensor(x, arr=None):
 
 # --- softmax / log_softmax ------------------------------------------------------------------
 def _groups(shape, dim):
-    return [int(np.prod(shape[:dim], dtype=np.int64)), shape[dim], int(np.prod(shape[dim + 1:], dtype=np.int64))]
+    return [math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])]
 
 
 def _normalise(spec, x, dim, dtype, log):
@@ -620,6 +622,17 @@ def _nll_data(x, t, cw, ignore_index, reduction):
     with the ignored ones as 0) of array x (N, C), targets t and class weights cw (or None)."""
     if _on_device(x):
         return _KERNELS["nn.nll_loss"](x, t, cw, ignore_index, reduction)
+    if cw is None and reduction == "mean" and t.ndim == 1 and t.size:
+        lo, hi = t.min(), t.max()
+        if 0 <= lo and hi < x.shape[1] and not lo <= ignore_index <= hi:
+            # every target counts and is in range (a training batch): the general path's
+            # values without its masks (w is all ones, x * 1 is x, the total is n)
+            n = t.shape[0]
+            w = np.ones(n, x.dtype)
+            total = w.sum()
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = np.asarray((-x[np.arange(n), t]).sum() / total, dtype=x.dtype)
+            return out, w / total, t.copy()
     valid = t != ignore_index
     safe = np.where(valid, t, 0)
     if valid.any() and (safe.min() < 0 or safe.max() >= x.shape[1]):

@@ -1,6 +1,10 @@
 """SGD with momentum, dampening, Nesterov and weight decay, as torch.optim.SGD."""
+import numpy as np
+
 from jitgrad.optim import _checks, _device, _kernels
 from jitgrad.optim.optimizer import Optimizer, _check_hyperparameters, _data, _empty_like, _state_tensor, required
+
+_ndarray = np.ndarray
 
 
 class SGD(Optimizer):
@@ -20,10 +24,11 @@ class SGD(Optimizer):
         params = self._params_with_grad(group)
         mom = group["momentum"]
         for p in params:
-            d, g = p._data, p.grad._data
+            d, g = p._data, p._grad._data  # (p.grad is not None: _params_with_grad)
             buf = self.state.get(p, {}).get("momentum_buffer") if mom else None
             buf = None if buf is None else buf._data
-            _device.check_same_device(d, g, buf)
+            if not (type(d) is _ndarray and type(g) is _ndarray and buf is None):  # both on the host: same device
+                _device.check_same_device(d, g, buf)
             if g.shape == d.shape and (buf is None or buf.shape == d.shape):
                 continue
             self._replay(group, d, g, buf)
@@ -44,9 +49,12 @@ class SGD(Optimizer):
         batch = _kernels.Batch(self._addresses)
         device = _device.DeviceBatch()
         compiled = _kernels.available()
+        maximize = group["maximize"]
         for p in params:
-            d = _data(p)
-            g = p.grad._data
+            d = p._data
+            if type(d) is not _ndarray:
+                d = _data(p)
+            g = p._grad._data  # (p.grad is not None: _check)
             buf, first = None, False
             if mom:
                 state = self.state.setdefault(p, {})
@@ -54,10 +62,11 @@ class SGD(Optimizer):
                     state["momentum_buffer"] = _state_tensor(_empty_like(d))
                     first = True
                 buf = _data(state["momentum_buffer"])
-            if _device.on_device(d) or _device.on_device(g):  # the kernel negates for maximize
+            if (type(d) is not _ndarray or type(g) is not _ndarray) and (_device.on_device(d) or _device.on_device(g)):
+                # (the kernel negates for maximize)
                 device.add(d, g, (d if buf is None else buf,), (lr, wd, mom, 1 - damp, float(first)))
             else:
-                if group["maximize"]:
+                if maximize:
                     g = -g
                 if not (compiled and _kernels.sgd_add(batch, p, d, g, buf, lr, wd, mom, damp, first)):
                     self._numpy_update(d, g, buf, lr, wd, mom, damp, first, group["nesterov"])
