@@ -58,7 +58,6 @@ def changed(stamp_):
     return now if now != ver else None
 
 
-
 def of_base(base):
     """The version of storage `base` (base_of's result)."""
     e = _versions.get(id(base))

@@ -82,7 +82,7 @@ class Fallback:
         self.reason = reason
 
 
-FALLBACK = Fallback("the graph needs the Python engine")  # the generic answer
+FALLBACK = Fallback("the graph needs the Python engine")  # run_batched's answer
 
 _sched = [(-1, None)]  # (len(BY_OP) it was made for, the module): replaced whole, read once
 _sched_lock = threading.Lock()

@@ -62,7 +62,6 @@ from jitgrad.graph.spec import BY_OP, OP_OUT
 from jitgrad.graph.tape import close_current_tape, live_tape
 from jitgrad.ops import functional as F
 
-FALLBACK = _compiled.FALLBACK  # (its callers test isinstance(out, _compiled.Fallback))
 # structural ops the kernel runs itself, by their base op's name (the rest hand back)
 _KERNEL_KINDS = {"view": "K_VIEW", "expand": "K_EXPAND", "permute": "K_PERMUTE", "sum": "K_SUM", "cat": "K_CAT"}
 
@@ -341,7 +340,7 @@ def mark_need(tape, st):
 
 
 def run(roots, grads, targets, retain, tapes):
-    """compiled.run for CUDA tapes (the same arguments and results), or FALLBACK."""
+    """compiled.run for CUDA tapes (the same arguments and results), or a compiled.Fallback."""
     npd = grads[0]._data.dtype
     if npd not in CUDA_DT_OF or any(type(g._data) is not DeviceArray or g._data.dtype != npd for g in grads):
         return _compiled.Fallback("a CUDA backward's roots mix dtypes or devices")
