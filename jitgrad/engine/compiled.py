@@ -136,7 +136,7 @@ class _Grads:
         self.npd = NP_OF[code]
         self.kt = kt  # the kernel table the sweep reads at this dtype
         self.seeds = {}
-        self.sinks = []
+        self.sinks = np.zeros(0, np.int64)
         self.where = {}  # sink row -> its index in sinks
         self.g1 = self.gaddr = self.gown = self.out = self.offs = None
 
@@ -151,8 +151,9 @@ class _Grads:
         return rows, offs, np.concatenate(vals) if vals else np.zeros(0, self.npd)
 
     def set_sinks(self, sinks):
+        """sinks: an int64 array of rows."""
         self.sinks = sinks
-        self.where = {r: i for i, r in enumerate(sinks)}
+        self.where = {r: i for i, r in enumerate(sinks.tolist())}
 
 
 class _TapeRun:
@@ -253,20 +254,18 @@ class _TapeRun:
     def _run(self, sinks, retain):
         tape = self.tape
         tape.grow_freed()
-        for row in sinks:  # a sink of the other float dtype gives the run its state
-            self._state_of(row, make=True)
-        if self.foreign:  # rows of the other float dtype may get gradient from Python nodes
+        sink_rows = np.fromiter(sinks, np.int64, len(sinks))
+        hdr = self._hdr()
+        codes = hdr[sink_rows * HW + H_DT] & DT_MASK  # (a wide graph has 1e4s of sinks: no Python loop)
+        del hdr
+        mixed = self.foreign or bool(codes.size) and not (codes == self.code).all()
+        if mixed:  # rows of the other float dtype may get gradient (from Python nodes, or as sinks)
             for code in NP_OF:
                 if code not in self.grads:
                     self.grads[code] = _Grads(code, scheduler().KERNELS[code])
         states = sorted(self.grads.values(), key=lambda s: s.code != self.code)  # this run's dtype first
-        by_code = {s.code: [] for s in states}
-        for row in sinks:
-            code = tape.hdr[row * HW + H_DT] & DT_MASK
-            if code in by_code:
-                by_code[code].append(row)
         for s in states:
-            s.set_sinks(by_code[s.code])
+            s.set_sinks(sink_rows[codes == s.code] if mixed else sink_rows)
         seeded = [s.seed_arrays() for s in states]
         if tape.reshaped:
             # seeds are roots (checked against their rows) or EXT gradients, whose sizes can
@@ -283,10 +282,9 @@ class _TapeRun:
             # the whole tape in one compiled call
             s = states[0]
             rows, offs, vals = seeded[0]
-            sink_rows = np.fromiter(s.sinks, np.int64, len(s.sinks))
             while True:
                 cols = self._columns()
-                args = (*cols[:5], self._v(cols, s), self.st, freed, rows, offs, vals, sink_rows, hi, True, s.code,
+                args = (*cols[:5], self._v(cols, s), self.st, freed, rows, offs, vals, s.sinks, hi, True, s.code,
                         s.kt)
                 del cols
                 if s.code not in sched.KERNELS.primed:
@@ -314,9 +312,8 @@ class _TapeRun:
         started = []
         try:
             for s, (rows, offs, vals) in zip(states, seeded):
-                sink_rows = np.fromiter(s.sinks, np.int64, len(s.sinks))
                 s.g1, s.gaddr, s.gown, s.out, s.offs = _boxed(sched.start, cols[0], self.st, rows, offs, vals,
-                                                              sink_rows, self._v(cols, s))
+                                                              s.sinks, self._v(cols, s))
                 started.append(s)
             self.pend = np.zeros(0, np.int64)
             if self.hooked:  # leaves with hooks run when they become ready, as in PyTorch
@@ -330,8 +327,7 @@ class _TapeRun:
                 sched.release(s.gaddr, s.gown)
             raise
         for s in states:
-            sched.finish(self._hdr(), s.g1, s.gaddr, s.gown, np.fromiter(s.sinks, np.int64, len(s.sinks)), s.offs,
-                         s.out)
+            sched.finish(self._hdr(), s.g1, s.gaddr, s.gown, s.sinks, s.offs, s.out)
         self.row = row
         return status
 
